@@ -1,0 +1,8 @@
+"""mmseg-elliptical: Elliptical Attention for MMSegmentation 1.x.
+
+Importing the package registers every component in mmseg's registries; configs
+load it with ``custom_imports = dict(imports=['mmseg_elliptical'])``.
+"""
+from . import models  # noqa: F401
+
+__version__ = '0.1.0'

@@ -1,0 +1,3 @@
+from .elliptical_vit import EllipticalVisionTransformer
+
+__all__ = ['EllipticalVisionTransformer']

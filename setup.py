@@ -1,0 +1,35 @@
+"""Packaging for mmseg-elliptical, an MMSegmentation 1.x plugin."""
+from setuptools import find_packages, setup
+
+
+def readme() -> str:
+    with open('README.md', encoding='utf-8') as f:
+        return f.read()
+
+
+setup(
+    name='mmseg-elliptical',
+    version='0.1.0',
+    description='Elliptical Attention (NeurIPS 2024) for MMSegmentation 1.x',
+    long_description=readme(),
+    long_description_content_type='text/markdown',
+    license='Apache-2.0',
+    python_requires='>=3.8',
+    packages=find_packages(include=['mmseg_elliptical', 'mmseg_elliptical.*']),
+    install_requires=[
+        'torch>=2.0,<2.14',
+        'mmcv>=2.0.0rc4,<2.2.0',
+        'mmengine>=0.10.0,<1.0',
+        'mmsegmentation>=1.2.0,<1.3',
+        'setuptools<81',  # mmengine resolves `mmseg::` configs through pkg_resources
+        'ftfy',
+        'regex',
+        'numpy',
+        'matplotlib',
+    ],
+    extras_require={
+        'tests': ['pytest>=7', 'pytest-timeout'],
+        'robustness': ['imagecorruptions-imaug>=1.1.5'],
+    },
+    zip_safe=False,
+)
