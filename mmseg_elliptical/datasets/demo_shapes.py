@@ -1,0 +1,156 @@
+"""A small synthetic dataset in ADE20K layout, generated on first use.
+
+Scenes hold discs, squares, triangles and rings on a noisy background. Every
+shape and the background draw their colour from the same palette, so colour
+alone does not tell the classes apart: a model has to use shape. Files are
+written once, deterministically from a seed, under ``data_root``::
+
+    data_root/images/{training,validation}/demo_00000.jpg
+    data_root/annotations/{training,validation}/demo_00000.png
+"""
+import json
+import os
+import os.path as osp
+import shutil
+import tempfile
+from typing import Dict
+
+import cv2
+import numpy as np
+
+from mmseg.datasets import BaseSegDataset
+from mmseg.registry import DATASETS
+
+CLASSES = ('background', 'disc', 'square', 'triangle', 'ring')
+PALETTE = [[0, 0, 0], [230, 25, 75], [60, 180, 75], [0, 130, 200],
+           [255, 225, 25]]
+# Colours the scenes are painted with (BGR), shared by every class.
+COLOURS = np.array([[200, 60, 60], [60, 200, 60], [60, 60, 200],
+                    [200, 200, 60], [200, 60, 200], [60, 200, 200]],
+                   dtype=np.int16)
+SPLITS = {'training': 'num_train', 'validation': 'num_val'}
+
+
+def _draw_shape(img: np.ndarray, seg: np.ndarray, label: int, background: int,
+                rng: np.random.Generator) -> None:
+    size = img.shape[0]
+    r = int(rng.integers(size // 8, size // 4))
+    cx, cy = (int(c) for c in rng.integers(r, size - r, 2))
+    # Any palette colour but the background's, so every shape is visible.
+    index = (background + int(rng.integers(1, len(COLOURS)))) % len(COLOURS)
+    colour = [int(c) for c in COLOURS[index]]
+    mask = np.zeros(seg.shape, np.uint8)
+    if label == 1:  # disc
+        cv2.circle(mask, (cx, cy), r, 1, -1)
+    elif label == 2:  # square, axis-aligned
+        cv2.rectangle(mask, (cx - r, cy - r), (cx + r, cy + r), 1, -1)
+    elif label == 3:  # triangle pointing up
+        pts = np.array([[cx, cy - r], [cx - r, cy + r], [cx + r, cy + r]])
+        cv2.fillPoly(mask, [pts.astype(np.int32)], 1)
+    else:  # ring
+        cv2.circle(mask, (cx, cy), r, 1, max(2, r // 3))
+    img[mask > 0] = colour
+    seg[mask > 0] = label
+
+
+def render_scene(size: int, rng: np.random.Generator):
+    """Render one ``(image BGR uint8, label uint8)`` pair."""
+    background = int(rng.integers(len(COLOURS)))
+    img = np.empty((size, size, 3), np.int16)
+    img[:] = COLOURS[background]
+    seg = np.zeros((size, size), np.uint8)
+    for label in rng.integers(1, len(CLASSES), int(rng.integers(1, 4))):
+        _draw_shape(img, seg, int(label), background, rng)
+    img += rng.normal(0, 12, img.shape).astype(np.int16)
+    return np.clip(img, 0, 255).astype(np.uint8), seg
+
+
+def generate_demo_shapes(data_root: str,
+                         num_train: int = 256,
+                         num_val: int = 64,
+                         img_size: int = 64,
+                         seed: int = 0) -> None:
+    """Write the dataset under ``data_root`` unless it is already there.
+
+    Generation goes to a temporary folder renamed into place, so concurrent
+    processes (e.g. DDP ranks) never see a half-written dataset.
+
+    Args:
+        data_root (str): Destination folder.
+        num_train (int): Training images.
+        num_val (int): Validation images.
+        img_size (int): Side of the square images in pixels.
+        seed (int): Seed of the scenes.
+    """
+    meta = dict(num_train=num_train, num_val=num_val, img_size=img_size,
+                seed=seed)
+    meta_file = osp.join(data_root, 'meta.json')
+    if osp.exists(meta_file):
+        with open(meta_file) as f:
+            found = json.load(f)
+        if found != meta:
+            raise ValueError(
+                f'{data_root} holds demo data generated with {found}, not '
+                f'{meta}: delete the folder to regenerate it, or point '
+                'data_root elsewhere.')
+        return
+    if osp.exists(data_root) and os.listdir(data_root):
+        raise FileExistsError(
+            f'{data_root} exists but holds no demo meta.json: it is not the '
+            'demo dataset. Point data_root at an empty or new folder.')
+    parent = osp.dirname(osp.abspath(data_root))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix='.demo_shapes-', dir=parent)
+    try:
+        for split, key in SPLITS.items():
+            os.makedirs(osp.join(tmp, 'images', split))
+            os.makedirs(osp.join(tmp, 'annotations', split))
+            for i in range(meta[key]):
+                rng = np.random.default_rng([seed, len(split), i])
+                img, seg = render_scene(img_size, rng)
+                name = f'demo_{i:05d}'
+                cv2.imwrite(osp.join(tmp, 'images', split, name + '.jpg'), img,
+                            [cv2.IMWRITE_JPEG_QUALITY, 95])
+                cv2.imwrite(
+                    osp.join(tmp, 'annotations', split, name + '.png'), seg)
+        with open(osp.join(tmp, 'meta.json'), 'w') as f:
+            json.dump(meta, f)
+        if osp.isdir(data_root):
+            os.rmdir(data_root)  # empty (checked above)
+        try:
+            os.rename(tmp, data_root)
+        except OSError:  # another process won the race
+            if not osp.exists(meta_file):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@DATASETS.register_module()
+class DemoShapesDataset(BaseSegDataset):
+    """Synthetic shapes in ADE20K layout, generated on first use.
+
+    Five classes (background, disc, square, triangle, ring); labels are the
+    class indices (no zero-label reduction).
+
+    Args:
+        generate (dict, optional): Keyword arguments of
+            :func:`generate_demo_shapes` (``num_train``, ``num_val``,
+            ``img_size``, ``seed``); None to never generate.
+        **kwargs: Arguments of ``mmseg.datasets.BaseSegDataset``.
+    """
+    METAINFO = dict(classes=CLASSES, palette=PALETTE)
+
+    def __init__(self, generate: Dict = dict(), **kwargs) -> None:
+        self._generate = generate
+        super().__init__(
+            img_suffix='.jpg',
+            seg_map_suffix='.png',
+            reduce_zero_label=False,
+            **kwargs)
+
+    def load_data_list(self):
+        """Generate the files if needed, then list them as mmseg does."""
+        if self._generate is not None:
+            generate_demo_shapes(self.data_root, **self._generate)
+        return super().load_data_list()

@@ -1,0 +1,8 @@
+"""Test a segmentor: mmseg's own `tools/test.py` with mmseg-elliptical loaded.
+
+Every flag of mmseg's script works unchanged; see `python tools/test.py -h`.
+"""
+from mmseg_elliptical.utils import run_mmseg_tool
+
+if __name__ == '__main__':
+    run_mmseg_tool('test.py')

@@ -1,0 +1,8 @@
+"""Train a segmentor: mmseg's own `tools/train.py` with mmseg-elliptical loaded.
+
+Every flag of mmseg's script works unchanged; see `python tools/train.py -h`.
+"""
+from mmseg_elliptical.utils import run_mmseg_tool
+
+if __name__ == '__main__':
+    run_mmseg_tool('train.py')
