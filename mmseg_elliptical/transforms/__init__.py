@@ -1,0 +1,9 @@
+"""Data transforms registered in mmseg's ``TRANSFORMS``."""
+from .image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
+                               EXTRA_CORRUPTIONS, SEVERITIES, ImageCorruption,
+                               corrupt_image, corruption_seed)
+
+__all__ = [
+    'COMMON_CORRUPTIONS', 'CORRUPTIONS', 'EXTRA_CORRUPTIONS', 'SEVERITIES',
+    'ImageCorruption', 'corrupt_image', 'corruption_seed'
+]
