@@ -1,6 +1,9 @@
 """Turn mmseg transformer layers elliptical and thread values through them."""
+from collections.abc import Iterable, Mapping
+from numbers import Integral
 from typing import Optional, Sequence, Tuple
 
+import numpy as np
 import torch.utils.checkpoint as cp
 from mmengine.model import ModuleList
 from torch import Tensor
@@ -25,12 +28,18 @@ def check_elliptical_layers(elliptical_layers: Optional[Sequence[int]],
         else 'an empty list (a single layer has no previous values)'
     if elliptical_layers is None:
         return tuple(range(1, num_layers))
-    if isinstance(elliptical_layers, int) or not all(
-            isinstance(i, int) and not isinstance(i, bool)
-            for i in elliptical_layers):
+    if not isinstance(elliptical_layers, Iterable) or isinstance(
+            elliptical_layers, (str, bytes, Mapping)):
         raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
                          f'must be a list of {valid}.')
-    layers = list(elliptical_layers)
+    items = tuple(elliptical_layers)  # also a generator, read once
+    if not all(
+            isinstance(i, Integral) and not isinstance(i, (bool, np.bool_))
+            for i in items):
+        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                         f'must be a list of {valid}, not of '
+                         f'{sorted({type(i).__name__ for i in items})}.')
+    layers = [int(i) for i in items]  # numpy integers become ints
     bad = [i for i in layers if not 1 <= i < num_layers]
     if bad:
         reason = ('layer 0 has no previous layer\'s values and stays '

@@ -1,0 +1,179 @@
+"""Construction-time validation and the registry error without the plugin.
+
+Every new argument of the backbone and the head is checked when the module is
+built, and the error names the argument, the value and what is allowed.
+"""
+import json
+import os.path as osp
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DEMO_ELLIPTICAL, ROOT
+from mmseg.registry import MODELS
+from mmseg_elliptical.models import (EllipticalMaskTransformerHead,
+                                     EllipticalVisionTransformer)
+
+BACKBONE = dict(img_size=32, patch_size=8, embed_dims=24, num_heads=3,
+                num_layers=4, mlp_ratio=2)
+HEAD = dict(in_channels=24, channels=24, num_classes=5, num_layers=4,
+            num_heads=3, embed_dims=24, dropout_ratio=0.0)
+MODULES = {
+    'backbone': (EllipticalVisionTransformer, BACKBONE),
+    'head': (EllipticalMaskTransformerHead, HEAD),
+}
+
+
+def build(which: str, **kwargs):
+    cls, arch = MODULES[which]
+    return cls(**arch, **kwargs)
+
+
+@pytest.mark.parametrize('which', sorted(MODULES))
+@pytest.mark.parametrize('layers, allowed', [
+    (1.0, 'must be a list of distinct integers in 1..3'),
+    (2, 'must be a list of distinct integers in 1..3'),
+    ('12', 'must be a list of distinct integers in 1..3'),
+    ({1: True}, 'must be a list of distinct integers in 1..3'),
+    ([1.0], "not of ['float']"),
+    ([True], "not of ['bool']"),
+    ([np.bool_(True)], 'must be a list'),
+    ([None], "not of ['NoneType']"),
+    ([0, 1], 'layer 0 has no previous'),
+    ([1, 1], 'duplicates'),
+    ([4], 'valid are distinct integers in 1..3'),
+    ([-1], 'valid are distinct integers in 1..3'),
+])
+def test_bad_elliptical_layers(which: str, layers, allowed: str) -> None:
+    cls = MODULES[which][0]
+    with pytest.raises(ValueError) as info:
+        build(which, elliptical_layers=layers)
+    msg = str(info.value)
+    assert cls.__name__ in msg and 'elliptical_layers=' in msg
+    assert allowed in msg
+    # The offending value is in the message (as given, or as the list read).
+    assert repr(layers) in msg or repr(list(layers)) in msg
+
+
+@pytest.mark.parametrize('which', sorted(MODULES))
+@pytest.mark.parametrize('layers, expected', [
+    ([3, 1], (1, 3)),
+    ((2, ), (2, )),
+    (np.array([2, 1]), (1, 2)),  # numpy integers are integers
+    (range(3, 1, -1), (2, 3)),  # any iterable of ints
+    ([], ()),
+])
+def test_good_elliptical_layers(which: str, layers, expected) -> None:
+    module = build(which, elliptical_layers=layers)
+    assert module.elliptical_layers == expected
+    assert all(type(i) is int for i in module.elliptical_layers)
+    flags = [layer.attn.elliptical for layer in module.layers]
+    assert flags == [i in expected for i in range(4)]
+
+
+def test_generator_is_read_once() -> None:
+    module = build('backbone', elliptical_layers=(i for i in (3, 2)))
+    assert module.elliptical_layers == (2, 3)
+
+
+def test_single_layer_allows_only_empty() -> None:
+    arch = dict(BACKBONE, num_layers=1)
+    assert EllipticalVisionTransformer(**arch).elliptical_layers == ()
+    with pytest.raises(ValueError, match='a single layer has no previous'):
+        EllipticalVisionTransformer(elliptical_layers=[0], **arch)
+
+
+@pytest.mark.parametrize('which', sorted(MODULES))
+@pytest.mark.parametrize('value', ['sum', 'MEAN', None, ['mean'], 1])
+def test_bad_relevance_reduction(which: str, value) -> None:
+    with pytest.raises(ValueError) as info:
+        build(which, relevance_reduction=value)
+    msg = str(info.value)
+    assert MODULES[which][0].__name__ in msg
+    assert f'relevance_reduction={value!r}' in msg
+    assert "('mean', 'median')" in msg
+
+
+@pytest.mark.parametrize('which', sorted(MODULES))
+@pytest.mark.parametrize(
+    'value', [0, 0.0, -1e-6, float('nan'),
+              float('inf'), True, '1e-6', None, [1e-6]])
+def test_bad_relevance_eps(which: str, value) -> None:
+    with pytest.raises(ValueError) as info:
+        build(which, relevance_eps=value)
+    msg = str(info.value)
+    assert MODULES[which][0].__name__ in msg
+    assert f'relevance_eps={value!r}' in msg
+    assert 'finite number > 0' in msg
+
+
+@pytest.mark.parametrize('which', sorted(MODULES))
+@pytest.mark.parametrize('value', [1e-3, 1, np.float64(1e-8)])
+def test_good_relevance_eps(which: str, value) -> None:
+    module = build(which, relevance_eps=value, relevance_reduction='median')
+    attn = module.layers[1].attn
+    assert attn.eps == value and attn.reduction == 'median'
+
+
+def test_error_survives_the_registry() -> None:
+    cfg = dict(type='EllipticalVisionTransformer', relevance_eps=-1,
+               **BACKBONE)
+    with pytest.raises(ValueError, match=r'relevance_eps=-1 must be a finite'):
+        MODELS.build(cfg)
+
+
+# Runs in a fresh interpreter where mmseg_elliptical cannot be imported: the
+# case of a config without ``custom_imports`` (or of the package missing).
+MISSING_PLUGIN = r'''
+import importlib.abc, json, sys
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmseg.registry import MODELS
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'mmseg_elliptical':
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Block())
+out = {}
+try:  # the package is not installed, the config imports it
+    Config.fromfile(sys.argv[1])
+except Exception as e:
+    out['installed'] = [type(e).__name__, str(e)]
+# the config has no custom_imports
+cfg = Config.fromfile(sys.argv[1], import_custom_modules=False)
+cfg.pop('custom_imports')
+init_default_scope('mmseg')
+try:
+    MODELS.build(cfg.model)
+except Exception as e:
+    out['custom_imports'] = [type(e).__name__, str(e)]
+out['loaded'] = 'mmseg_elliptical' in sys.modules
+print(json.dumps(out))
+'''
+
+
+def test_registry_error_without_the_plugin() -> None:
+    proc = subprocess.run(
+        [sys.executable, '-c', MISSING_PLUGIN, DEMO_ELLIPTICAL],
+        capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out['loaded'] is False
+    kind, msg = out['installed']
+    assert kind == 'ImportError'
+    assert "Failed to import custom modules from {'imports': " \
+        "['mmseg_elliptical']" in msg
+    kind, msg = out['custom_imports']
+    assert kind == 'KeyError'
+    assert ('EllipticalVisionTransformer is not in the mmseg::model registry'
+            in msg)
+    # The wording that docs/reliability.md quotes.
+    doc = open(osp.join(ROOT, 'docs', 'reliability.md'), encoding='utf-8')
+    with doc:
+            text = doc.read()
+    assert 'is not in the mmseg::model registry' in text
+    assert 'Failed to import custom modules' in text
