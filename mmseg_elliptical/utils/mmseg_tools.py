@@ -1,8 +1,18 @@
-"""Run mmseg's own command-line tools with the plugin loaded."""
+"""Find and run what mmseg's wheel ships under ``mmseg/.mim``."""
 import os.path as osp
 import runpy
 
 import mmseg
+
+
+def _mim_file(folder: str, name: str) -> str:
+    path = osp.join(osp.dirname(mmseg.__file__), '.mim', folder, name)
+    if not osp.isfile(path):
+        raise FileNotFoundError(
+            f'mmseg {mmseg.__version__} does not ship {folder}/{name} at '
+            f'{path}; install mmsegmentation==1.2.2 from PyPI (its wheel '
+            f'carries the {folder}).')
+    return path
 
 
 def mmseg_tool_path(name: str) -> str:
@@ -14,20 +24,28 @@ def mmseg_tool_path(name: str) -> str:
     Returns:
         str: The absolute path.
     """
-    path = osp.join(osp.dirname(mmseg.__file__), '.mim', 'tools', name)
-    if not osp.isfile(path):
-        raise FileNotFoundError(
-            f'mmseg {mmseg.__version__} does not ship tools/{name} at {path}; '
-            'install mmsegmentation==1.2.2 from PyPI (its wheel carries the '
-            'tools).')
-    return path
+    return _mim_file('tools', name)
+
+
+def mmseg_config_path(name: str) -> str:
+    """Path of an mmseg config, e.g. ``'segmenter/segmenter_vit-t_...py'``.
+
+    Accepts the ``mmseg::`` prefix used in ``_base_`` lists.
+
+    Args:
+        name (str): Config path relative to mmseg's ``configs`` folder.
+
+    Returns:
+        str: The absolute path.
+    """
+    return _mim_file('configs', name.split('::', 1)[-1])
 
 
 def run_mmseg_tool(name: str) -> None:
     """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
 
-    Importing this package first registers the plugin's components and the
-    checkpoint globals that ``torch.load(weights_only=True)`` must accept.
+    Importing this package first registers the plugin's components and its
+    weights-only checkpoint loader.
     """
     import mmseg_elliptical  # noqa: F401
     runpy.run_path(mmseg_tool_path(name), run_name='__main__')
