@@ -22,13 +22,14 @@ import os
 import os.path as osp
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.utils import ProgressBar
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.cli import load_config, model_specs
 from mmseg_elliptical.transforms import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                          EXTRA_CORRUPTIONS, SEVERITIES)
 
@@ -66,11 +67,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings of every config, as in tools/test.py')
-    args = parser.parse_args(argv)
-    if len(args.models) % 2:
-        parser.error('models must come as CONFIG CHECKPOINT pairs, got '
-                     f'{len(args.models)} paths.')
-    return args
+    return parser.parse_args(argv)
 
 
 def resolve_corruptions(names: Sequence[str]) -> List[str]:
@@ -85,28 +82,6 @@ def resolve_corruptions(names: Sequence[str]) -> List[str]:
             if c not in out:
                 out.append(c)
     return out
-
-
-def model_specs(args: argparse.Namespace) -> List[Tuple[str, str, str]]:
-    """``(name, config, checkpoint)`` per model, with checked paths."""
-    pairs = list(zip(args.models[::2], args.models[1::2]))
-    for config, ckpt in pairs:
-        for path, what in ((config, 'config'), (ckpt, 'checkpoint')):
-            if not osp.isfile(path):
-                raise SystemExit(f'{what} {path} does not exist.')
-    if args.names:
-        if len(args.names) != len(pairs):
-            raise SystemExit(f'--names gives {len(args.names)} names for '
-                             f'{len(pairs)} models.')
-        names = list(args.names)
-    else:
-        names = [osp.splitext(osp.basename(c))[0] for c, _ in pairs]
-        names = [n if names.count(n) == 1 else f'{n}#{i}'
-                 for i, n in enumerate(names)]
-    if len(set(names)) != len(names):
-        raise SystemExit(f'Model names must differ, got {names}.')
-    return [(n, osp.abspath(c), osp.abspath(k))
-            for n, (c, k) in zip(names, pairs)]
 
 
 def plot_heatmaps(summaries: Dict[str, Dict], corruptions: Sequence[str],
@@ -181,7 +156,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     if bad:
         raise SystemExit(f'Unknown severities {bad}; valid are 1-5.')
     severities = sorted(set(args.severities))
-    specs = model_specs(args)
+    try:
+        specs = model_specs(args.models, args.names)
+    except ValueError as e:
+        raise SystemExit(str(e))
     os.makedirs(args.work_dir, exist_ok=True)
     settings = dict(metric=args.metric, seed=args.seed,
                     max_images=args.max_images,
@@ -208,9 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     for name, config, ckpt in specs:
         if not todo[name]:
             continue
-        cfg = Config.fromfile(config)
-        if args.cfg_options:
-            cfg.merge_from_dict(args.cfg_options)
+        cfg = load_config(config, args.cfg_options)
         evaluator = rb.CellEvaluator(
             cfg, ckpt, osp.join(args.work_dir, name), quiet=not args.verbose)
         for cell in todo[name]:
