@@ -1,0 +1,176 @@
+"""The evidence tools end to end on tiny random checkpoints and demo data."""
+import importlib.util
+import json
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.registry import init_default_scope
+from mmengine.runner.checkpoint import save_checkpoint
+
+from mmseg.registry import MODELS
+
+import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.cli import model_specs
+from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, tiny_config
+
+pytest.importorskip('imagecorruptions')
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(
+        f'evidence_{name}', osp.join(ROOT, 'tools', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def tiny_models(demo_root, tmp_path_factory):
+    """Config and random-weight checkpoint of a tiny elliptical and dot model.
+
+    Returns:
+        list[str]: ``[config, checkpoint, config, checkpoint]``.
+    """
+    init_default_scope('mmseg')
+    tmp = tmp_path_factory.mktemp('tiny_models')
+    paths = []
+    for name, path in (('ell', DEMO_ELLIPTICAL), ('dot', DEMO_DOT)):
+        cfg = tiny_config(path, demo_root, str(tmp / f'wd_{name}'))
+        cfg.dump(str(tmp / f'{name}.py'))
+        torch.manual_seed(0)
+        model = MODELS.build(cfg.model)
+        model.init_weights()
+        save_checkpoint(
+            dict(state_dict=model.state_dict(),
+                 meta=dict(dataset_meta=dict(classes=CLASSES,
+                                             palette=PALETTE))),
+            str(tmp / f'{name}.pth'))
+        paths += [str(tmp / f'{name}.py'), str(tmp / f'{name}.pth')]
+    return paths
+
+
+def test_pipeline_insertion():
+    loader = dict(dataset=dict(type='X', pipeline=[
+        dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+        dict(type='PackSegInputs')]))
+    new = rb.corrupted_loader_cfg(loader, 'fog', 2, seed=1, max_images=3)
+    types = [t['type'] for t in new['dataset']['pipeline']]
+    assert types == ['LoadImageFromFile', 'ImageCorruption',
+                     'LoadAnnotations', 'PackSegInputs']
+    assert new['dataset']['pipeline'][1]['severity'] == 2
+    assert new['dataset']['indices'] == 3
+    assert len(loader['dataset']['pipeline']) == 3  # input untouched
+    wrapped = dict(dataset=dict(type='ConcatDataset', datasets=[
+        loader['dataset'], loader['dataset']]))
+    new = rb.corrupted_loader_cfg(wrapped, 'fog', 1)
+    assert all(len(d['pipeline']) == 4 for d in new['dataset']['datasets'])
+    with pytest.raises(ValueError, match='No image loading transform'):
+        rb.corrupted_loader_cfg(
+            dict(dataset=dict(pipeline=[dict(type='PackSegInputs')])),
+            'fog', 1)
+    with pytest.raises(ValueError, match='Unknown corruption'):
+        rb.corrupted_loader_cfg(loader, 'rain', 1)
+
+
+def test_model_specs_errors(tiny_models):
+    with pytest.raises(ValueError, match='pairs'):
+        model_specs(tiny_models[:3])
+    with pytest.raises(ValueError, match='config first'):
+        model_specs(tiny_models[1::-1])
+    with pytest.raises(ValueError, match='does not exist'):
+        model_specs([tiny_models[0], 'missing.pth'])
+    specs = model_specs(tiny_models)
+    assert [s.name for s in specs] == ['ell', 'dot']
+
+
+def test_robustness_grid_and_resume(tiny_models, tmp_path, monkeypatch):
+    tool = _tool('robustness')
+    argv = tiny_models + [
+        '--corruptions', 'gaussian_noise', 'fog', '--severities', '1', '5',
+        '--work-dir', str(tmp_path), '--max-images', '2'
+    ]
+    data = tool.main(argv)
+    for name in ('ell', 'dot'):
+        cells = data['models'][name]['cells']
+        assert sorted(cells) == ['clean', 'fog/1', 'fog/5',
+                                 'gaussian_noise/1', 'gaussian_noise/5']
+        assert all(0 <= c['mIoU'] <= 100 for c in cells.values())
+    for ext in ('json', 'md', 'csv', 'png'):
+        assert osp.getsize(tmp_path / f'robustness.{ext}') > 0
+    md = (tmp_path / 'robustness.md').read_text()
+    assert '| model | clean mIoU | mean corrupted mIoU |' in md
+    assert '| fog | 5 |' in md
+    saved = json.loads((tmp_path / 'robustness.json').read_text())
+
+    # A finished grid is not recomputed: no model is even built.
+    class Forbidden:
+
+        def __init__(self, *args, **kwargs):
+            raise AssertionError('a finished cell was recomputed')
+
+    monkeypatch.setattr(rb, 'CellEvaluator', Forbidden)
+    assert tool.main(argv) == saved
+    monkeypatch.undo()
+
+    # After an interruption only the missing cell is computed.
+    del saved['models']['dot']['cells']['fog/5']
+    (tmp_path / 'robustness.json').write_text(json.dumps(saved))
+    calls = []
+    evaluate = rb.CellEvaluator.evaluate
+
+    def counting(self, loader_cfg):
+        calls.append(loader_cfg['dataset']['pipeline'][1])
+        return evaluate(self, loader_cfg)
+
+    monkeypatch.setattr(rb.CellEvaluator, 'evaluate', counting)
+    data = tool.main(argv)
+    assert [(c['corruption'], c['severity']) for c in calls] == [('fog', 5)]
+    for cell in ('clean', 'gaussian_noise/1'):
+        assert data['models']['ell']['cells'][cell] == \
+            saved['models']['ell']['cells'][cell]
+
+    with pytest.raises(SystemExit, match='settings'):
+        tool.main(argv + ['--seed', '1'])
+    with pytest.raises(SystemExit, match='Unknown corruption'):
+        tool.main(tiny_models + ['--corruptions', 'rain'])
+
+
+def test_collapse_tool(tiny_models, tmp_path):
+    results = _tool('collapse').main(
+        tiny_models + ['--out-dir', str(tmp_path), '--max-images', '2'])
+    ell, dot = results['ell'], results['dot']
+    assert len(ell['cosine']) == len(dot['cosine']) == 3
+    assert ell['images'] == 2
+    assert all(-1 <= c <= 1 for c in ell['cosine'] + dot['cosine'])
+    assert ell['relevance_spread'][0] is None
+    assert all(s > 0 for s in ell['relevance_spread'][1:])
+    assert dot['relevance_spread'] == [None] * 3
+    for ext in ('json', 'md', 'csv', 'png'):
+        assert osp.getsize(tmp_path / f'collapse.{ext}') > 0
+
+
+def test_attention_maps_tool(tiny_models, demo_root, tmp_path):
+    tool = _tool('attention_maps')
+    image = osp.join(demo_root, 'images', 'validation', 'demo_00001.jpg')
+    out = str(tmp_path / 'attention.png')
+    results = tool.main([image] + tiny_models +
+                        ['--point', '30', '20', '--out', out, '--mean-heads'])
+    for name, res in results.items():
+        assert sorted(res['maps']) == [1, 2]
+        for i, maps in res['maps'].items():
+            assert maps.shape == (3, 64, 64)
+            # 8 x 8 patches: the map repeats each probability 64 times.
+            total = maps.sum(axis=(1, 2)) / 64 + res['cls_mass'][i]
+            assert total == pytest.approx([1, 1, 1], abs=1e-4)
+    assert sorted(results['ell']['relevance']) == [1, 2]
+    assert results['dot']['relevance'] == {}
+    assert osp.getsize(out) > 0
+    assert osp.getsize(tmp_path / 'attention_relevance.png') > 0
+    with pytest.raises(SystemExit, match='outside'):
+        tool.main([image] + tiny_models + ['--point', '64', '0', '--out', out])
+    with pytest.raises(SystemExit, match='--layers'):
+        tool.main([image] + tiny_models +
+                  ['--point', '1', '1', '--layers', '3', '--out', out])
