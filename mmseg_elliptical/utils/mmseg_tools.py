@@ -1,6 +1,7 @@
 """Find and run what mmseg's wheel ships under ``mmseg/.mim``."""
 import os.path as osp
 import runpy
+import sys
 
 import mmseg
 
@@ -45,7 +46,11 @@ def run_mmseg_tool(name: str) -> None:
     """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
 
     Importing this package first registers the plugin's components and its
-    weights-only checkpoint loader.
+    weights-only checkpoint loader. ``--launcher pytorch`` also works
+    without CUDA (gloo; see :func:`mmseg_elliptical.utils.dist.
+    prepare_cpu_launch`).
     """
     import mmseg_elliptical  # noqa: F401
+    from .dist import prepare_cpu_launch
+    sys.argv = prepare_cpu_launch(sys.argv)
     runpy.run_path(mmseg_tool_path(name), run_name='__main__')

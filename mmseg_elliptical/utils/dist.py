@@ -1,0 +1,69 @@
+"""Let mmseg's ``--launcher pytorch`` run on machines without CUDA.
+
+mmengine 0.10's PyTorch launcher calls ``torch.cuda.set_device`` (an
+``AttributeError`` on a CPU-only torch) before ``init_process_group`` with the
+config's backend (``nccl`` in mmseg's runtime), and the Runner wraps the model
+in ``MMDistributedDataParallel(device_ids=[LOCAL_RANK])``, which torch refuses
+for a CPU module. Without CUDA, :func:`prepare_cpu_launch` therefore
+
+* initialises the process group itself, with ``gloo`` from the ``torchrun``
+  environment (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``), so
+  the Runner finds it initialised and skips mmengine's launcher; and
+* adds ``--cfg-options model_wrapper_cfg.device_ids=None`` (mmengine merges
+  repeated ``--cfg-options``) so DDP wraps the CPU module.
+
+With CUDA nothing changes: mmengine's own launcher and NCCL are used.
+"""
+import os
+from typing import List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+CPU_WRAPPER_OPTIONS = [
+    'model_wrapper_cfg.type=MMDistributedDataParallel',
+    'model_wrapper_cfg.device_ids=None',
+    'model_wrapper_cfg.broadcast_buffers=False',
+]
+
+
+def launcher_of(argv: Sequence[str]) -> str:
+    """The ``--launcher`` value in a tools/train.py or test.py command line."""
+    for i, arg in enumerate(argv):
+        if arg == '--launcher' and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith('--launcher='):
+            return arg.split('=', 1)[1]
+    return 'none'
+
+
+def prepare_cpu_launch(argv: Sequence[str],
+                       cuda: Optional[bool] = None) -> List[str]:
+    """Set up a ``--launcher pytorch`` run on CPU; see the module docstring.
+
+    Args:
+        argv (Sequence[str]): The tool's command line (``sys.argv``).
+        cuda (bool, optional): Whether CUDA is usable; defaults to
+            ``torch.cuda.is_available()``.
+
+    Returns:
+        list[str]: ``argv``, with the DDP options added when launching on CPU.
+    """
+    argv = list(argv)
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    launcher = launcher_of(argv)
+    if cuda or launcher == 'none':
+        return argv
+    if launcher != 'pytorch':
+        raise RuntimeError(
+            f'--launcher {launcher} needs CUDA devices with mmengine 0.10; on '
+            'a machine without GPUs use tools/dist_train.sh / dist_test.sh '
+            '(--launcher pytorch, gloo backend).')
+    if 'RANK' not in os.environ:
+        raise RuntimeError('--launcher pytorch expects the environment of '
+                           'torchrun (RANK, WORLD_SIZE, MASTER_ADDR, '
+                           'MASTER_PORT); use tools/dist_train.sh.')
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+    return argv + ['--cfg-options', *CPU_WRAPPER_OPTIONS]
