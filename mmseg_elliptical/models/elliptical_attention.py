@@ -73,13 +73,15 @@ def relevance(v: Tensor,
             f'Elliptical attention needs the previous layer\'s values with '
             f'the same shape as this layer\'s, got {tuple(v_prev.shape)} and '
             f'{tuple(v.shape)}: both layers must see the same tokens and heads.')
-    diff = (v - v_prev).abs_()
+    # One temporary (|v - v_prev|, computed in place) and one reduction that
+    # accumulates in fp32 without an fp32 copy of its input.
+    diff = torch.sub(v, v_prev).abs_()
     if reduction == 'mean':
         m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
     else:
         m = diff.float().median(dim=-2, keepdim=True).values
     top = m.amax(dim=-1, keepdim=True)
-    m = torch.where(top > eps, m / top.clamp_min(eps), torch.ones_like(m))
+    m = torch.where(top > eps, m / top.clamp_min(eps), 1.)
     return m.to(v.dtype)
 
 
@@ -189,6 +191,29 @@ class EllipticalAttention(BaseModule):
         qkv = qkv.view(B, N, 3, self.num_heads, C // self.num_heads)
         return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
+    def _elliptical_qkv(self, x: Tensor,
+                        v_prev: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """``q * m``, k and v ``[B, H, N, d]`` with ``m`` folded into ``W_q``.
+
+        ``(x W_q^T + b_q) * m == x (m W_q)^T + m b_q``: scaling the C x C
+        query weight per image costs O(C^2) instead of an O(N C) pass over
+        ``q``, and keeps a single query tensor alive for the backward (an
+        explicit ``q * m`` would be a second one, saved by the attention).
+        k and v come first, from one GEMM, because ``m`` needs v.
+        """
+        B, N, C = x.shape
+        H, d = self.num_heads, C // self.num_heads
+        weight, bias = self.attn.in_proj_weight, self.attn.in_proj_bias
+        kv = F.linear(x, weight[C:], None if bias is None else bias[C:])
+        k, v = kv.view(B, N, 2, H, d).permute(2, 0, 3, 1, 4).unbind(0)
+        m = relevance(v, v_prev, self.reduction, self.eps).reshape(B, 1, C)
+        w_q = (weight[:C] * m.transpose(1, 2)).transpose(1, 2)  # [B, C, C]
+        if bias is None:
+            q = torch.bmm(x, w_q)
+        else:
+            q = torch.baddbmm(bias[:C] * m, x, w_q)
+        return q.view(B, N, H, d).transpose(1, 2), k, v
+
     def relevance(self, v: Tensor, v_prev: Optional[Tensor]) -> Optional[Tensor]:
         """``m`` of shape ``[B, H, 1, d]``, or None for dot-product scoring."""
         if v_prev is None or not self.elliptical:
@@ -234,10 +259,10 @@ class EllipticalAttention(BaseModule):
         if identity is None:
             identity = query
         B, N, C = query.shape
-        q, k, v = self.qkv(query)
-        m = self.relevance(v, v_prev)
-        if m is not None:
-            q = q * m
+        if v_prev is not None and self.elliptical:
+            q, k, v = self._elliptical_qkv(query, v_prev)
+        else:
+            q, k, v = self.qkv(query)
         out = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.attn.dropout if self.training else 0.)
         out = self.attn.out_proj(out.transpose(1, 2).reshape(B, N, C))
