@@ -1,0 +1,115 @@
+"""Smoke test of tools/benchmark.py and its paper-reference attention."""
+import importlib.util
+import json
+import os.path as osp
+import sys
+
+import pytest
+import torch
+
+from mmseg_elliptical.models import EllipticalAttention
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TINY = [
+    '--cfg-options', 'model.backbone.num_layers=3',
+    'model.backbone.embed_dims=48', 'model.backbone.img_size=64'
+]
+
+
+@pytest.fixture(scope='module')
+def benchmark():
+    """tools/benchmark.py imported as a module."""
+    path = osp.join(ROOT, 'tools', 'benchmark.py')
+    spec = importlib.util.spec_from_file_location('benchmark_tool', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_smoke_outputs(benchmark, tmp_path) -> None:
+    """Tiny sizes, 1 rep, no memory children: every output is there."""
+    out = tmp_path / 'bench'
+    report = benchmark.main([
+        '--sizes', '32', '64', '--train-sizes', '64', '--reps', '1',
+        '--warmup', '0', '--flops-sizes', '64', '--memory', 'none',
+        '--paper-reference', '--out-dir',
+        str(out), *TINY
+    ])
+    with open(out / 'benchmark.json') as f:
+        saved = json.load(f)
+    assert saved == json.loads(json.dumps(report))
+    assert set(saved) == {'meta', 'models', 'results', 'ratios'}
+    names = [m['name'] for m in saved['models']]
+    assert names == ['elliptical', 'mmseg-dot', 'fused-dot', 'paper-ref']
+    for m in saved['models']:
+        assert {'params', 'flops', 'uncounted_ops', 'role'} <= set(m)
+        assert m['params'] > 0 and m['flops']['64'] > 0
+        # SDPA and baddbmm get a handle: no matmul is left uncounted.
+        assert not {'aten::scaled_dot_product_attention',
+                    'aten::baddbmm'} & set(m['uncounted_ops'])
+    # Same weights, same count of attention matmuls: equal FLOPs for the
+    # fused models; the paper's diag_embed matmul adds some.
+    flops = {m['name']: m['flops']['64'] for m in saved['models']}
+    assert flops['elliptical'] == flops['fused-dot']
+    assert flops['paper-ref'] > flops['elliptical']
+    # 4 models x (2 inference sizes + 1 train size).
+    assert len(saved['results']) == 12
+    for r in saved['results']:
+        assert {'model', 'size', 'tokens', 'mode', 'times_ms', 'median_ms',
+                'iqr_ms', 'images_per_s', 'peak_mem_mb'} <= set(r)
+        assert len(r['times_ms']) == 1 and r['peak_mem_mb'] is None
+    assert {(r['size'], r['tokens']) for r in saved['results']} == {(32, 5),
+                                                                    (64, 17)}
+    # 3 baselines x 2 sizes; train ratios only where trained.
+    assert len(saved['ratios']) == 6
+    for r in saved['ratios']:
+        assert r['subject'] == 'elliptical'
+        assert (r['time_train'] is None) == (r['size'] == 32)
+    table = (out / 'benchmark.md').read_text()
+    assert '| fused-dot (fused-dot) | 64 | 17 |' in table
+    assert '| paper-ref | 64 | 17 | train |' in table
+    assert 'scaled_dot_product_attention' in table
+    assert (out / 'benchmark.png').stat().st_size > 0
+
+
+def test_peak_rss_measure(benchmark) -> None:
+    """The child's measurement, run in this process: a size in MiB."""
+    args = benchmark.parse_args(['--no-fused-baseline', *TINY])
+    spec = benchmark.model_specs(args)[0]
+    mb, measure = benchmark.peak_rss_mb(spec, 64, 1, 'train', 'cpu', False,
+                                        0, None)
+    assert mb >= 0 and measure in ('VmHWM', 'ru_maxrss')
+
+
+@pytest.mark.parametrize('training', [False, True])
+def test_paper_reference_equals_fused(benchmark, training) -> None:
+    """The paper's materialised formulation == the fused elliptical one."""
+    B, N, C, H = 2, 37, 48, 3
+    torch.manual_seed(0)
+    attn = EllipticalAttention(C, H).train(training)
+    with torch.no_grad():
+        attn.attn.in_proj_bias.normal_()
+    x = torch.randn(B, N, C, requires_grad=True)
+    v_prev = torch.randn(B, H, N, C // H)
+    identity = torch.randn(B, N, C)
+    out, v = attn(x, identity=identity, v_prev=v_prev)
+    ref, ref_v = benchmark.paper_attention_forward(attn, x, identity, v_prev)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v, ref_v)
+    if training:
+        grads = torch.autograd.grad(out.square().sum(),
+                                    [x, attn.attn.in_proj_weight])
+        ref_grads = torch.autograd.grad(ref.square().sum(),
+                                        [x, attn.attn.in_proj_weight])
+        for g, r in zip(grads, ref_grads):
+            torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+    # The first layer (no v_prev) is plain dot-product in both.
+    torch.testing.assert_close(
+        attn(x)[0], benchmark.paper_attention_forward(attn, x)[0],
+        atol=1e-5, rtol=1e-5)
+    # use_paper_attention swaps the bound forward.
+    assert benchmark.use_paper_attention(torch.nn.Sequential(attn)) == 1
+    torch.testing.assert_close(
+        attn(x, identity=identity, v_prev=v_prev)[0], ref)
