@@ -1,0 +1,148 @@
+"""Multi-process training and testing on CPU (gloo).
+
+One step on 2 processes with 1 image each must give the gradients of 1
+process with both images (DDP averages gradients; the loss is a mean over
+equally many pixels per image), and ``tools/dist_test.sh`` on 2 processes
+must report the metrics of a single-process test.
+"""
+import os
+import os.path as osp
+import socket
+import subprocess
+import sys
+from typing import Dict, List, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from mmengine.model import MMDistributedDataParallel
+from mmengine.runner import Runner
+from mmengine.runner.checkpoint import save_checkpoint
+from mmengine.structures import PixelData
+from torch import Tensor
+
+from conftest import DEMO_ELLIPTICAL, ROOT, tiny_config
+
+WORLD = 2
+NUM_CLASSES = 5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def build_segmentor() -> torch.nn.Module:
+    """The tiny elliptical segmentor, seeded, without any dropout."""
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+    register_all_modules(init_default_scope=True)
+    cfg = tiny_config(
+        DEMO_ELLIPTICAL, 'unused', 'unused', **{
+            'model.backbone.drop_path_rate': 0.0,
+            'model.backbone.drop_rate': 0.0,
+            'model.backbone.attn_drop_rate': 0.0,
+            'model.decode_head.type': 'EllipticalMaskTransformerHead',
+            'model.decode_head.drop_path_rate': 0.0,
+            'model.decode_head.dropout_ratio': 0.0,
+        })
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.train()
+
+
+def batch() -> Tuple[Tensor, List]:
+    """Two normalised images with random labels (no ignored pixels)."""
+    from mmseg.structures import SegDataSample
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(WORLD, 3, 64, 64, generator=gen)
+    samples = []
+    for _ in range(WORLD):
+        sample = SegDataSample()
+        sample.gt_sem_seg = PixelData(
+            data=torch.randint(0, NUM_CLASSES, (1, 64, 64), generator=gen))
+        sample.set_metainfo(
+            dict(img_shape=(64, 64), ori_shape=(64, 64), pad_shape=(64, 64)))
+        samples.append(sample)
+    return images, samples
+
+
+def step(model: torch.nn.Module, images: Tensor,
+         samples: List) -> Dict[str, Tensor]:
+    """Forward in 'loss' mode, backward; the gradients by name."""
+    losses = model(images, samples, mode='loss')
+    sum(v for k, v in losses.items() if 'loss' in k).backward()
+    inner = model.module if hasattr(model, 'module') else model
+    return {
+        n: p.grad.detach().clone()
+        for n, p in inner.named_parameters() if p.grad is not None
+    }
+
+
+def ddp_worker(rank: int, port: int, out_dir: str) -> None:
+    """One rank: its own image through MMDistributedDataParallel."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+        world_size=WORLD)
+    try:
+        model = MMDistributedDataParallel(
+            module=build_segmentor(), broadcast_buffers=False)
+        images, samples = batch()
+        grads = step(model, images[rank:rank + 1], samples[rank:rank + 1])
+        torch.save(grads, osp.join(out_dir, f'rank{rank}.pt'))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_processes_match_one_process(tmp_path) -> None:
+    # fork: the workers start with torch and mmseg already imported.
+    mp.start_processes(ddp_worker, args=(free_port(), str(tmp_path)),
+                       nprocs=WORLD, start_method='fork')
+    ref = step(build_segmentor(), *batch())
+    assert 'backbone.layers.2.attn.attn.in_proj_weight' in ref
+    assert 'decode_head.layers.1.attn.attn.in_proj_weight' in ref
+    for rank in range(WORLD):
+        grads = torch.load(osp.join(tmp_path, f'rank{rank}.pt'))
+        assert grads.keys() == ref.keys()
+        for name, g in ref.items():
+            torch.testing.assert_close(
+                grads[name], g, rtol=0, atol=1e-6,
+                msg=f'rank {rank}, {name}')
+    # Sanity: one image alone gives other gradients (DDP did reduce).
+    single = step(build_segmentor(), *[b[:1] for b in batch()])
+    name = 'backbone.layers.2.attn.attn.in_proj_weight'
+    assert not torch.allclose(single[name], ref[name], atol=1e-6)
+
+
+def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
+    cfg = tiny_config(DEMO_ELLIPTICAL, demo_root, str(tmp_path / 'single'),
+                      experiment_name='ddp_single_test')
+    cfg_file = str(tmp_path / 'tiny.py')
+    cfg.dump(cfg_file)
+    model = build_segmentor()
+    ckpt = str(tmp_path / 'model.pth')
+    save_checkpoint({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
+
+    single = Runner.from_cfg(cfg)
+    single.load_checkpoint(ckpt)
+    expected = single.test()
+
+    env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()),
+               OMP_NUM_THREADS='1')
+    proc = subprocess.run([
+        'bash', 'tools/dist_test.sh', cfg_file, ckpt,
+        str(WORLD), '--work-dir', str(tmp_path / 'dist')
+    ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert 'Distributed launcher: pytorch' in log
+    # Each rank tested half of the 4 validation images...
+    assert 'Iter(test) [2/2]' in log and 'Iter(test) [4/4]' not in log
+    # ...and the collected metrics are the single process's.
+    line = [ln for ln in log.splitlines() if 'Iter(test) [2/2]' in ln
+            and 'mIoU' in ln][-1]
+    for key in ('aAcc', 'mIoU', 'mAcc'):
+        assert f'{key}: {expected[key]:.4f}' in line, (key, expected, line)
