@@ -32,6 +32,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip install --disable-pip-version-check -q)
+# This machine's pip config lists local indexes that may be absent: hide pip's
+# "Location ... is ignored" noise, keep every other message.
+pip_install() { "${PIP[@]}" "$@" 2> >(grep -v "^WARNING: Location 'file:" >&2); }
 
 have() { "$PY" - "$@" <<'PYEOF' 2>/dev/null
 import sys
@@ -46,20 +49,20 @@ PYEOF
 # 1. Build tools and a CPU torch. torch is pinned: unpinned, pip resolves a CUDA build.
 if ! have torch==2.13.0 setuptools==80.9.0 || ! "$PY" -c "import wheel, ninja" 2>/dev/null; then
   echo "setup_env: installing torch==2.13.0 and build tools"
-  "${PIP[@]}" "torch==2.13.0" "setuptools==80.9.0" wheel ninja
+  pip_install "torch==2.13.0" "setuptools==80.9.0" wheel ninja
 fi
 
 # 2. mmcv with its compiled ops (mmseg imports mmcv.ops). Built against the venv's
 #    torch (no build isolation); ~15 min without a wheelhouse, pip caches the wheel.
 if ! "$PY" -c "import mmcv, mmcv._ext; assert mmcv.__version__ == '2.1.0'" 2>/dev/null; then
   echo "setup_env: installing mmcv==2.1.0 with compiled ops (slow without a wheelhouse)"
-  "${PIP[@]}" --no-build-isolation "${FIND_LINKS[@]}" "mmcv==2.1.0" "torch==2.13.0"
+  pip_install --no-build-isolation "${FIND_LINKS[@]}" "mmcv==2.1.0" "torch==2.13.0"
 fi
 
 # 3. OpenMMLab stack and the modules mmseg imports without declaring them.
 if ! have mmengine==0.10.7 mmsegmentation==1.2.2 || ! "$PY" -c "import ftfy, regex, cv2" 2>/dev/null; then
   echo "setup_env: installing mmengine, mmsegmentation and their undeclared imports"
-  "${PIP[@]}" "${FIND_LINKS[@]}" "torch==2.13.0" "setuptools==80.9.0" "mmcv==2.1.0" \
+  pip_install "${FIND_LINKS[@]}" "torch==2.13.0" "setuptools==80.9.0" "mmcv==2.1.0" \
     "mmengine==0.10.7" "mmsegmentation==1.2.2" ftfy regex opencv-python
 fi
 
@@ -68,7 +71,7 @@ STAMP="$VENV/.mmseg_elliptical.stamp"
 WANT="$(cat "$ROOT/setup.py" | sha256sum | cut -c1-16)-$EXTRAS"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$PY" -c "import mmseg_elliptical" 2>/dev/null; then
   echo "setup_env: installing mmseg_elliptical (editable) with extras [$EXTRAS]"
-  "${PIP[@]}" "${FIND_LINKS[@]}" --no-build-isolation -e "$ROOT[$EXTRAS]" "torch==2.13.0" "setuptools==80.9.0"
+  pip_install "${FIND_LINKS[@]}" --no-build-isolation -e "$ROOT[$EXTRAS]" "torch==2.13.0" "setuptools==80.9.0"
   echo "$WANT" > "$STAMP"
 fi
 echo "setup_env: ready ($VENV)"
