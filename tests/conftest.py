@@ -51,3 +51,19 @@ def tiny_config(path: str, demo_root: str, work_dir: str, **overrides) -> Config
     options.update(overrides)
     cfg.merge_from_dict(options)
     return cfg
+
+
+@pytest.fixture(scope='module')
+def single_thread():
+    """Run a module's tests with one torch thread, then restore the count.
+
+    On a shared 2-core machine two OpenMP threads spin-wait on each other
+    whenever another process holds a core: the tiny test models then run up
+    to 100x slower than with one thread. Subprocesses get
+    ``OMP_NUM_THREADS=1`` from the tests that start them.
+    """
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

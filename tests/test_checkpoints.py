@@ -1,6 +1,7 @@
 """Checkpoints: timm/DeiT conversion, dot-product <-> elliptical Segmenter
 checkpoints, and mmengine checkpoints under torch's weights-only loader."""
 import argparse
+import os
 import os.path as osp
 import pickle
 import runpy
@@ -23,6 +24,8 @@ from mmseg.utils import register_all_modules
 from mmseg_elliptical.models import EllipticalVisionTransformer
 from mmseg_elliptical.utils import load_from_local
 from mmseg_elliptical.utils.convert import convert_deit
+
+pytestmark = pytest.mark.usefixtures('single_thread')
 
 DIM, HEADS, DEPTH, PATCH, IMG, MLP = 24, 3, 2, 8, 32, 48
 ARCH = dict(img_size=IMG, patch_size=PATCH, embed_dims=DIM, num_heads=HEADS,
@@ -272,7 +275,8 @@ def test_tools_test_py_loads_checkpoint(trained, tmp_path) -> None:
     proc = subprocess.run([
         sys.executable, 'tools/test.py', cfg_file, ckpt, '--work-dir',
         str(tmp_path)
-    ], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    ], cwd=ROOT, capture_output=True, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS='1'), timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert 'Load checkpoint from' in log and 'mIoU' in log

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from typing import Dict, List, Tuple
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -22,6 +23,8 @@ from mmengine.structures import PixelData
 from torch import Tensor
 
 from conftest import DEMO_ELLIPTICAL, ROOT, tiny_config
+
+pytestmark = pytest.mark.usefixtures('single_thread')
 
 WORLD = 2
 NUM_CLASSES = 5

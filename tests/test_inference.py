@@ -14,6 +14,8 @@ from conftest import DEMO_ELLIPTICAL, tiny_config
 from mmseg.apis import MMSegInferencer, inference_model, init_model
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 
+pytestmark = pytest.mark.usefixtures('single_thread')
+
 CROP, STRIDE = 64, 48
 H, W = 75, 101  # neither a multiple of the patch (8), the crop nor stride
 

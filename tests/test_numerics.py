@@ -17,6 +17,8 @@ from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 from mmseg.utils import register_all_modules
 
+pytestmark = pytest.mark.usefixtures('single_thread')
+
 NUM_CLASSES = 5
 PATCH = 8
 

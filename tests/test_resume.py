@@ -16,15 +16,19 @@ in the main process (``num_workers=0``). With worker processes the flips come
 from per-worker seeds derived from the seed, rank and worker id, which the
 skip replays too.
 """
+import os
 import os.path as osp
 import subprocess
 import sys
 
+import pytest
 import torch
 from mmengine.runner import Runner
 
 from conftest import DEMO_ELLIPTICAL, ROOT, tiny_config
 from mmseg_elliptical.utils import load_from_local
+
+pytestmark = pytest.mark.usefixtures('single_thread')
 
 DETERMINISTIC = dict(seed=0, deterministic=True)
 
@@ -51,7 +55,8 @@ def test_interrupted_run_resumes_exactly(demo_root, tmp_path) -> None:
     cfg_b.dump(cfg_file)
     proc = subprocess.run(
         [sys.executable, 'tools/train.py', cfg_file, '--resume'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, capture_output=True, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS='1'), timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert 'resumed epoch: 0, iter: 2' in log

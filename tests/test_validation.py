@@ -4,6 +4,7 @@ Every new argument of the backbone and the head is checked when the module is
 built, and the error names the argument, the value and what is allowed.
 """
 import json
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from conftest import DEMO_ELLIPTICAL, ROOT
 from mmseg.registry import MODELS
 from mmseg_elliptical.models import (EllipticalMaskTransformerHead,
                                      EllipticalVisionTransformer)
+
+pytestmark = pytest.mark.usefixtures('single_thread')
 
 BACKBONE = dict(img_size=32, patch_size=8, embed_dims=24, num_heads=3,
                 num_layers=4, mlp_ratio=2)
@@ -159,7 +162,8 @@ print(json.dumps(out))
 def test_registry_error_without_the_plugin() -> None:
     proc = subprocess.run(
         [sys.executable, '-c', MISSING_PLUGIN, DEMO_ELLIPTICAL],
-        capture_output=True, text=True, cwd=ROOT, timeout=300)
+        capture_output=True, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS='1'), cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out['loaded'] is False
