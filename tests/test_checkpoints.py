@@ -126,7 +126,8 @@ def test_converted_deit_loads_strictly_and_matches_timm(
     model = cls(**ARCH, **kwargs)
     model.load_state_dict(ckpt['state_dict'], strict=True)
     model.eval()
-    img = torch.randn(2, 3, IMG, IMG, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    img = torch.randn(2, 3, IMG, IMG, generator=gen)
     with torch.no_grad():
         out = model(img)[-1]
     torch.testing.assert_close(out, timm_forward(src, img), atol=1e-5,
@@ -180,7 +181,8 @@ def test_converter_pickled_training_checkpoint(tmp_path, monkeypatch) -> None:
         lr=1.0)}, path)
     with pytest.raises(SystemExit, match='--unsafe-pickle'):
         run_converter(monkeypatch, path, str(tmp_path / 'a.pth'))
-    run_converter(monkeypatch, path, str(tmp_path / 'b.pth'), '--unsafe-pickle')
+    run_converter(monkeypatch, path, str(tmp_path / 'b.pth'),
+                  '--unsafe-pickle')
     assert 'layers.1.ln2.bias' in load_from_local(
         str(tmp_path / 'b.pth'))['state_dict']
 

@@ -61,8 +61,10 @@ def manual_slide(model, img: np.ndarray) -> torch.Tensor:
     x = ((x - 127.5) / 127.5)[None]
     logits = torch.zeros(1, len(CLASSES), H, W)
     count = torch.zeros(1, 1, H, W)
-    ys = sorted({min(y, H - CROP) for y in range(0, H - CROP + STRIDE, STRIDE)})
-    xs = sorted({min(x, W - CROP) for x in range(0, W - CROP + STRIDE, STRIDE)})
+    ys = sorted({min(y, H - CROP) for y in range(0, H - CROP + STRIDE,
+                                                 STRIDE)})
+    xs = sorted({min(x, W - CROP) for x in range(0, W - CROP + STRIDE,
+                                                 STRIDE)})
     with torch.no_grad():
         for y in ys:
             for x0 in xs:

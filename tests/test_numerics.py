@@ -1,4 +1,4 @@
-"""Numerics: degenerate images, odd sizes, bf16 autocast, gradient checkpointing.
+"""Numerics: degenerate images, odd sizes, bf16 autocast, with_cp.
 
 Every case runs the elliptical backbone alone and the full segmentor
 (``EncoderDecoder`` with ``EllipticalMaskTransformerHead``) forward and

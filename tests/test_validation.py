@@ -113,7 +113,7 @@ def test_bad_relevance_eps(which: str, value) -> None:
 
 
 @pytest.mark.parametrize('which', sorted(MODULES))
-@pytest.mark.parametrize('value', [1e-3, 1, np.float64(1e-8)])
+@pytest.mark.parametrize('value', [1e-3, 1, np.float64(1e-8), np.float32(0.5)])
 def test_good_relevance_eps(which: str, value) -> None:
     module = build(which, relevance_eps=value, relevance_reduction='median')
     attn = module.layers[1].attn

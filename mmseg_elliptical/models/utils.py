@@ -61,6 +61,8 @@ def make_elliptical(layers: ModuleList, elliptical_layers: Sequence[int],
     the others keep dot-product scores. Parameters are taken over, not
     re-initialised.
     """
+    if isinstance(eps, (np.floating, np.integer)):  # e.g. np.float32
+        eps = float(eps)
     check_estimator_args(reduction, eps, owner=f'{owner}: ')
     for i, layer in enumerate(layers):
         layer.attn = EllipticalAttention.from_mmcv(

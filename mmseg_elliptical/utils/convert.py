@@ -3,8 +3,8 @@
 The key renaming is mmseg's own ``convert_vit`` (``tools/model_converters/
 vit2mmseg.py`` in the mmseg wheel), loaded from the installed package rather
 than copied. Around it this module handles what that function leaves to the
-caller for DeiT and the authors' elliptical-attention (``MahalaVisionTransformer``)
-checkpoints:
+caller for DeiT and the authors' elliptical-attention
+(``MahalaVisionTransformer``) checkpoints:
 
 * the ``{'model': ...}`` / ``{'state_dict': ...}`` / ``{'module': ...}``
   wrappers;
