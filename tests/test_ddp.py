@@ -149,3 +149,28 @@ def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
             and 'mIoU' in ln][-1]
     for key in ('aAcc', 'mIoU', 'mAcc'):
         assert f'{key}: {expected[key]:.4f}' in line, (key, expected, line)
+
+
+def test_prepare_cpu_launch_options(monkeypatch) -> None:
+    from mmseg_elliptical.utils.dist import (CPU_WRAPPER_OPTIONS, launcher_of,
+                                             prepare_cpu_launch)
+    argv = ['train.py', 'cfg.py', '--launcher', 'pytorch']
+    assert launcher_of(argv) == 'pytorch'
+    assert launcher_of(['train.py', '--launcher=slurm']) == 'slurm'
+    assert launcher_of(['train.py', 'cfg.py']) == 'none'
+    # With CUDA, or without a launcher, the command line is left alone.
+    assert prepare_cpu_launch(argv, cuda=True) == argv
+    assert prepare_cpu_launch(['t.py', 'c.py'], cuda=False) == ['t.py', 'c.py']
+    with pytest.raises(RuntimeError, match='--launcher slurm needs CUDA'):
+        prepare_cpu_launch(['t.py', '--launcher', 'slurm'], cuda=False)
+    monkeypatch.delenv('RANK', raising=False)
+    with pytest.raises(RuntimeError, match='environment of torchrun'):
+        prepare_cpu_launch(argv, cuda=False)
+    # In a torchrun process the gloo group is set up and DDP gets no
+    # device_ids (mmengine merges the repeated --cfg-options).
+    monkeypatch.setattr(dist, 'is_initialized', lambda: True)
+    monkeypatch.setenv('RANK', '0')
+    out = prepare_cpu_launch(argv + ['--cfg-options', 'a=1'], cuda=False)
+    assert out[-len(CPU_WRAPPER_OPTIONS) - 1:] == ['--cfg-options',
+                                                  *CPU_WRAPPER_OPTIONS]
+    assert 'model_wrapper_cfg.device_ids=None' in out
