@@ -1,6 +1,7 @@
 """The evidence tools end to end on tiny random checkpoints and demo data."""
 import importlib.util
 import json
+import os
 import os.path as osp
 
 import pytest
@@ -136,6 +137,13 @@ def test_robustness_grid_and_resume(tiny_models, tmp_path, monkeypatch):
         tool.main(argv + ['--seed', '1'])
     with pytest.raises(SystemExit, match='Unknown corruption'):
         tool.main(tiny_models + ['--corruptions', 'rain'])
+    stat = os.stat(tiny_models[1])
+    os.utime(tiny_models[1], (stat.st_atime, stat.st_mtime - 10))
+    try:  # an overwritten checkpoint invalidates its results
+        with pytest.raises(SystemExit, match="results of model 'ell'"):
+            tool.main(argv)
+    finally:
+        os.utime(tiny_models[1], (stat.st_atime, stat.st_mtime))
 
 
 def test_collapse_tool(tiny_models, tmp_path):

@@ -139,19 +139,25 @@ class ResultStore:
     def add_model(self, name: str, config: str, checkpoint: str) -> None:
         """Declare a model; a known name must keep its config and checkpoint.
 
+        The checkpoint is identified by path, size and modification time, so
+        results of an overwritten checkpoint are never reused.
+
         Args:
             name (str): Model name (table column).
             config (str): Config path.
             checkpoint (str): Checkpoint path.
         """
-        entry = self.data['models'].setdefault(
-            name, dict(config=config, checkpoint=checkpoint, cells={}))
-        if (entry['config'], entry['checkpoint']) != (config, checkpoint):
+        stat = os.stat(checkpoint)
+        ident = dict(config=config, checkpoint=checkpoint,
+                     checkpoint_size=stat.st_size,
+                     checkpoint_mtime=int(stat.st_mtime))
+        entry = self.data['models'].setdefault(name, dict(ident, cells={}))
+        found = {k: entry.get(k) for k in ident}
+        if found != ident:
             raise ValueError(
                 f'{self.path} holds results of model {name!r} from '
-                f'{entry["config"]} + {entry["checkpoint"]}, not {config} + '
-                f'{checkpoint}: pass --names to tell them apart, another '
-                '--work-dir, or delete the file.')
+                f'{found}, not {ident}: pass --names to tell them apart, '
+                'another --work-dir, or delete the file to start over.')
 
     def get(self, name: str, key: str) -> Optional[Dict]:
         """Metrics of a finished cell, or None."""
