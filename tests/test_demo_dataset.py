@@ -11,7 +11,7 @@ from mmseg.registry import DATASETS
 
 from conftest import TINY_GENERATE
 from mmseg_elliptical.datasets import DemoShapesDataset, generate_demo_shapes
-from mmseg_elliptical.datasets.demo_shapes import CLASSES, COLOURS
+from mmseg_elliptical.datasets.demo_shapes import CLASSES, COLOURS, VERSION
 
 
 def test_ade20k_layout(demo_root):
@@ -23,7 +23,7 @@ def test_ade20k_layout(demo_root):
         assert [i[:-4] for i in imgs] == [a[:-4] for a in anns]
         assert imgs[0].endswith('.jpg') and anns[0].endswith('.png')
     with open(osp.join(demo_root, 'meta.json')) as f:
-        assert json.load(f) == TINY_GENERATE
+        assert json.load(f) == dict(TINY_GENERATE, version=VERSION)
 
 
 def test_deterministic(demo_root, tmp_path):

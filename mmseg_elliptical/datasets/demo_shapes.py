@@ -1,8 +1,9 @@
 """A small synthetic dataset in ADE20K layout, generated on first use.
 
-Scenes hold discs, squares, triangles and rings on a noisy background. Every
+Scenes hold discs, squares, triangles and rings on a grainy background. Every
 shape and the background draw their colour from the same palette, so colour
-alone does not tell the classes apart: a model has to use shape. Files are
+alone does not tell the classes apart: a model has to find the smooth regions
+against the grain and tell them apart by shape. Files are
 written once, deterministically from a seed, under ``data_root``::
 
     data_root/images/{training,validation}/demo_00000.jpg
@@ -29,6 +30,9 @@ COLOURS = np.array([[200, 60, 60], [60, 200, 60], [60, 60, 200],
                     [200, 200, 60], [200, 60, 200], [60, 200, 200]],
                    dtype=np.int16)
 SPLITS = {'training': 'num_train', 'validation': 'num_val'}
+# Bumped whenever the scenes change, so stale folders are detected.
+VERSION = 2
+BACKGROUND_GRAIN, SHAPE_GRAIN = 30, 6  # std of the pixel noise
 
 
 def _draw_shape(img: np.ndarray, seg: np.ndarray, label: int, background: int,
@@ -61,7 +65,8 @@ def render_scene(size: int, rng: np.random.Generator):
     seg = np.zeros((size, size), np.uint8)
     for label in rng.integers(1, len(CLASSES), int(rng.integers(1, 4))):
         _draw_shape(img, seg, int(label), background, rng)
-    img += rng.normal(0, 12, img.shape).astype(np.int16)
+    grain = np.where(seg[..., None] > 0, SHAPE_GRAIN, BACKGROUND_GRAIN)
+    img += (rng.normal(0, 1, img.shape) * grain).astype(np.int16)
     return np.clip(img, 0, 255).astype(np.uint8), seg
 
 
@@ -83,7 +88,7 @@ def generate_demo_shapes(data_root: str,
         seed (int): Seed of the scenes.
     """
     meta = dict(num_train=num_train, num_val=num_val, img_size=img_size,
-                seed=seed)
+                seed=seed, version=VERSION)
     meta_file = osp.join(data_root, 'meta.json')
     if osp.exists(meta_file):
         with open(meta_file) as f:
