@@ -13,6 +13,8 @@ from mmseg_elliptical.analysis import (LayerRecorder, attention_probs,
 from mmseg_elliptical.models import EllipticalAttention
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
 
+pytestmark = pytest.mark.usefixtures('single_thread')
+
 
 def test_mean_pairwise_cosine_extremes_and_brute_force():
     same = torch.randn(1, 1, 8).expand(2, 5, 8)

@@ -19,6 +19,8 @@ from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, tiny_config
 
 pytest.importorskip('imagecorruptions')
 
+pytestmark = pytest.mark.usefixtures('single_thread')
+
 
 def _tool(name: str):
     spec = importlib.util.spec_from_file_location(
