@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import DEMO_ELLIPTICAL, ROOT
 from mmseg.registry import MODELS
@@ -181,3 +182,20 @@ def test_registry_error_without_the_plugin() -> None:
             text = doc.read()
     assert 'is not in the mmseg::model registry' in text
     assert 'Failed to import custom modules' in text
+
+
+@pytest.mark.parametrize('shape, dtype', [((3, 32, 32), torch.float32),
+                                          ((1, 3, 32, 32), torch.uint8)])
+def test_backbone_rejects_bad_images(shape, dtype) -> None:
+    model = build('backbone')
+    with pytest.raises(ValueError, match=r'expects a float batch of images '
+                       r'\[B, C, H, W\], got shape'):
+        model(torch.zeros(shape, dtype=dtype))
+
+
+def test_head_rejects_wrong_channels() -> None:
+    head = build('head')
+    with pytest.raises(ValueError, match=r'in_channels=24 but the input '
+                       r'feature map has shape \(1, 16, 4, 4\)'):
+        head([torch.randn(1, 16, 4, 4)])
+    assert head([torch.randn(1, 24, 4, 4)]).shape == (1, 5, 4, 4)

@@ -51,6 +51,12 @@ class EllipticalVisionTransformer(VisionTransformer):
 
     def forward(self, inputs: Tensor) -> tuple:
         """Same as ``VisionTransformer.forward``, values threaded."""
+        if inputs.dim() != 4 or not inputs.is_floating_point():
+            raise ValueError(
+                f'{type(self).__name__} expects a float batch of images '
+                f'[B, C, H, W], got shape {tuple(inputs.shape)} and dtype '
+                f'{inputs.dtype} (images are normalised to float by the '
+                'data preprocessor).')
         x, hw_shape = self.patch_embed(inputs)
         cls_tokens = self.cls_token.expand(inputs.shape[0], -1, -1)
         x = self._pos_embeding(

@@ -45,6 +45,11 @@ class EllipticalMaskTransformerHead(SegmenterMaskTransformerHead):
     def forward(self, inputs: List[Tensor]) -> Tensor:
         """Same as ``SegmenterMaskTransformerHead.forward``, values threaded."""
         x = self._transform_inputs(inputs)
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f'{type(self).__name__}: in_channels={self.in_channels} but '
+                f'the input feature map has shape {tuple(x.shape)}; set '
+                'decode_head.in_channels to the backbone\'s embed_dims.')
         b, c, h, w = x.shape
         x = self.dec_proj(x.permute(0, 2, 3, 1).reshape(b, -1, c))
         x = torch.cat((x, self.cls_emb.expand(b, -1, -1)), 1)
