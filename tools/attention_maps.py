@@ -148,6 +148,17 @@ def model_attention(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     return out
 
 
+def save_compact(fig, path: str, dpi: int) -> None:
+    """Save a figure as a 256-colour PNG (noisy images compress badly)."""
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format='png')
+    buf.seek(0)
+    Image.open(buf).convert('RGB').quantize(256).save(path, optimize=True)
+
+
 def plot_attention(image: np.ndarray, results: Dict[str, Dict],
                    point: Sequence[int], layers: List[int],
                    heads: Optional[List[int]], mean_heads: bool,
@@ -156,7 +167,7 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
 
     Each map is scaled to its own maximum; the title gives the probability
     the query puts on non-patch tokens (cls token, class embeddings) when
-    it is noticeable.
+    it is at least 0.05.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -187,13 +198,13 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
             cls = res['cls_mass'][i]
             cls = cls.mean() if hd == 'mean' else cls[hd]
             head = 'mean' if hd == 'mean' else f'h{hd}'
-            ax.set_title(f'L{i} {head}' + (f' cls {cls:.2f}' if cls > 5e-3
+            ax.set_title(f'L{i} {head}' + (f' cls {cls:.2f}' if cls >= 0.05
                                            else ''), fontsize=6)
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout(pad=0.3)
-    fig.savefig(path, dpi=100)
+    save_compact(fig, path, dpi=100)
     plt.close(fig)
 
 
