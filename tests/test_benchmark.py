@@ -29,11 +29,11 @@ def benchmark():
 
 
 def test_smoke_outputs(benchmark, tmp_path) -> None:
-    """Tiny sizes, 1 rep, no memory children: every output is there."""
+    """Tiny sizes, 1 rep, in-process memory: every output is there."""
     out = tmp_path / 'bench'
     report = benchmark.main([
         '--sizes', '32', '64', '--train-sizes', '64', '--reps', '1',
-        '--warmup', '0', '--flops-sizes', '64', '--memory', 'none',
+        '--warmup', '0', '--flops-sizes', '64', '--memory', 'inline',
         '--paper-reference', '--out-dir',
         str(out), *TINY
     ])
@@ -58,19 +58,25 @@ def test_smoke_outputs(benchmark, tmp_path) -> None:
     assert len(saved['results']) == 12
     for r in saved['results']:
         assert {'model', 'size', 'tokens', 'mode', 'times_ms', 'median_ms',
-                'iqr_ms', 'images_per_s', 'peak_mem_mb'} <= set(r)
-        assert len(r['times_ms']) == 1 and r['peak_mem_mb'] is None
+                'iqr_ms', 'images_per_s', 'cpu_times_ms', 'median_cpu_ms',
+                'peak_mem_mb'} <= set(r)
+        assert len(r['times_ms']) == len(r['cpu_times_ms']) == 1
+        assert r['peak_mem_mb'] >= 0
     assert {(r['size'], r['tokens']) for r in saved['results']} == {(32, 5),
                                                                     (64, 17)}
     # 3 baselines x 2 sizes; train ratios only where trained.
     assert len(saved['ratios']) == 6
     for r in saved['ratios']:
         assert r['subject'] == 'elliptical'
+        assert {'time_infer', 'time_train', 'cpu_infer', 'cpu_train',
+                'mem_infer', 'mem_train'} <= set(r)
+        assert r['time_infer'] is not None
         assert (r['time_train'] is None) == (r['size'] == 32)
     table = (out / 'benchmark.md').read_text()
     assert '| fused-dot (fused-dot) | 64 | 17 |' in table
     assert '| paper-ref | 64 | 17 | train |' in table
     assert 'scaled_dot_product_attention' in table
+    assert 'peak RSS increase' in saved['meta']['memory_measure']
     assert (out / 'benchmark.png').stat().st_size > 0
 
 

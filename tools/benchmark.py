@@ -22,11 +22,14 @@ Models (the first is the subject, every ratio is ``subject / other``):
   N x N scores), showing what the fused path gains.
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` minus the
-allocation before the step; on the CPU (``--memory rss``) each (model, size,
-mode) runs in its own child process (forkserver) which builds the model, runs
-a tiny warm-up, resets the kernel's RSS high-water mark and reports
-``VmHWM - VmRSS`` around one step (``ru_maxrss`` delta where the mark cannot be
-reset). ``--memory none`` skips it.
+allocation before the step. On the CPU the peak RSS increase of one step:
+the freed heap is given back to the OS (``malloc_trim``), the kernel's RSS
+high-water mark is reset (``/proc/self/clear_refs``) and ``VmHWM - VmRSS``
+around the step is reported (``ru_maxrss`` delta where the mark cannot be
+reset). ``--memory inline`` (default) does it on the last timed rep of each
+model; ``--memory child`` in a fresh child process (forkserver) per (model,
+size, mode), isolated from the other models' heap but slower; ``none`` skips
+it.
 
 Example::
 
@@ -125,10 +128,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--warmup', type=int, default=1, help='untimed reps per model')
     parser.add_argument(
         '--memory',
-        choices=['rss', 'none'],
-        default='rss',
-        help='CPU peak memory: peak RSS in a child process per measurement, '
-        'or none (CUDA always uses max_memory_allocated)')
+        choices=['inline', 'child', 'none'],
+        default='inline',
+        help='CPU peak memory (peak RSS increase of one step): inline = on '
+        'the last timed rep, after giving freed heap back to the OS; child = '
+        'in a fresh child process per (model, size, mode), slower, '
+        'isolated; none. CUDA always uses max_memory_allocated')
     parser.add_argument(
         '--flops-sizes',
         type=int,
@@ -139,7 +144,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--amp', action='store_true', help='bf16 autocast')
     parser.add_argument(
-        '--threads', type=int, help='torch.set_num_threads (default: torch)')
+        '--threads',
+        type=int,
+        default=1,
+        help='torch.set_num_threads; 0: torch\'s default. Defaults to 1: on '
+        'a CPU shared with other processes, OpenMP threads that wait for '
+        'each other make multi-threaded timings erratic, and the process CPU '
+        'time is only the work done with one thread')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
     parser.add_argument(
@@ -459,13 +470,18 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_step(step: Callable[[], None], device: str) -> float:
-    """Seconds of one step."""
+def time_step(step: Callable[[], None], device: str) -> Tuple[float, float]:
+    """Wall-clock and process CPU seconds of one step.
+
+    The CPU time of this process does not count the time other processes
+    hold the cores, so on a shared machine it is the steadier of the two
+    (with one thread; with more, OpenMP spin-waits count too).
+    """
     synchronize(device)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     step()
     synchronize(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def proc_status_kb(key: str) -> Optional[int]:
@@ -533,14 +549,9 @@ def peak_rss_mb(spec: ModelSpec, size: int, batch: int, mode: str,
     model.zero_grad(set_to_none=True)
     x = torch.randn(batch, 3, size, size)
     step = make_step(model, x, mode, spec.whole_model, amp)
-    trim_heap()
-    before = proc_status_kb('VmRSS')
-    if reset_rss_peak() and proc_status_kb('VmHWM') is not None:
+    with RssPeak() as peak:
         step()
-        return (proc_status_kb('VmHWM') - before) / 1024, 'VmHWM'
-    step()
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return max(0, maxrss - before) / 1024, 'ru_maxrss'
+    return peak.mb, peak.measure
 
 
 def _child(queue, *args) -> None:
@@ -563,6 +574,33 @@ def peak_rss_in_child(ctx, *args) -> Tuple[float, str]:
     return result
 
 
+class RssPeak:
+    """Context manager: peak RSS increase (MiB) of what runs inside.
+
+    Gives freed heap back to the OS, resets the kernel's high-water mark
+    and reads ``VmHWM - VmRSS``; where the mark cannot be reset (not Linux)
+    it falls back to ``ru_maxrss`` minus the RSS before.
+
+    Attributes:
+        mb (float): The increase, after the block.
+        measure (str): ``'VmHWM'`` or ``'ru_maxrss'``.
+    """
+
+    def __enter__(self) -> 'RssPeak':
+        trim_heap()
+        self.before = proc_status_kb('VmRSS') or 0
+        self.measure = 'VmHWM' if reset_rss_peak() and proc_status_kb(
+            'VmHWM') is not None else 'ru_maxrss'
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.measure == 'VmHWM':
+            peak = proc_status_kb('VmHWM')
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        self.mb = max(0, peak - self.before) / 1024
+
+
 def peak_cuda_mb(step: Callable[[], None]) -> float:
     """Peak allocated CUDA memory (MiB) of one step above what was there."""
     torch.cuda.synchronize()
@@ -582,8 +620,10 @@ class Result:
     mode: str
     batch_size: int
     times_ms: List[float] = field(default_factory=list)
+    cpu_times_ms: List[float] = field(default_factory=list)
     median_ms: float = float('nan')
     iqr_ms: float = float('nan')
+    median_cpu_ms: float = float('nan')
     images_per_s: float = float('nan')
     peak_mem_mb: Optional[float] = None
 
@@ -593,14 +633,16 @@ class Result:
             q1, med, q3 = np.percentile(self.times_ms, [25, 50, 75])
             self.median_ms, self.iqr_ms = float(med), float(q3 - q1)
             self.images_per_s = self.batch_size * 1000 / self.median_ms
+            self.median_cpu_ms = float(np.median(self.cpu_times_ms))
 
 
 def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
-                     args: argparse.Namespace) -> List[Result]:
+                     args: argparse.Namespace) -> Tuple[List[Result], str]:
     """Time every (size, mode), interleaving the models rep by rep.
 
     The order of the models rotates from rep to rep so that none is always
-    first after another's allocations.
+    first after another's allocations. With ``--memory inline`` on the CPU
+    the last timed rep also records the peak RSS increase.
 
     Args:
         specs (list[ModelSpec]): The models' specs.
@@ -613,6 +655,8 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
     groups = [(s, m) for s in args.sizes for m in MODES
               if m == 'infer' or s in args.train_sizes]
     results = []
+    inline = args.memory == 'inline' and not args.device.startswith('cuda')
+    measures = set()
     bar = ProgressBar(len(groups) * (args.warmup + args.reps) * len(models))
     for size, mode in groups:
         x = torch.randn(args.batch_size, 3, size, size, device=args.device)
@@ -625,13 +669,22 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
             Result(s.name, size, s.tokens(size), mode, args.batch_size)
             for s in specs
         ]
+        last = args.warmup + args.reps - 1
         for rep in range(args.warmup + args.reps):
             order = range(len(models))
             shift = rep % len(models)
             for i in list(order[shift:]) + list(order[:shift]):
-                seconds = time_step(steps[i], args.device)
+                if rep == last and inline:
+                    models[i].zero_grad(set_to_none=True)
+                    with RssPeak() as peak:
+                        wall, cpu = time_step(steps[i], args.device)
+                    group[i].peak_mem_mb = peak.mb
+                    measures.add(peak.measure)
+                else:
+                    wall, cpu = time_step(steps[i], args.device)
                 if rep >= args.warmup:
-                    group[i].times_ms.append(seconds * 1000)
+                    group[i].times_ms.append(wall * 1000)
+                    group[i].cpu_times_ms.append(cpu * 1000)
                 bar.update()
         for model in models:
             model.zero_grad(set_to_none=True)
@@ -647,7 +700,7 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
             r.finish()
         results.extend(group)
     sys.stdout.write('\n')
-    return results
+    return results, '/'.join(sorted(measures))
 
 
 def benchmark_cpu_memory(specs: List[ModelSpec], results: List[Result],
@@ -692,8 +745,20 @@ def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b
 
 
+def paired_ratio(a: Optional[List[float]],
+                 b: Optional[List[float]]) -> Optional[float]:
+    """Median over reps of ``a[i] / b[i]`` (both timed in the same rep)."""
+    if not a or not b or len(a) != len(b):
+        return None
+    return float(np.median(np.asarray(a) / np.asarray(b)))
+
+
 def ratios(specs: List[ModelSpec], results: List[Result]) -> List[dict]:
     """``subject / baseline`` for time (inference, train) and memory.
+
+    Times are paired: the models run one after the other within each rep,
+    so the median of the per-rep ratios cancels load that drifts between
+    reps. ``time_*`` uses wall-clock, ``cpu_*`` process CPU time.
 
     Args:
         specs (list[ModelSpec]): The models, the subject first.
@@ -712,8 +777,10 @@ def ratios(specs: List[ModelSpec], results: List[Result]) -> List[dict]:
             for mode in MODES:
                 a = table.get((subject, size, mode))
                 b = table.get((spec.name, size, mode))
-                row[f'time_{mode}'] = ratio(a and a.median_ms, b
-                                            and b.median_ms)
+                row[f'time_{mode}'] = paired_ratio(a and a.times_ms, b
+                                                   and b.times_ms)
+                row[f'cpu_{mode}'] = paired_ratio(a and a.cpu_times_ms, b
+                                                  and b.cpu_times_ms)
                 row[f'mem_{mode}'] = ratio(a and a.peak_mem_mb, b
                                            and b.peak_mem_mb)
             rows.append(row)
@@ -745,36 +812,44 @@ def markdown(report: dict) -> str:
         f"FLOPs: {meta['flops_note']}", ''
     ]
     lines += [
-        '| model | role | params (M) | ' + ' | '.join(
-            f'GFLOPs@{s}' for s in meta['flops_sizes']) + ' |',
+        '| model | role | params (M) |' + ''.join(
+            f' GFLOPs@{s} |' for s in meta['flops_sizes']),
         '|---|---|---:|' + '---:|' * len(meta['flops_sizes'])
     ]
     for m in report['models']:
         flops = [fmt(m['flops'].get(str(s)) and m['flops'][str(s)] / 1e9,
                      '.2f') for s in meta['flops_sizes']]
         lines.append(f"| {m['name']} | {m['role']} | "
-                     f"{m['params'] / 1e6:.2f} | " + ' | '.join(flops) + ' |')
+                     f"{m['params'] / 1e6:.2f} |" +
+                     ''.join(f' {f} |' for f in flops))
     lines += [
         '', '| model | size | tokens | mode | median ms | IQR ms | img/s | '
-        'peak mem MiB |', '|---|---:|---:|---|---:|---:|---:|---:|'
+        'CPU ms | peak mem MiB |',
+        '|---|---:|---:|---|---:|---:|---:|---:|---:|'
     ]
     for r in report['results']:
         lines.append(
             f"| {r['model']} | {r['size']} | {r['tokens']} | {r['mode']} | "
             f"{fmt(r['median_ms'], '.1f')} | {fmt(r['iqr_ms'], '.1f')} | "
             f"{fmt(r['images_per_s'], '.2f')} | "
+            f"{fmt(r['median_cpu_ms'], '.1f')} | "
             f"{fmt(r['peak_mem_mb'], '.1f')} |")
     subject = report['models'][0]['name']
     lines += [
         '', f'Ratios {subject} / baseline (< 1: {subject} is faster or '
-        'smaller):', '',
-        '| baseline | size | tokens | time infer | time train | '
-        'mem infer | mem train |', '|---|---:|---:|---:|---:|---:|---:|'
+        'smaller). time: median over reps of the per-rep wall-clock ratio '
+        '(the models run back to back in every rep); cpu: the same with the '
+        'process CPU time, which other processes\' load does not inflate; '
+        'mem: peak memory.', '',
+        '| baseline | size | tokens | time infer | time train | cpu infer | '
+        'cpu train | mem infer | mem train |',
+        '|---|---:|---:|---:|---:|---:|---:|---:|---:|'
     ]
     for r in report['ratios']:
         lines.append(
             f"| {r['baseline']} ({r['role']}) | {r['size']} | {r['tokens']} "
             f"| {fmt(r['time_infer'])} | {fmt(r['time_train'])} | "
+            f"{fmt(r['cpu_infer'])} | {fmt(r['cpu_train'])} | "
             f"{fmt(r['mem_infer'])} | {fmt(r['mem_train'])} |")
     return '\n'.join(lines) + '\n'
 
@@ -865,19 +940,22 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                  params=count_params(model), flops=flops,
                  uncounted_ops=uncounted))
 
-    results = benchmark_timing(specs, models, args)
-    short = {'cuda': 'max_memory_allocated', 'rss': 'peak RSS increase',
-             'none': 'not measured'}
+    results, measure = benchmark_timing(specs, models, args)
+    short = {'cuda': 'max_memory_allocated', 'inline': 'peak RSS increase',
+             'child': 'peak RSS increase', 'none': 'not measured'}
     memory_short = short['cuda' if args.device.startswith('cuda') else
                          args.memory]
     if args.device.startswith('cuda'):
         memory = 'torch.cuda.max_memory_allocated minus allocated before ' \
             'the step'
-    elif args.memory == 'rss':
+    elif args.memory == 'child':
         del models
         measure = benchmark_cpu_memory(specs, results, args)
         memory = f'CPU peak RSS increase of one step ({measure} minus RSS ' \
             'before it), one child process per (model, size, mode)'
+    elif args.memory == 'inline':
+        memory = f'CPU peak RSS increase of one step ({measure} minus RSS ' \
+            'before it, after malloc_trim), on the last timed rep, in process'
     else:
         memory = 'not measured (--memory none)'
 
