@@ -206,12 +206,15 @@ class EllipticalAttention(BaseModule):
         weight, bias = self.attn.in_proj_weight, self.attn.in_proj_bias
         kv = F.linear(x, weight[C:], None if bias is None else bias[C:])
         k, v = kv.view(B, N, 2, H, d).permute(2, 0, 3, 1, 4).unbind(0)
-        m = relevance(v, v_prev, self.reduction, self.eps).reshape(B, 1, C)
-        w_q = (weight[:C] * m.transpose(1, 2)).transpose(1, 2)  # [B, C, C]
-        if bias is None:
-            q = torch.bmm(x, w_q)
+        m = relevance(v, v_prev, self.reduction, self.eps).reshape(B, C, 1)
+        w_q = weight[:C] * m  # [B, C, C]: row c of W_q scaled by m_c
+        b_q = None if bias is None else bias[:C] * m[..., 0]  # [B, C]
+        if B == 1:  # one GEMM with the bias, like the dot-product path
+            q = F.linear(x, w_q[0], None if b_q is None else b_q[0])
+        elif b_q is None:
+            q = torch.bmm(x, w_q.transpose(1, 2))
         else:
-            q = torch.baddbmm(bias[:C] * m, x, w_q)
+            q = torch.baddbmm(b_q[:, None], x, w_q.transpose(1, 2))
         return q.view(B, N, H, d).transpose(1, 2), k, v
 
     def relevance(self, v: Tensor, v_prev: Optional[Tensor]) -> Optional[Tensor]:
