@@ -90,9 +90,10 @@ def test_peak_rss_measure(benchmark) -> None:
 
 
 @pytest.mark.parametrize('training', [False, True])
-def test_paper_reference_equals_fused(benchmark, training) -> None:
+@pytest.mark.parametrize('B', [1, 2])  # one image: F.linear; more: baddbmm
+def test_paper_reference_equals_fused(benchmark, training, B) -> None:
     """The paper's materialised formulation == the fused elliptical one."""
-    B, N, C, H = 2, 37, 48, 3
+    N, C, H = 37, 48, 3
     torch.manual_seed(0)
     attn = EllipticalAttention(C, H).train(training)
     with torch.no_grad():

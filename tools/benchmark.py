@@ -45,6 +45,7 @@ import multiprocessing as mp
 import os
 import os.path as osp
 import platform
+import random
 import resource
 import sys
 import time
@@ -640,9 +641,11 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
                      args: argparse.Namespace) -> Tuple[List[Result], str]:
     """Time every (size, mode), interleaving the models rep by rep.
 
-    The order of the models rotates from rep to rep so that none is always
-    first after another's allocations. With ``--memory inline`` on the CPU
-    the last timed rep also records the peak RSS increase.
+    The order of the models is shuffled (seeded) in every rep so that no
+    model always runs right after the same other one: a model that frees
+    large buffers leaves page faults and cold caches to whoever comes next.
+    With ``--memory inline`` on the CPU the last timed rep also records the
+    peak RSS increase.
 
     Args:
         specs (list[ModelSpec]): The models' specs.
@@ -656,6 +659,7 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
               if m == 'infer' or s in args.train_sizes]
     results = []
     inline = args.memory == 'inline' and not args.device.startswith('cuda')
+    rng = random.Random(args.seed)
     measures = set()
     bar = ProgressBar(len(groups) * (args.warmup + args.reps) * len(models))
     for size, mode in groups:
@@ -671,9 +675,9 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
         ]
         last = args.warmup + args.reps - 1
         for rep in range(args.warmup + args.reps):
-            order = range(len(models))
-            shift = rep % len(models)
-            for i in list(order[shift:]) + list(order[:shift]):
+            order = list(range(len(models)))
+            rng.shuffle(order)
+            for i in order:
                 if rep == last and inline:
                     models[i].zero_grad(set_to_none=True)
                     with RssPeak() as peak:
@@ -807,7 +811,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"Device: {meta['device_name']}, {meta['threads']} threads, batch "
         f"{meta['batch_size']}, {meta['reps']} reps after {meta['warmup']} "
-        f"warm-up, models interleaved; {meta['target']}.", '',
+        f"warm-up, models interleaved in a shuffled order; "
+        f"{meta['target']}.", '',
         f"Memory: {meta['memory_measure']}.", '',
         f"FLOPs: {meta['flops_note']}", ''
     ]
