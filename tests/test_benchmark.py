@@ -91,13 +91,15 @@ def test_peak_rss_measure(benchmark) -> None:
 
 @pytest.mark.parametrize('training', [False, True])
 @pytest.mark.parametrize('B', [1, 2])  # one image: F.linear; more: baddbmm
-def test_paper_reference_equals_fused(benchmark, training, B) -> None:
+@pytest.mark.parametrize('bias', [True, False])
+def test_paper_reference_equals_fused(benchmark, training, B, bias) -> None:
     """The paper's materialised formulation == the fused elliptical one."""
     N, C, H = 37, 48, 3
     torch.manual_seed(0)
-    attn = EllipticalAttention(C, H).train(training)
-    with torch.no_grad():
-        attn.attn.in_proj_bias.normal_()
+    attn = EllipticalAttention(C, H, bias=bias).train(training)
+    if bias:
+        with torch.no_grad():
+            attn.attn.in_proj_bias.normal_()
     x = torch.randn(B, N, C, requires_grad=True)
     v_prev = torch.randn(B, H, N, C // H)
     identity = torch.randn(B, N, C)

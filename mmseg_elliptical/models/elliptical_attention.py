@@ -203,12 +203,17 @@ class EllipticalAttention(BaseModule):
         """
         B, N, C = x.shape
         H, d = self.num_heads, C // self.num_heads
-        weight, bias = self.attn.in_proj_weight, self.attn.in_proj_bias
-        kv = F.linear(x, weight[C:], None if bias is None else bias[C:])
+        # split, not two slices: one backward node that concatenates the
+        # gradients instead of two that zero-fill a full-size buffer each.
+        w_q, w_kv = self.attn.in_proj_weight.split([C, 2 * C])
+        b_q = b_kv = None
+        if self.attn.in_proj_bias is not None:
+            b_q, b_kv = self.attn.in_proj_bias.split([C, 2 * C])
+        kv = F.linear(x, w_kv, b_kv)
         k, v = kv.view(B, N, 2, H, d).permute(2, 0, 3, 1, 4).unbind(0)
         m = relevance(v, v_prev, self.reduction, self.eps).reshape(B, C, 1)
-        w_q = weight[:C] * m  # [B, C, C]: row c of W_q scaled by m_c
-        b_q = None if bias is None else bias[:C] * m[..., 0]  # [B, C]
+        w_q = w_q * m  # [B, C, C]: row c of W_q scaled by m_c
+        b_q = None if b_q is None else b_q * m[..., 0]  # [B, C]
         if B == 1:  # one GEMM with the bias, like the dot-product path
             q = F.linear(x, w_q[0], None if b_q is None else b_q[0])
         elif b_q is None:
