@@ -1,9 +1,8 @@
 """A small synthetic dataset in ADE20K layout, generated on first use.
 
-Scenes hold discs, squares, triangles and rings on a grainy background. Every
-shape and the background draw their colour from the same palette, so colour
-alone does not tell the classes apart: a model has to find the smooth regions
-against the grain and tell them apart by shape. Files are
+Scenes hold discs, squares, triangles and rings on a dark grey background.
+Every shape draws its colour from the same palette, so colour finds the
+objects but cannot tell their classes apart: a model has to use shape. Files are
 written once, deterministically from a seed, under ``data_root``::
 
     data_root/images/{training,validation}/demo_00000.jpg
@@ -25,24 +24,23 @@ from mmseg.registry import DATASETS
 CLASSES = ('background', 'disc', 'square', 'triangle', 'ring')
 PALETTE = [[0, 0, 0], [230, 25, 75], [60, 180, 75], [0, 130, 200],
            [255, 225, 25]]
-# Colours the scenes are painted with (BGR), shared by every class.
+# Colours the shapes are painted with (BGR), shared by every object class.
 COLOURS = np.array([[200, 60, 60], [60, 200, 60], [60, 60, 200],
                     [200, 200, 60], [200, 60, 200], [60, 200, 200]],
                    dtype=np.int16)
 SPLITS = {'training': 'num_train', 'validation': 'num_val'}
 # Bumped whenever the scenes change, so stale folders are detected.
-VERSION = 2
-BACKGROUND_GRAIN, SHAPE_GRAIN = 30, 6  # std of the pixel noise
+VERSION = 4
+GREY_LEVELS = (30, 90)  # range of the background's grey level
+NOISE = 10  # std of the pixel noise
 
 
-def _draw_shape(img: np.ndarray, seg: np.ndarray, label: int, background: int,
+def _draw_shape(img: np.ndarray, seg: np.ndarray, label: int,
                 rng: np.random.Generator) -> None:
     size = img.shape[0]
-    r = int(rng.integers(size // 8, size // 4))
+    r = int(rng.integers(size // 6, size // 3))
     cx, cy = (int(c) for c in rng.integers(r, size - r, 2))
-    # Any palette colour but the background's, so every shape is visible.
-    index = (background + int(rng.integers(1, len(COLOURS)))) % len(COLOURS)
-    colour = [int(c) for c in COLOURS[index]]
+    colour = [int(c) for c in COLOURS[rng.integers(len(COLOURS))]]
     mask = np.zeros(seg.shape, np.uint8)
     if label == 1:  # disc
         cv2.circle(mask, (cx, cy), r, 1, -1)
@@ -59,14 +57,12 @@ def _draw_shape(img: np.ndarray, seg: np.ndarray, label: int, background: int,
 
 def render_scene(size: int, rng: np.random.Generator):
     """Render one ``(image BGR uint8, label uint8)`` pair."""
-    background = int(rng.integers(len(COLOURS)))
     img = np.empty((size, size, 3), np.int16)
-    img[:] = COLOURS[background]
+    img[:] = rng.integers(*GREY_LEVELS)
     seg = np.zeros((size, size), np.uint8)
-    for label in rng.integers(1, len(CLASSES), int(rng.integers(1, 4))):
-        _draw_shape(img, seg, int(label), background, rng)
-    grain = np.where(seg[..., None] > 0, SHAPE_GRAIN, BACKGROUND_GRAIN)
-    img += (rng.normal(0, 1, img.shape) * grain).astype(np.int16)
+    for label in rng.integers(1, len(CLASSES), int(rng.integers(2, 5))):
+        _draw_shape(img, seg, int(label), rng)
+    img += rng.normal(0, NOISE, img.shape).astype(np.int16)
     return np.clip(img, 0, 255).astype(np.uint8), seg
 
 
