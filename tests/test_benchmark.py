@@ -34,7 +34,7 @@ def test_smoke_outputs(benchmark, tmp_path) -> None:
     report = benchmark.main([
         '--sizes', '32', '64', '--train-sizes', '64', '--reps', '1',
         '--warmup', '0', '--flops-sizes', '64', '--memory', 'inline',
-        '--paper-reference', '--out-dir',
+        '--paper-reference', '--saved-activations', '--out-dir',
         str(out), *TINY
     ])
     with open(out / 'benchmark.json') as f:
@@ -59,7 +59,8 @@ def test_smoke_outputs(benchmark, tmp_path) -> None:
     for r in saved['results']:
         assert {'model', 'size', 'tokens', 'mode', 'times_ms', 'median_ms',
                 'iqr_ms', 'images_per_s', 'cpu_times_ms', 'median_cpu_ms',
-                'peak_mem_mb'} <= set(r)
+                'peak_mem_mb', 'saved_mb'} <= set(r)
+        assert (r['saved_mb'] is None) == (r['mode'] == 'infer')
         assert len(r['times_ms']) == len(r['cpu_times_ms']) == 1
         assert r['peak_mem_mb'] >= 0
     assert {(r['size'], r['tokens']) for r in saved['results']} == {(32, 5),
@@ -69,7 +70,7 @@ def test_smoke_outputs(benchmark, tmp_path) -> None:
     for r in saved['ratios']:
         assert r['subject'] == 'elliptical'
         assert {'time_infer', 'time_train', 'cpu_infer', 'cpu_train',
-                'mem_infer', 'mem_train'} <= set(r)
+                'mem_infer', 'mem_train', 'saved_train'} <= set(r)
         assert r['time_infer'] is not None
         assert (r['time_train'] is None) == (r['size'] == 32)
     table = (out / 'benchmark.md').read_text()
@@ -77,6 +78,10 @@ def test_smoke_outputs(benchmark, tmp_path) -> None:
     assert '| paper-ref | 64 | 17 | train |' in table
     assert 'scaled_dot_product_attention' in table
     assert 'peak RSS increase' in saved['meta']['memory_measure']
+    # The naive attention keeps the N x N probabilities for the backward.
+    train = {r['model']: r['saved_mb'] for r in saved['results']
+             if r['mode'] == 'train'}
+    assert train['paper-ref'] > train['fused-dot'] > 0
     assert (out / 'benchmark.png').stat().st_size > 0
 
 

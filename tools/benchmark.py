@@ -136,6 +136,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'in a fresh child process per (model, size, mode), slower, '
         'isolated; none. CUDA always uses max_memory_allocated')
     parser.add_argument(
+        '--saved-activations',
+        action='store_true',
+        help='also report the tensors a training forward saves for the '
+        'backward (unique storages, parameters excluded): a deterministic '
+        'memory measure, one extra forward per model and train size')
+    parser.add_argument(
         '--flops-sizes',
         type=int,
         nargs='*',
@@ -465,6 +471,40 @@ def count_flops(model: nn.Module, x: torch.Tensor,
     return int(total), unsupported
 
 
+def saved_activations_mb(model: nn.Module, x: torch.Tensor, whole: bool,
+                         amp: bool) -> float:
+    """MiB of the tensors a training forward keeps for the backward.
+
+    Counts each storage once (views share it) and leaves the parameters
+    out; deterministic, unlike a peak RSS.
+
+    Args:
+        model (nn.Module): The module (put in train mode here).
+        x (Tensor): Input batch.
+        whole (bool): Whether ``model`` is a segmentor.
+        amp (bool): bf16 autocast.
+
+    Returns:
+        float: MiB.
+    """
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages: Dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+            torch.autocast(x.device.type, torch.bfloat16, enabled=amp):
+        out = run_forward(model, x, whole)
+    del out
+    model.eval()
+    return sum(storages.values()) / MB
+
+
 def synchronize(device: str) -> None:
     """Wait for the device."""
     if device.startswith('cuda'):
@@ -627,6 +667,7 @@ class Result:
     median_cpu_ms: float = float('nan')
     images_per_s: float = float('nan')
     peak_mem_mb: Optional[float] = None
+    saved_mb: Optional[float] = None
 
     def finish(self) -> None:
         """Summarise ``times_ms``."""
@@ -700,6 +741,10 @@ def benchmark_timing(specs: List[ModelSpec], models: List[nn.Module],
                     make_step(model, x, mode, spec.whole_model, args.amp))
                 model.zero_grad(set_to_none=True)
                 set_mode(model, 'infer')
+        if args.saved_activations and mode == 'train':
+            for i, (spec, model) in enumerate(zip(specs, models)):
+                group[i].saved_mb = saved_activations_mb(
+                    model, x, spec.whole_model, args.amp)
         for r in group:
             r.finish()
         results.extend(group)
@@ -787,6 +832,9 @@ def ratios(specs: List[ModelSpec], results: List[Result]) -> List[dict]:
                                                   and b.cpu_times_ms)
                 row[f'mem_{mode}'] = ratio(a and a.peak_mem_mb, b
                                            and b.peak_mem_mb)
+            a = table.get((subject, size, 'train'))
+            b = table.get((spec.name, size, 'train'))
+            row['saved_train'] = ratio(a and a.saved_mb, b and b.saved_mb)
             rows.append(row)
     return rows
 
@@ -829,8 +877,8 @@ def markdown(report: dict) -> str:
                      ''.join(f' {f} |' for f in flops))
     lines += [
         '', '| model | size | tokens | mode | median ms | IQR ms | img/s | '
-        'CPU ms | peak mem MiB |',
-        '|---|---:|---:|---|---:|---:|---:|---:|---:|'
+        'CPU ms | peak mem MiB | saved MiB |',
+        '|---|---:|---:|---|---:|---:|---:|---:|---:|---:|'
     ]
     for r in report['results']:
         lines.append(
@@ -838,24 +886,25 @@ def markdown(report: dict) -> str:
             f"{fmt(r['median_ms'], '.1f')} | {fmt(r['iqr_ms'], '.1f')} | "
             f"{fmt(r['images_per_s'], '.2f')} | "
             f"{fmt(r['median_cpu_ms'], '.1f')} | "
-            f"{fmt(r['peak_mem_mb'], '.1f')} |")
+            f"{fmt(r['peak_mem_mb'], '.1f')} | {fmt(r['saved_mb'], '.2f')} |")
     subject = report['models'][0]['name']
     lines += [
         '', f'Ratios {subject} / baseline (< 1: {subject} is faster or '
         'smaller). time: median over reps of the per-rep wall-clock ratio '
         '(the models run back to back in every rep); cpu: the same with the '
         'process CPU time, which other processes\' load does not inflate; '
-        'mem: peak memory.', '',
+        'mem: peak memory; saved: tensors saved for the backward.', '',
         '| baseline | size | tokens | time infer | time train | cpu infer | '
-        'cpu train | mem infer | mem train |',
-        '|---|---:|---:|---:|---:|---:|---:|---:|---:|'
+        'cpu train | mem infer | mem train | saved train |',
+        '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|'
     ]
     for r in report['ratios']:
         lines.append(
             f"| {r['baseline']} ({r['role']}) | {r['size']} | {r['tokens']} "
             f"| {fmt(r['time_infer'])} | {fmt(r['time_train'])} | "
             f"{fmt(r['cpu_infer'])} | {fmt(r['cpu_train'])} | "
-            f"{fmt(r['mem_infer'])} | {fmt(r['mem_train'])} |")
+            f"{fmt(r['mem_infer'])} | {fmt(r['mem_train'])} | "
+            f"{fmt(r['saved_train'])} |")
     return '\n'.join(lines) + '\n'
 
 
@@ -867,6 +916,7 @@ def plot(report: dict, path: str) -> None:
         path (str): PNG file.
     """
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -892,9 +942,12 @@ def plot(report: dict, path: str) -> None:
     meta = report['meta']
     axes[0].set_ylabel('median latency (ms)')
     axes[1].set_ylabel(f"peak memory (MiB, {meta['memory_short']})")
+    tokens = sorted({r['tokens'] for r in report['results']})
     for ax in axes:
         ax.set_xscale('log')
         ax.set_yscale('log')
+        ax.set_xticks(tokens, [str(t) for t in tokens])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel('tokens')
         ax.grid(True, which='both', alpha=.3)
         if ax.lines:
