@@ -118,3 +118,15 @@ def test_authors_recipe():
     assert tuple(cfg.crop_size) == (512, 512)
     assert cfg.model.backbone.embed_dims == 192
     assert cfg.model.backbone.type == 'EllipticalVisionTransformer'
+
+
+def test_metafile_lists_every_config():
+    import yaml
+    with open(osp.join(ROOT, 'configs', 'metafile.yaml')) as f:
+        meta = yaml.safe_load(f)
+    listed = {osp.join(ROOT, m['Config']) for m in meta['Models']}
+    assert listed == set(CONFIGS)
+    for model in meta['Models']:
+        assert model['Name'] == osp.basename(model['Config'])[:-3]
+        for value in model.get('Results', {}).get('Metrics', {}).values():
+            assert isinstance(value, float)
