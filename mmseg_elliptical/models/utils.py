@@ -52,15 +52,29 @@ def check_elliptical_layers(elliptical_layers: Optional[Sequence[int]],
     return tuple(sorted(layers))
 
 
-def make_elliptical(layers: ModuleList, elliptical_layers: Sequence[int],
-                    reduction: str, eps: float, owner: str) -> None:
+def make_elliptical(layers: ModuleList,
+                    elliptical_layers: Optional[Sequence[int]],
+                    reduction: str, eps: float, owner: str) -> Tuple[int, ...]:
     """Replace the attention of mmseg ``TransformerEncoderLayer`` s in place.
 
     Every layer gets an :class:`EllipticalAttention` (so each returns its
     values for the next); those in ``elliptical_layers`` score elliptically,
     the others keep dot-product scores. Parameters are taken over, not
-    re-initialised.
+    re-initialised. The arguments are validated first.
+
+    Args:
+        layers (ModuleList): mmseg ``TransformerEncoderLayer`` s.
+        elliptical_layers (Sequence[int], optional): See
+            :func:`check_elliptical_layers`.
+        reduction (str): Estimator reduction, ``'mean'`` or ``'median'``.
+        eps (float): Guard of the max-normalisation.
+        owner (str): Class name, for error messages.
+
+    Returns:
+        tuple[int, ...]: The resolved elliptical layer indices.
     """
+    elliptical_layers = check_elliptical_layers(elliptical_layers,
+                                                len(layers), owner)
     if isinstance(eps, (np.floating, np.integer)):  # e.g. np.float32
         eps = float(eps)
     check_estimator_args(reduction, eps, owner=f'{owner}: ')
@@ -70,6 +84,7 @@ def make_elliptical(layers: ModuleList, elliptical_layers: Sequence[int],
             elliptical=i in elliptical_layers,
             reduction=reduction,
             eps=eps)
+    return elliptical_layers
 
 
 def forward_layer(layer, x: Tensor,

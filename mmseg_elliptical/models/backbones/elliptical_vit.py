@@ -6,7 +6,7 @@ from torch import Tensor
 
 from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
-from ..utils import check_elliptical_layers, forward_layer, make_elliptical
+from ..utils import forward_layer, make_elliptical
 
 
 @MODELS.register_module()
@@ -35,11 +35,9 @@ class EllipticalVisionTransformer(VisionTransformer):
                  relevance_eps: float = 1e-6,
                  **kwargs) -> None:
         super().__init__(**kwargs)
-        self.elliptical_layers = check_elliptical_layers(
-            elliptical_layers, len(self.layers), type(self).__name__)
-        make_elliptical(self.layers, self.elliptical_layers,
-                        relevance_reduction, relevance_eps,
-                        type(self).__name__)
+        self.elliptical_layers = make_elliptical(
+            self.layers, elliptical_layers, relevance_reduction,
+            relevance_eps, type(self).__name__)
 
     def _to_output(self, x: Tensor, hw_shape) -> object:
         """Tokens ``[B, N, C]`` to mmseg's output (feature map [+ cls])."""
