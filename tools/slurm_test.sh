@@ -10,28 +10,4 @@ if [ $# -lt 4 ]; then
   echo "usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [tools/test.py args...]" >&2
   exit 2
 fi
-set -x
-
-PARTITION=$1
-JOB_NAME=$2
-CONFIG=$3
-CHECKPOINT=$4
-GPUS=${GPUS:-4}
-GPUS_PER_NODE=${GPUS_PER_NODE:-4}
-CPUS_PER_TASK=${CPUS_PER_TASK:-5}
-SRUN_ARGS=${SRUN_ARGS:-""}
-PYTHON=${PYTHON:-python}
-PY_ARGS=("${@:5}")
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-
-# shellcheck disable=SC2086  # SRUN_ARGS holds several flags
-PYTHONPATH="$ROOT":${PYTHONPATH:-} \
-srun -p "$PARTITION" \
-    --job-name="$JOB_NAME" \
-    --gres=gpu:"$GPUS_PER_NODE" \
-    --ntasks="$GPUS" \
-    --ntasks-per-node="$GPUS_PER_NODE" \
-    --cpus-per-task="$CPUS_PER_TASK" \
-    --kill-on-bad-exit=1 \
-    ${SRUN_ARGS} \
-    "$PYTHON" -u "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher=slurm "${PY_ARGS[@]}"
+exec "$(dirname "$0")/slurm_launch.sh" test.py "$@"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run one of our tools on NPROC processes of this node (or of NNODES nodes)
+# with torchrun and --launcher pytorch; dist_train.sh and dist_test.sh call it:
+#   tools/dist_launch.sh TOOL NPROC [TOOL args...]     (TOOL: train.py, test.py)
+# Env: NNODES, NODE_RANK, PORT, MASTER_ADDR as in mmseg's dist_*.sh; PYTHON.
+# Without CUDA the processes use the gloo backend on the CPU.
+set -euo pipefail
+TOOL=$1
+NPROC=$2
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+
+PYTHONPATH="$ROOT":${PYTHONPATH:-} \
+"${PYTHON:-python}" -m torch.distributed.run \
+    --nnodes="${NNODES:-1}" \
+    --node_rank="${NODE_RANK:-0}" \
+    --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+    --nproc_per_node="$NPROC" \
+    --master_port="${PORT:-29500}" \
+    "$ROOT/tools/$TOOL" --launcher pytorch "${@:3}"
