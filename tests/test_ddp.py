@@ -174,3 +174,59 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
     assert out[-len(CPU_WRAPPER_OPTIONS) - 1:] == ['--cfg-options',
                                                   *CPU_WRAPPER_OPTIONS]
     assert 'model_wrapper_cfg.device_ids=None' in out
+
+
+THREADS_AFTER_END = r'''
+import os, sys
+import torch, torch.distributed as dist
+from mmengine.model import MMDistributedDataParallel
+from mmseg_elliptical.utils.dist import end_process_group
+
+def native_threads():
+    return len(os.listdir('/proc/self/task'))
+
+before = native_threads()
+dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d', rank=0,
+                        world_size=1)
+model = MMDistributedDataParallel(module=torch.nn.Linear(2, 2))
+holder = {'model': model}
+holder['self'] = holder          # a reference cycle, as in mmengine's Runner
+model(torch.randn(3, 2)).sum().backward()
+del model, holder
+during = native_threads()
+end_process_group()
+print(before, during, native_threads(), dist.is_initialized())
+end_process_group()              # no group: a no-op
+'''
+
+
+@pytest.mark.skipif(not osp.isdir('/proc/self/task'), reason='needs /proc')
+def test_end_process_group_joins_gloo_threads() -> None:
+    # Gloo's threads outliving the tool meet interpreter shutdown and abort
+    # the process ('terminate called without an active exception').
+    proc = subprocess.run(
+        [sys.executable, '-c', THREADS_AFTER_END % free_port()],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, during, after, initialized = proc.stdout.split()
+    assert int(during) > int(before), 'gloo started no threads?'
+    assert int(after) == int(before), (before, during, after)
+    assert initialized == 'False'
+
+
+def test_run_mmseg_tool_ends_the_group_on_error(monkeypatch) -> None:
+    from mmseg_elliptical.utils import mmseg_tools
+
+    calls = []
+    monkeypatch.setattr('mmseg_elliptical.utils.dist.end_process_group',
+                        lambda: calls.append('end'))
+
+    def failing_tool(path, run_name):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(mmseg_tools.runpy, 'run_path', failing_tool)
+    monkeypatch.setattr(sys, 'argv', ['train.py', 'cfg.py'])
+    with pytest.raises(SystemExit) as exc:
+        mmseg_tools.run_mmseg_tool('train.py')
+    assert exc.value.code == 3 and calls == ['end']

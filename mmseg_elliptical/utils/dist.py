@@ -13,8 +13,16 @@ for a CPU module. Without CUDA, :func:`prepare_cpu_launch` therefore
   repeated ``--cfg-options``) so DDP wraps the CPU module.
 
 With CUDA nothing changes: mmengine's own launcher and NCCL are used.
+
+Whichever launcher created it, :func:`end_process_group` destroys the process
+group when the tool finishes, also on error. Left alive, gloo's threads meet
+interpreter shutdown and a finished job can abort with ``terminate called
+without an active exception`` (exit code -6), which torchrun reports as a
+failed job.
 """
+import gc
 import os
+import sys
 from typing import List, Optional, Sequence
 
 import torch
@@ -67,3 +75,22 @@ def prepare_cpu_launch(argv: Sequence[str],
     if not dist.is_initialized():
         dist.init_process_group(backend='gloo')
     return argv + ['--cfg-options', *CPU_WRAPPER_OPTIONS]
+
+
+def end_process_group() -> None:
+    """Destroy the default process group, if any (see the module docstring).
+
+    Safe to call when no group exists. Errors while destroying are printed,
+    not raised, so they never mask the job's own exit status or exception.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001  # the job's outcome wins
+        print(f'mmseg_elliptical: destroying the process group failed: '
+              f'{exc!r}', file=sys.stderr)
+    # The group object outlives destroy_process_group while DDP's reducer
+    # holds it, and the Runner that holds DDP sits in reference cycles: free
+    # them now, so gloo joins its threads before interpreter shutdown.
+    gc.collect()

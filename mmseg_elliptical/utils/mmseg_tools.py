@@ -48,9 +48,14 @@ def run_mmseg_tool(name: str) -> None:
     Importing this package first registers the plugin's components and its
     weights-only checkpoint loader. ``--launcher pytorch`` also works
     without CUDA (gloo; see :func:`mmseg_elliptical.utils.dist.
-    prepare_cpu_launch`).
+    prepare_cpu_launch`). The process group of a distributed run is
+    destroyed when the script ends, also on error, so the exit status is the
+    job's.
     """
     import mmseg_elliptical  # noqa: F401
-    from .dist import prepare_cpu_launch
+    from .dist import end_process_group, prepare_cpu_launch
     sys.argv = prepare_cpu_launch(sys.argv)
-    runpy.run_path(mmseg_tool_path(name), run_name='__main__')
+    try:
+        runpy.run_path(mmseg_tool_path(name), run_name='__main__')
+    finally:
+        end_process_group()
