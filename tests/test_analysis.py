@@ -7,11 +7,12 @@ from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401
-from mmseg_elliptical.analysis import (LayerRecorder, attention_probs,
+from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
                                        mean_pairwise_cosine, relevance_spread,
                                        transformer_layers)
-from mmseg_elliptical.models import EllipticalAttention
+from mmseg_elliptical.models import EllipticalAttentionMixin
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
+from test_elliptical_attention import naive_relevance
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -52,39 +53,57 @@ def _model(path, demo_root, tmp_path):
     return model.eval()
 
 
+def values(layer, tokens):
+    """v ``[B, H, N, d]`` of ``layer`` on its input tokens, by hand."""
+    mha = layer.attn.attn
+    C = tokens.shape[-1]
+    v = layer.norm1(tokens) @ mha.in_proj_weight[2 * C:].T \
+        + mha.in_proj_bias[2 * C:]
+    return v.reshape(*v.shape[:2], mha.num_heads, -1).transpose(1, 2)
+
+
 @pytest.mark.parametrize('path', [DEMO_ELLIPTICAL, DEMO_DOT])
 def test_recorder_captures_and_leaves_no_trace(path, demo_root, tmp_path):
     model = _model(path, demo_root, tmp_path)
     found = transformer_layers(model)
     assert len(found.layers) == 3 and found.patch_slice == slice(1, None)
     elliptical = path == DEMO_ELLIPTICAL
+    if not elliptical:
+        with pytest.raises(TypeError, match='as_elliptical'):
+            LayerRecorder(found.layers, probs=True)
     img = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         before = model.backbone(img)[0]
-        with LayerRecorder(found.layers, attn_inputs=True, relevance=True,
+        assert as_elliptical(model.backbone) is model.backbone
+        with LayerRecorder(found.layers, probs=True, relevance=True,
                            patch_embed=found.patch_embed) as rec:
+            assert not any(layer.attn.fused_attn for layer in found.layers)
             during = model.backbone(img)[0]
         after = model.backbone(img)[0]
-    torch.testing.assert_close(before, during)
+    torch.testing.assert_close(before, during, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(before, after)
-    for layer in found.layers:  # every hook is gone
+    for layer in found.layers:  # every hook and switch is gone
         assert not layer.ffn._forward_hooks
-        assert not layer.attn._forward_hooks
-        assert not layer.attn._forward_hooks_with_kwargs
+        assert layer.attn.fused_attn and layer.attn.attention_record is None
     assert rec.hw_shapes == [(8, 8)]
+    inputs = [found.patch_embed(img)[0]]  # tokens entering each layer
+    inputs[0] = model.backbone._pos_embeding(torch.cat(
+        (model.backbone.cls_token.expand(2, -1, -1), inputs[0]), 1), (8, 8),
+        model.backbone.pos_embed)
     for i, record in enumerate(rec.records):
         assert record.tokens[0].shape == (2, 65, 48)
-        assert record.attn_inputs[0].shape == (2, 65, 48)
-        m = record.relevance[0]
-        if elliptical and i > 0:
-            assert m.shape == (2, 3, 1, 16)
-            assert record.v_prev[0].shape == (2, 3, 65, 16)
+        inputs.append(record.tokens[0])
+        assert record.probs[0].shape == (2, 3, 65, 65)
+        torch.testing.assert_close(record.probs[0].sum(-1),
+                                   torch.ones(2, 3, 65))
+        if elliptical and i > 0:  # m of the recorded layers' values
+            with torch.no_grad():
+                m = naive_relevance(values(found.layers[i], inputs[i]),
+                                    values(found.layers[i - 1],
+                                           inputs[i - 1]))
+            torch.testing.assert_close(record.relevance[0], m)
         else:
-            assert m is None
-        probs = attention_probs(found.layers[i].attn, record.attn_inputs[0],
-                                record.v_prev[0])
-        assert probs.shape == (2, 3, 65, 65)
-        torch.testing.assert_close(probs.sum(-1), torch.ones(2, 3, 65))
+            assert record.relevance == []
     rec.clear()
     assert not rec.records[0].tokens and not rec.hw_shapes
     # The recorded output tokens of the last layer are the backbone output
@@ -96,26 +115,17 @@ def test_recorder_captures_and_leaves_no_trace(path, demo_root, tmp_path):
 
 def test_dot_product_probs_match_torch(demo_root, tmp_path):
     model = _model(DEMO_DOT, demo_root, tmp_path)
-    attn = model.backbone.layers[1].attn
-    assert not isinstance(attn, EllipticalAttention)
+    layer = model.backbone.layers[1]
     x = torch.randn(2, 10, 48)
     with torch.no_grad():
-        ref = attn.attn(  # mmcv keeps nn.MultiheadAttention sequence-first
+        ref = layer.attn.attn(  # mmcv keeps nn.MultiheadAttention seq-first
             x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1),
             need_weights=True, average_attn_weights=False)[1]
-        torch.testing.assert_close(attention_probs(attn, x), ref)
-
-
-def test_elliptical_probs_use_relevance(demo_root, tmp_path):
-    model = _model(DEMO_ELLIPTICAL, demo_root, tmp_path)
-    attn = model.backbone.layers[1].attn
-    x = torch.randn(1, 10, 48)
-    v_prev = torch.randn(1, 3, 10, 16)
-    with torch.no_grad():
-        dot = attention_probs(attn, x)
-        ell = attention_probs(attn, x, v_prev)
-    assert not torch.allclose(dot, ell)
-    torch.testing.assert_close(ell.sum(-1), torch.ones(1, 3, 10))
+        as_elliptical(model.backbone)
+        assert isinstance(layer.attn, EllipticalAttentionMixin)
+        with LayerRecorder([layer], tokens=False, probs=True) as rec:
+            layer.attn(x)
+    torch.testing.assert_close(rec.records[0].probs[0], ref)
 
 
 def test_decode_head_layers_and_bad_part(demo_root, tmp_path):
@@ -127,5 +137,3 @@ def test_decode_head_layers_and_bad_part(demo_root, tmp_path):
     model.decode_head = nn.Conv2d(1, 1, 1)
     with pytest.raises(ValueError, match='no transformer layers'):
         transformer_layers(model, 'decode_head')
-    with pytest.raises(TypeError, match='attention_probs supports'):
-        attention_probs(nn.Linear(2, 2), torch.randn(1, 2, 2))

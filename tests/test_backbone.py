@@ -124,36 +124,3 @@ def test_frozen_exclude():
     model = EllipticalVisionTransformer(frozen_exclude=['pos_embed'], **ARCH)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable == ['pos_embed']
-
-
-def test_with_cp_same_gradients():
-    torch.manual_seed(0)
-    plain = EllipticalVisionTransformer(**ARCH)
-    cp = EllipticalVisionTransformer(with_cp=True, **ARCH)
-    cp.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 3, 32, 32)
-    for model in (plain, cp):
-        model(x)[0].square().sum().backward()
-    for (name, p1), p2 in zip(plain.named_parameters(), cp.parameters()):
-        torch.testing.assert_close(p1.grad, p2.grad, msg=name)
-
-
-@pytest.mark.parametrize('layers, match', [
-    ([0, 1], 'layer 0 has no previous'),
-    ([1, 1], 'duplicates'),
-    ([4], r'valid are distinct integers in 1\.\.3'),
-    ([-1], r'1\.\.3'),
-    (2, 'must be a list'),
-    ([1.0], 'must be a list'),
-])
-def test_bad_elliptical_layers(layers, match):
-    with pytest.raises(ValueError, match='elliptical_layers') as info:
-        EllipticalVisionTransformer(elliptical_layers=layers, **ARCH)
-    assert info.match(match)
-
-
-def test_bad_estimator_options():
-    with pytest.raises(ValueError, match='relevance_reduction'):
-        EllipticalVisionTransformer(relevance_reduction='sum', **ARCH)
-    with pytest.raises(ValueError, match='relevance_eps'):
-        EllipticalVisionTransformer(relevance_eps=-1.0, **ARCH)

@@ -1,13 +1,30 @@
-"""EllipticalAttention against a naive, materialised implementation."""
+"""The attention kinds of the ViT family against a naive, materialised oracle.
+
+``naive_attention`` below is the paper's formulation written out with loops
+over images and heads and ``q @ diag(m)``; it shares no code with the
+package. Every path of the package (fused with ``m`` folded into the query
+weight when gradients are on, fused with one qkv GEMM and an in-place
+``q *= m`` under no-grad, explicit with materialised probabilities) must
+give its outputs, values and gradients.
+"""
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import MultiheadAttention
+from mmseg.models.backbones.mit import EfficientMultiheadAttention
+from mmseg.models.backbones.twins import GlobalSubsampledAttention
+from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 
-from mmseg_elliptical.models import EllipticalAttention, relevance
+from mmseg_elliptical.models import (AttentionRecord, EllipticalAttention,
+                                     EllipticalEfficientMultiheadAttention,
+                                     EllipticalGlobalSubsampledAttention,
+                                     relevance, to_elliptical)
 
-B, N, C, H = 2, 17, 24, 3
+B, HW, C, H = 2, (4, 6), 24, 3
+N = HW[0] * HW[1]
 D = C // H
+KINDS = ('vit', 'mit', 'twins')
 
 
 def naive_relevance(v, v_prev, reduction='mean'):
@@ -21,106 +38,136 @@ def naive_relevance(v, v_prev, reduction='mean'):
     return out
 
 
-def naive_attention(attn, x, v_prev=None, reduction='mean'):
-    """softmax((q diag(m)) k^T / sqrt(d)) v with the N x N matrix, as the paper."""
+def kv_tokens(attn, x):
+    """The key/value tokens: x, or MiT/Twins' spatially reduced x."""
+    if getattr(attn, 'sr_ratio', 1) > 1:
+        return attn.norm(nchw_to_nlc(attn.sr(nlc_to_nchw(x, HW))))
+    return x
+
+
+def naive_attention(attn, x, v_prev=None, reduction='mean', identity=None):
+    """x + out_proj(softmax((q diag(m)) k^T / sqrt(d)) v), materialised."""
     w, bias = attn.attn.in_proj_weight, attn.attn.in_proj_bias
-    q, k, v = (x @ w.T + bias).chunk(3, dim=-1)
+    if bias is None:
+        bias = torch.zeros(3 * C)
+    x_kv = kv_tokens(attn, x)
+    q = x @ w[:C].T + bias[:C]
+    k = x_kv @ w[C:2 * C].T + bias[C:2 * C]
+    v = x_kv @ w[2 * C:].T + bias[2 * C:]
 
     def heads(t):
-        return t.reshape(B, N, H, D).transpose(1, 2)
+        return t.reshape(t.shape[0], t.shape[1], H, D).transpose(1, 2)
 
     q, k, v = heads(q), heads(k), heads(v)
     if v_prev is not None:
         m = naive_relevance(v.detach(), v_prev, reduction)
         q = q @ torch.diag_embed(m[:, :, 0])
     scores = q @ k.transpose(-2, -1) / D**0.5
-    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, N, C)
-    return x + attn.attn.out_proj(out), v
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(x.shape)
+    identity = x if identity is None else identity
+    return identity + attn.attn.out_proj(out), v
 
 
-@pytest.fixture
-def attn():
+def build(kind, bias=True, **kwargs):
+    """An elliptical attention of ``kind`` with non-trivial biases."""
     torch.manual_seed(0)
-    module = EllipticalAttention(C, H)
-    with torch.no_grad():  # non-trivial biases
-        module.attn.in_proj_bias.normal_()
-    return module.eval()
+    if kind == 'vit':
+        attn = EllipticalAttention(C, H, bias=bias, **kwargs)
+    elif kind == 'mit':
+        attn = EllipticalEfficientMultiheadAttention(
+            C, H, qkv_bias=bias, sr_ratio=2, **kwargs)
+    else:
+        attn = EllipticalGlobalSubsampledAttention(
+            C, H, qkv_bias=bias, sr_ratio=2, **kwargs)
+    if bias:
+        with torch.no_grad():
+            attn.attn.in_proj_bias.normal_()
+    return attn.eval()
+
+
+def call(attn, x, v_prev=None, identity=None):
+    """Run ``attn`` in a chain call; return its output and its values."""
+    with attn.chained(v_prev, keep=True) as chain_call:
+        if isinstance(attn, EllipticalEfficientMultiheadAttention):
+            out = attn(x, HW, identity=identity)
+        else:
+            out = attn(x, identity=identity)
+    return out, chain_call.values
+
+
+def num_kv(kind):
+    return N if kind == 'vit' else N // 4
+
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('fused', [True, False])
+@pytest.mark.parametrize('grad', [True, False])
+@pytest.mark.parametrize('batch', [1, B])  # 1: F.linear, 2: baddbmm
+@pytest.mark.parametrize('bias', [True, False])
+def test_matches_naive(kind, fused, grad, batch, bias):
+    attn = build(kind, bias)
+    attn.fused_attn = fused
+    x = torch.randn(batch, N, C)
+    v_prev = torch.randn(batch, H, num_kv(kind), D)
+    identity = torch.randn(batch, N, C)
+    with torch.set_grad_enabled(grad):
+        out, v = call(attn, x, v_prev, identity)
+        ref, ref_v = naive_attention(attn, x, v_prev, identity=identity)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v, ref_v)
+    assert not v.requires_grad
+    # Without previous values: dot-product attention.
+    with torch.set_grad_enabled(grad):
+        torch.testing.assert_close(
+            call(attn, x)[0], naive_attention(attn, x)[0], atol=1e-5,
+            rtol=1e-5)
 
 
 @pytest.mark.parametrize('reduction', ['mean', 'median'])
-def test_matches_naive(attn, reduction):
-    attn.reduction = reduction
+def test_median_reduction(reduction):
+    attn = build('vit', reduction=reduction)
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
-    out, v = attn(x, v_prev=v_prev)
-    ref_out, ref_v = naive_attention(attn, x, v_prev, reduction)
-    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(v, ref_v)
-    assert not v.requires_grad
-
-
-def test_elliptical_differs_from_dot_product(attn):
-    x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
-    assert not torch.allclose(attn(x, v_prev=v_prev)[0], attn(x)[0], atol=1e-4)
-    attn.elliptical = False  # v_prev is then ignored
-    torch.testing.assert_close(attn(x, v_prev=v_prev)[0], attn(x)[0])
-
-
-def test_dot_product_equals_mmcv(attn):
-    mmcv_attn = MultiheadAttention(C, H, batch_first=True).eval()
-    mmcv_attn.load_state_dict(attn.state_dict(), strict=True)
-    x = torch.randn(B, N, C)
-    identity = torch.randn(B, N, C)
     torch.testing.assert_close(
-        attn(x, identity=identity)[0],
-        mmcv_attn(x, identity=identity),
-        atol=1e-5,
-        rtol=1e-5)
+        call(attn, x, v_prev)[0],
+        naive_attention(attn, x, v_prev, reduction)[0], atol=1e-5, rtol=1e-5)
 
 
-def test_relevance_properties():
-    v, v_prev = torch.randn(B, H, N, D), torch.randn(B, H, N, D)
-    m = relevance(v, v_prev)
-    assert m.shape == (B, H, 1, D)
-    torch.testing.assert_close(m.amax(-1), torch.ones(B, H, 1))
-    assert (m >= 0).all()
-    torch.testing.assert_close(m, naive_relevance(v, v_prev))
-    # Scale invariance: delta in the paper cancels.
-    torch.testing.assert_close(relevance(3 * v, 3 * v_prev), m)
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('elliptical', [True, False])
+def test_explicit_probabilities_give_the_fused_output(kind, elliptical):
+    """An attention map is what the model computed: the explicit path's
+    probabilities applied to v reproduce the fused forward's output."""
+    attn = build(kind, elliptical=elliptical)
+    x, v_prev = torch.randn(B, N, C), torch.randn(B, H, num_kv(kind), D)
+    with torch.no_grad():
+        fused, v = call(attn, x, v_prev)
+        attn.fused_attn = False
+        attn.attention_record = AttentionRecord()
+        call(attn, x, v_prev)
+    probs, = attn.attention_record.probs
+    assert probs.shape == (B, H, N, num_kv(kind))
+    out = (probs @ v).transpose(1, 2).reshape(B, N, C)
+    torch.testing.assert_close(x + attn.attn.out_proj(out), fused,
+                               atol=1e-5, rtol=1e-5)
+    # Elliptical probabilities are not the dot-product ones.
+    dot = (call(attn, x)[0] - fused).abs().max()
+    assert (dot > 1e-3) == elliptical
+    assert len(attn.attention_record.relevance) == int(elliptical)
 
 
-def test_relevance_guard_no_nan():
-    v = torch.randn(B, H, N, D)
-    m = relevance(v, v.clone())  # no change at all: max = 0
-    assert torch.isfinite(m).all()
-    torch.testing.assert_close(m, torch.ones(B, H, 1, D))
-    # One head without change, one with: only the first falls back.
-    v_prev = v.clone()
-    v_prev[:, 1] += torch.randn(B, N, D)
-    m = relevance(v, v_prev)
-    torch.testing.assert_close(m[:, 0], torch.ones(B, 1, D))
-    torch.testing.assert_close(m[:, 1], naive_relevance(v, v_prev)[:, 1])
-
-
-def test_identical_values_give_dot_product(attn):
-    """max = 0 falls back to m = 1: the layer then scores like dot-product."""
-    x = torch.randn(B, N, C)
-    _, v = attn(x)
-    torch.testing.assert_close(attn(x, v_prev=v)[0], attn(x)[0])
-
-
-def test_gradients_reach_qkv_but_not_m(attn):
-    attn.train()
+@pytest.mark.parametrize('fused', [True, False])
+def test_gradients_reach_qkv_but_not_m(fused):
+    attn = build('vit').train()
+    attn.fused_attn = fused
     x = torch.randn(B, N, C, requires_grad=True)
     v_prev = torch.randn(B, H, N, D, requires_grad=True)
-    out, _ = attn(x, v_prev=v_prev)
+    out, _ = call(attn, x, v_prev)
     out.square().sum().backward()
     assert v_prev.grad is None  # m is a constant for autograd
     grad_w = attn.attn.in_proj_weight.grad.clone()
     grad_x = x.grad.clone()
     for rows in (slice(0, C), slice(C, 2 * C), slice(2 * C, 3 * C)):
         assert grad_w[rows].abs().sum() > 0  # q, k and v all get gradient
-
-    # Same gradient as the naive computation with m detached.
     attn.zero_grad()
     x2 = x.detach().clone().requires_grad_()
     ref, _ = naive_attention(attn, x2, v_prev.detach())
@@ -130,8 +177,37 @@ def test_gradients_reach_qkv_but_not_m(attn):
     torch.testing.assert_close(grad_x, x2.grad, atol=1e-4, rtol=1e-4)
 
 
-def test_uses_fused_sdpa(attn, monkeypatch):
-    """The elliptical path goes through scaled_dot_product_attention."""
+def test_relevance_properties():
+    v, v_prev = torch.randn(B, H, N, D), torch.randn(B, H, N, D)
+    m = relevance(v, v_prev)
+    assert m.shape == (B, H, 1, D)
+    torch.testing.assert_close(m.amax(-1), torch.ones(B, H, 1))
+    torch.testing.assert_close(m, naive_relevance(v, v_prev))
+    # Scale invariance: delta in the paper cancels.
+    torch.testing.assert_close(relevance(3 * v, 3 * v_prev), m)
+
+
+def test_relevance_guard_no_nan():
+    v = torch.randn(B, H, N, D)
+    m = relevance(v, v.clone())  # no change at all: max = 0
+    torch.testing.assert_close(m, torch.ones(B, H, 1, D))
+    # One head without change, one with: only the first falls back.
+    v_prev = v.clone()
+    v_prev[:, 1] += torch.randn(B, N, D)
+    m = relevance(v, v_prev)
+    torch.testing.assert_close(m[:, 0], torch.ones(B, 1, D))
+    torch.testing.assert_close(m[:, 1], naive_relevance(v, v_prev)[:, 1])
+
+
+def test_identical_values_give_dot_product():
+    attn = build('vit')
+    x = torch.randn(B, N, C)
+    out, v = call(attn, x)
+    torch.testing.assert_close(call(attn, x, v)[0], out)
+
+
+@pytest.mark.parametrize('elliptical', [True, False])
+def test_fused_path_uses_sdpa_and_explicit_does_not(elliptical, monkeypatch):
     calls = []
     sdpa = F.scaled_dot_product_attention
 
@@ -140,26 +216,83 @@ def test_uses_fused_sdpa(attn, monkeypatch):
         return sdpa(*args, **kwargs)
 
     monkeypatch.setattr(F, 'scaled_dot_product_attention', spy)
-    attn(torch.randn(B, N, C), v_prev=torch.randn(B, H, N, D))
-    assert calls == [(B, H, N, D)]
-
-
-def test_attention_weights_rows_sum_to_one(attn):
+    attn = build('vit', elliptical=elliptical)
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
-    w = attn.attention_weights(x, v_prev)
-    assert w.shape == (B, H, N, N)
-    torch.testing.assert_close(w.sum(-1), torch.ones(B, H, N))
+    call(attn, x, v_prev)
+    assert calls == [(B, H, N, D)]
+    attn.fused_attn = False
+    call(attn, x, v_prev)
+    assert len(calls) == 1
 
 
-def test_from_mmcv_shares_parameters_and_rng():
+@pytest.mark.parametrize('fused', [True, False])
+def test_attention_dropout_in_train_mode_only(fused):
+    attn = build('vit', attn_drop=0.5)
+    attn.fused_attn = fused
+    x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
+    clean = naive_attention(attn, x, v_prev)[0]
+    torch.testing.assert_close(call(attn, x, v_prev)[0], clean, atol=1e-5,
+                               rtol=1e-5)  # eval: no dropout
+    attn.train()
+    torch.manual_seed(1)
+    first = call(attn, x, v_prev)[0]
+    second = call(attn, x, v_prev)[0]
+    assert not torch.allclose(first, clean, atol=1e-3)
+    assert not torch.allclose(first, second, atol=1e-3)  # fresh masks
+    torch.manual_seed(1)
+    torch.testing.assert_close(call(attn, x, v_prev)[0], first)  # seeded
+
+
+@pytest.mark.parametrize('kind', ['vit', 'mit'])
+def test_dot_product_mode_equals_mmseg_module(kind):
+    """Converted in place from mmcv's / mmseg's module: same numbers."""
     torch.manual_seed(0)
-    mmcv_attn = MultiheadAttention(C, H, attn_drop=0.1, batch_first=True)
+    if kind == 'vit':
+        ref = MultiheadAttention(C, H, batch_first=True)
+        expected_type = EllipticalAttention
+    else:
+        ref = EfficientMultiheadAttention(C, H, sr_ratio=2, qkv_bias=True)
+        expected_type = EllipticalEfficientMultiheadAttention
+    ref.eval()
+    x, identity = torch.randn(B, N, C), torch.randn(B, N, C)
+    args = (x, ) if kind == 'vit' else (x, HW)
+    expected = ref(*args, identity=identity)
+    attn = to_elliptical(ref)
+    assert type(attn) is expected_type
+    torch.testing.assert_close(attn(*args, identity=identity), expected,
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_conversion_keeps_parameters_and_rng():
+    torch.manual_seed(0)
+    mha = EfficientMultiheadAttention(C, H, sr_ratio=2, qkv_bias=True)
+    params = dict(mha.named_parameters())
     state = torch.get_rng_state()
-    new = EllipticalAttention.from_mmcv(mmcv_attn, reduction='median')
+    new = to_elliptical(mha, reduction='median')
+    assert new is mha and type(new) is EllipticalEfficientMultiheadAttention
     assert torch.equal(torch.get_rng_state(), state)
-    assert new.attn is mmcv_attn.attn
-    assert new.reduction == 'median' and new.attn.dropout == 0.1
-    assert list(new.state_dict()) == list(mmcv_attn.state_dict())
+    assert dict(new.named_parameters()) == params  # the same tensors
+    # sr and norm stay (they were silently dropped by an earlier version).
+    assert sum(p.numel() for p in new.parameters()) == sum(
+        p.numel() for p in params.values())
+    assert 'sr.weight' in params and 'norm.weight' in params
+    assert new.reduction == 'median' and new.elliptical
+    twins = to_elliptical(GlobalSubsampledAttention(C, H, sr_ratio=2))
+    assert type(twins) is EllipticalGlobalSubsampledAttention
+
+
+def test_conversion_checks_the_exact_type():
+    class MyAttention(MultiheadAttention):
+        pass
+
+    with pytest.raises(TypeError, match=r'test_elliptical_attention\..*'
+                       r'MyAttention has no elliptical version \(the type '
+                       'must match exactly'):
+        to_elliptical(MyAttention(C, H, batch_first=True))
+    with pytest.raises(TypeError, match='Linear has no elliptical version'):
+        to_elliptical(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match='batch_first=True only'):
+        to_elliptical(MultiheadAttention(C, H, batch_first=False))
 
 
 @pytest.mark.parametrize('kwargs, match', [
@@ -167,15 +300,15 @@ def test_from_mmcv_shares_parameters_and_rng():
     (dict(eps=0), 'relevance_eps'),
     (dict(eps=float('nan')), 'relevance_eps'),
     (dict(batch_first=False), 'batch_first'),
-    (dict(num_heads=5), 'divisible'),
 ])
 def test_bad_arguments(kwargs, match):
-    args = dict(embed_dims=C, num_heads=H)
-    args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        EllipticalAttention(**args)
+        EllipticalAttention(C, H, **kwargs)
 
 
-def test_mismatched_previous_values(attn):
+def test_bad_calls():
+    attn = build('vit')
     with pytest.raises(ValueError, match='same shape'):
-        attn(torch.randn(B, N, C), v_prev=torch.randn(B, H, N + 1, D))
+        call(attn, torch.randn(B, N, C), torch.randn(B, H, N + 1, D))
+    with pytest.raises(TypeError, match=r"self-attention only .*\['key'\]"):
+        attn(torch.randn(B, N, C), key=torch.randn(B, N, C))

@@ -53,22 +53,14 @@ def test_only_layer_two_elliptical_matches_manual_threading():
     x = torch.cat((x, head.cls_emb.expand(2, -1, -1)), 1)
     v_prev = None
     for i, layer in enumerate(head.layers):
-        y, v = layer.attn(layer.norm1(x), identity=x,
-                          v_prev=v_prev if i == 2 else None)
+        attn = layer.attn
+        with attn.chained(v_prev if i == 2 else None, keep=True) as call:
+            y = attn(layer.norm1(x), identity=x)
         x = layer.ffn(layer.norm2(y), identity=y)
-        v_prev = v
+        v_prev = call.values
     torch.testing.assert_close(seen[0], x, atol=1e-5, rtol=1e-5)
-
-    # and layer 2 is really elliptical: without v_prev the result differs
-    layer = head.layers[2]
-    assert layer.attn.elliptical and not head.layers[1].attn.elliptical
-
-
-@pytest.mark.parametrize('layers', [[0], [3], [2, 2]])
-def test_bad_elliptical_layers(layers):
-    with pytest.raises(ValueError,
-                       match='EllipticalMaskTransformerHead: elliptical_layers'):
-        EllipticalMaskTransformerHead(elliptical_layers=layers, **HEAD)
+    assert head.layers[2].attn.elliptical
+    assert not head.layers[1].attn.elliptical
 
 
 def test_training_loss_and_gradients():

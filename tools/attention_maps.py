@@ -1,8 +1,10 @@
 """Where one query patch attends, in chosen layers and heads, per model.
 
 Runs each model on one image (mmseg's ``inference_model``, whole-image
-mode), recomputes the attention probabilities of the patch under the query
-pixel from the recorded attention inputs, and draws them over the image:
+mode) with its attentions on their explicit path, records the attention
+probabilities of the patch under the query pixel, and draws them over the
+image (mmseg's own dot-product models are converted in place to their
+elliptical version in dot-product mode, which computes the same):
 one row per model, one column per (layer, head). For models with elliptical
 attention it also plots the relevance ``m`` of every elliptical layer
 (heads x head coordinates).
@@ -26,8 +28,8 @@ import torch
 from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import (LayerRecorder, attention_probs,
-                                       transformer_layers)
+from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
+                                       transformer_layers, unwrap)
 from mmseg_elliptical.analysis.cli import (ModelSpec, load_config,
                                            model_specs)
 
@@ -103,8 +105,9 @@ def model_attention(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     cfg.model.test_cfg = dict(mode='whole')  # one forward: one attention
     model = init_model(cfg, spec.checkpoint, device=args.device)
     found = transformer_layers(model, args.part)
+    as_elliptical(getattr(unwrap(model), args.part))
     patch_embed = model.backbone.patch_embed
-    with LayerRecorder(found.layers, tokens=False, attn_inputs=True,
+    with LayerRecorder(found.layers, tokens=False, probs=True,
                        relevance=True, patch_embed=patch_embed) as rec:
         sample = inference_model(model, args.image)
     if len(rec.hw_shapes) != 1:
@@ -130,14 +133,13 @@ def model_attention(spec: ModelSpec, args: argparse.Namespace) -> Dict:
         raise SystemExit(f'{spec.name}: --layers {bad} out of range; the '
                          f'{args.part} has layers 0..{n - 1}.')
     out = dict(maps={}, cls_mass={}, relevance={}, num_layers=n)
-    for i, (layer, record) in enumerate(zip(found.layers, rec.records)):
-        m = record.relevance[0]
-        if m is not None:
-            out['relevance'][i] = m[0, :, 0].float().cpu().numpy()
+    for i, record in enumerate(rec.records):
+        if record.relevance:
+            out['relevance'][i] = record.relevance[0][0, :, 0].float().cpu(
+            ).numpy()
         if i not in layers:
             continue
-        probs = attention_probs(layer.attn, record.attn_inputs[0],
-                                record.v_prev[0])[0, :, query]
+        probs = record.probs[0][0, :, query]
         patches = probs[:, found.patch_slice].float().cpu().numpy()
         out['cls_mass'][i] = 1 - patches.sum(-1)
         out['maps'][i] = np.stack([

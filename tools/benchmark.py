@@ -49,7 +49,6 @@ import random
 import resource
 import sys
 import time
-import types
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -276,64 +275,21 @@ def model_specs(args: argparse.Namespace) -> List[ModelSpec]:
     return specs
 
 
-def paper_attention_forward(self,
-                            query: torch.Tensor,
-                            identity: Optional[torch.Tensor] = None,
-                            v_prev: Optional[torch.Tensor] = None
-                            ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The paper's elliptical attention, as written: materialised scores.
-
-    ``m_d = mean_n |v - v_prev| / max_d``, ``q' = q @ diag_embed(m)``,
-    ``softmax(q' k^T / sqrt(d)) v``. Bound in place of
-    ``EllipticalAttention.forward`` (same signature and outputs).
-
-    Args:
-        query (Tensor): Normalised tokens ``[B, N, C]``.
-        identity (Tensor, optional): Shortcut; defaults to ``query``.
-        v_prev (Tensor, optional): Previous layer's values ``[B, H, N, d]``.
-
-    Returns:
-        tuple[Tensor, Tensor]: Output ``[B, N, C]``, values (detached).
-    """
-    identity = query if identity is None else identity
-    B, N, C = query.shape
-    H = self.num_heads
-    qkv = query @ self.attn.in_proj_weight.t()
-    if self.attn.in_proj_bias is not None:
-        qkv = qkv + self.attn.in_proj_bias
-    q, k, v = (t.reshape(B, N, H, C // H).transpose(1, 2)
-               for t in qkv.chunk(3, dim=-1))
-    if v_prev is not None and self.elliptical:
-        with torch.no_grad():
-            diff = (v.float() - v_prev.float()).abs()
-            m = diff.mean(dim=2)  # [B, H, d]
-            top = m.max(dim=-1, keepdim=True).values
-            m = torch.where(top > self.eps, m / top.clamp_min(self.eps),
-                            torch.ones_like(m))
-        q = q @ torch.diag_embed(m.to(q.dtype))
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
-    probs = scores.softmax(dim=-1)
-    if self.training and self.attn.dropout:
-        probs = nn.functional.dropout(probs, self.attn.dropout)
-    out = (probs @ v).transpose(1, 2).reshape(B, N, C)
-    out = self.attn.out_proj(out)
-    return identity + self.dropout_layer(self.proj_drop(out)), v.detach()
-
-
 def use_paper_attention(model: nn.Module) -> int:
-    """Swap every ``EllipticalAttention.forward`` for the paper's one.
+    """Put every elliptical attention on its explicit path (the paper's
+    formulation: ``q * m`` and materialised N x N probabilities).
 
     Args:
         model (nn.Module): A model with elliptical attention modules.
 
     Returns:
-        int: Number of modules swapped.
+        int: Number of modules switched.
     """
-    from mmseg_elliptical.models import EllipticalAttention
+    from mmseg_elliptical.models import EllipticalAttentionMixin
     count = 0
     for module in model.modules():
-        if isinstance(module, EllipticalAttention):
-            module.forward = types.MethodType(paper_attention_forward, module)
+        if isinstance(module, EllipticalAttentionMixin):
+            module.fused_attn = False
             count += 1
     return count
 

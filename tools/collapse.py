@@ -30,8 +30,9 @@ from mmengine.runner import Runner
 from mmengine.utils import ProgressBar
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import (LayerRecorder, mean_pairwise_cosine,
-                                       relevance_spread, transformer_layers)
+from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
+                                       mean_pairwise_cosine, relevance_spread,
+                                       transformer_layers, unwrap)
 from mmseg_elliptical.analysis.cli import (ModelSpec, load_config,
                                            model_specs, split_loader)
 from mmseg_elliptical.analysis.robustness import corrupted_loader_cfg
@@ -80,6 +81,7 @@ def measure(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     loader_cfg['sampler'] = dict(type='DefaultSampler', shuffle=False)
     model = init_model(cfg, spec.checkpoint, device=args.device)
     found = transformer_layers(model, args.part)
+    as_elliptical(getattr(unwrap(model), args.part))  # to record m
     loader = Runner.build_dataloader(loader_cfg)
     bar = ProgressBar(len(loader.dataset))
     n = len(found.layers)
@@ -92,8 +94,7 @@ def measure(spec: ModelSpec, args: argparse.Namespace) -> Dict:
                 for tokens in record.tokens:
                     cos[i].append(
                         mean_pairwise_cosine(tokens[:, found.patch_slice]))
-                spread[i] += [relevance_spread(m) for m in record.relevance
-                              if m is not None]
+                spread[i] += [relevance_spread(m) for m in record.relevance]
             rec.clear()
             for _ in range(len(batch['inputs'])):
                 bar.update()

@@ -1,14 +1,14 @@
-"""Evidence tools' helpers: hooks, attention maps, collapse, robustness.
+"""Evidence tools' helpers: hooks, collapse and robustness statistics.
 
-Nothing here changes a model: hooks exist only inside a
-:class:`LayerRecorder` ``with`` block.
+Nothing here changes a model: recording exists only inside a
+:class:`LayerRecorder` ``with`` block (:func:`as_elliptical` converts mmseg's
+model in place, computing the same, when its probabilities are wanted).
 """
-from .attention import attention_probs
 from .hooks import (LayerRecord, LayerRecorder, TransformerLayers,
-                    transformer_layers, unwrap)
+                    as_elliptical, transformer_layers, unwrap)
 from .metrics import mean_pairwise_cosine, relevance_spread
 
 __all__ = [
-    'LayerRecord', 'LayerRecorder', 'TransformerLayers', 'attention_probs',
+    'LayerRecord', 'LayerRecorder', 'TransformerLayers', 'as_elliptical',
     'mean_pairwise_cosine', 'relevance_spread', 'transformer_layers', 'unwrap'
 ]

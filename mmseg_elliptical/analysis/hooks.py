@@ -1,16 +1,19 @@
-"""Forward hooks that record what transformer layers compute, on demand.
+"""Record what transformer layers compute, on demand.
 
 Nothing here touches a model until :class:`LayerRecorder` is entered; on exit
-every hook is removed, so a model outside the ``with`` block runs exactly as
-it would without this module (no statistics, no global state).
+every hook and record is removed and every attention is back on its fused
+path, so a model outside the ``with`` block runs exactly as it would without
+this module (no statistics, no global state).
 """
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 from torch import Tensor
 
-from ..models.elliptical_attention import EllipticalAttention
+from ..models import EllipticalAttentionMixin, to_elliptical
+from ..models.attention.core import AttentionRecord
+from ..models.layers import EllipticalTransformerMixin
 
 
 @dataclass
@@ -73,42 +76,49 @@ def transformer_layers(model: nn.Module,
     return TransformerLayers(part, list(layers), slice(None, -num_classes))
 
 
+def as_elliptical(module: nn.Module) -> nn.Module:
+    """``module`` itself, converted in place to its elliptical version in
+    dot-product mode (``elliptical_layers=[]``) if it is mmseg's own.
+
+    The model computes the same; its attentions can now record their
+    probabilities through the explicit path.
+    """
+    if not isinstance(module, EllipticalTransformerMixin):
+        to_elliptical(module, elliptical_layers=[])
+    return module
+
+
 @dataclass
-class LayerRecord:
+class LayerRecord(AttentionRecord):
     """What one layer computed, one entry per forward call since the last
     :meth:`LayerRecorder.clear`.
 
     Attributes:
         tokens (list[Tensor]): Output tokens ``[B, N, C]`` (of ``layer.ffn``).
-        attn_inputs (list[Tensor]): Normalised attention inputs ``[B, N, C]``.
-        v_prev (list[Tensor or None]): Previous layer's values passed to an
-            elliptical attention (None for dot-product layers).
-        relevance (list[Tensor or None]): ``m`` of shape ``[B, H, 1, d]``, None
-            where the layer scores by dot product.
+        probs (list[Tensor]): Attention probabilities ``[B, H, N, N]``.
+        relevance (list[Tensor]): ``m`` ``[B, H, 1, d]`` of the calls that
+            scored elliptically (none for dot-product layers).
     """
     tokens: List[Tensor] = field(default_factory=list)
-    attn_inputs: List[Tensor] = field(default_factory=list)
-    v_prev: List[Optional[Tensor]] = field(default_factory=list)
-    relevance: List[Optional[Tensor]] = field(default_factory=list)
 
 
 class LayerRecorder:
-    """Context manager recording tokens, attention inputs and ``m`` of layers.
+    """Context manager recording tokens, probabilities and ``m`` of layers.
 
     Example::
 
         found = transformer_layers(model)
-        with LayerRecorder(found.layers, relevance=True) as rec:
+        with LayerRecorder(found.layers, probs=True, relevance=True) as rec:
             model.test_step(batch)
         last_tokens = rec.records[-1].tokens[0]
 
     Args:
         layers (Sequence[nn.Module]): mmseg ``TransformerEncoderLayer`` s
-            (with ``attn`` and ``ffn``).
+            (with ``attn`` and ``ffn``); elliptical ones (see
+            :func:`as_elliptical`) for ``probs`` and ``relevance``.
         tokens (bool): Record every layer's output tokens. Defaults to True.
-        attn_inputs (bool): Record the normalised inputs of the attention
-            and, for elliptical attention, the previous values (needed to
-            recompute attention maps). Defaults to False.
+        probs (bool): Record the attention probabilities: the attentions run
+            their explicit path inside the block. Defaults to False.
         relevance (bool): Record ``m`` of elliptical layers. Defaults to False.
         patch_embed (nn.Module, optional): Also record the patch grid shape
             ``(h, w)`` this module returns, in :attr:`hw_shapes`.
@@ -118,48 +128,34 @@ class LayerRecorder:
     def __init__(self,
                  layers: Sequence[nn.Module],
                  tokens: bool = True,
-                 attn_inputs: bool = False,
+                 probs: bool = False,
                  relevance: bool = False,
                  patch_embed: Optional[nn.Module] = None,
                  to_cpu: bool = False) -> None:
         self.layers = list(layers)
         self.want_tokens = tokens
-        self.want_inputs = attn_inputs
-        self.want_relevance = relevance
+        self.want_probs = probs
+        self.want_attention = probs or relevance
         self.patch_embed = patch_embed
         self.to_cpu = to_cpu
-        self.records: List[LayerRecord] = [LayerRecord() for _ in self.layers]
+        if self.want_attention:
+            plain = [type(layer.attn).__name__ for layer in self.layers
+                     if not isinstance(layer.attn, EllipticalAttentionMixin)]
+            if plain:
+                raise TypeError(
+                    f'Recording probabilities or m needs elliptical '
+                    f'attentions, got {plain}; convert mmseg\'s model first '
+                    'with mmseg_elliptical.analysis.as_elliptical(backbone).')
+        self.records: List[LayerRecord] = []
         self.hw_shapes: List[Tuple[int, int]] = []
         self._handles: List[Any] = []
-
-    def _keep(self, t: Optional[Tensor]) -> Optional[Tensor]:
-        if t is None:
-            return None
-        t = t.detach()
-        return t.cpu() if self.to_cpu else t
+        self._fused: List[bool] = []
+        self.clear()
 
     def _token_hook(self, index: int):
 
         def hook(module: nn.Module, args: tuple, output: Tensor) -> None:
-            self.records[index].tokens.append(self._keep(output))
-
-        return hook
-
-    def _attn_hook(self, index: int):
-
-        def hook(module: nn.Module, args: tuple, kwargs: Dict,
-                 output: Any) -> None:
-            record = self.records[index]
-            query = args[0] if args else kwargs['query']
-            v_prev = kwargs.get('v_prev')
-            if self.want_inputs:
-                record.attn_inputs.append(self._keep(query))
-                record.v_prev.append(self._keep(v_prev))
-            if self.want_relevance:
-                m = None
-                if isinstance(module, EllipticalAttention):
-                    m = module.relevance(output[1], v_prev)
-                record.relevance.append(self._keep(m))
+            self.records[index].keep('tokens', output)
 
         return hook
 
@@ -172,10 +168,11 @@ class LayerRecorder:
                 if self.want_tokens:
                     self._handles.append(
                         layer.ffn.register_forward_hook(self._token_hook(i)))
-                if self.want_inputs or self.want_relevance:
-                    self._handles.append(
-                        layer.attn.register_forward_hook(
-                            self._attn_hook(i), with_kwargs=True))
+                if self.want_attention:
+                    layer.attn.attention_record = self.records[i]
+                    self._fused.append(layer.attn.fused_attn)
+                    if self.want_probs:
+                        layer.attn.fused_attn = False
             if self.patch_embed is not None:
                 self._handles.append(
                     self.patch_embed.register_forward_hook(self._patch_hook))
@@ -188,12 +185,21 @@ class LayerRecorder:
         self.remove()
 
     def remove(self) -> None:
-        """Remove every hook (idempotent); records are kept."""
+        """Remove every hook and restore the attentions (idempotent);
+        records are kept."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for layer, fused in zip(self.layers, self._fused):
+            layer.attn.attention_record = None
+            layer.attn.fused_attn = fused
+        self._fused.clear()
 
     def clear(self) -> None:
         """Drop what was recorded so far, keeping the hooks."""
-        self.records = [LayerRecord() for _ in self.layers]
+        self.records[:] = [LayerRecord(to_cpu=self.to_cpu)
+                           for _ in self.layers]
+        for layer, record in zip(self.layers, self.records):
+            if self._fused:  # inside the block: attentions get the new ones
+                layer.attn.attention_record = record
         self.hw_shapes = []

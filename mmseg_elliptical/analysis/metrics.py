@@ -35,7 +35,7 @@ def relevance_spread(m: Tensor) -> Tensor:
 
     Args:
         m (Tensor): ``[B, H, 1, d]`` relevance (see
-            :func:`mmseg_elliptical.models.elliptical_attention.relevance`).
+            :func:`mmseg_elliptical.models.relevance`).
 
     Returns:
         Tensor: ``[B]``; 0 when every coordinate is weighted alike (plain

@@ -1,8 +1,18 @@
-from .backbones import EllipticalVisionTransformer
+from .attention import (AttentionRecord, EllipticalAttention,
+                        EllipticalAttentionMixin,
+                        EllipticalEfficientMultiheadAttention,
+                        EllipticalGlobalSubsampledAttention, relevance)
+from .backbones import (EllipticalMixVisionTransformer, EllipticalPCPVT,
+                        EllipticalVisionTransformer)
+from .conversion import to_elliptical
 from .decode_heads import EllipticalMaskTransformerHead
-from .elliptical_attention import EllipticalAttention, relevance
+from .layers import ValueChain, make_elliptical
 
 __all__ = [
-    'EllipticalAttention', 'relevance', 'EllipticalVisionTransformer',
-    'EllipticalMaskTransformerHead'
+    'AttentionRecord', 'EllipticalAttention', 'EllipticalAttentionMixin',
+    'EllipticalEfficientMultiheadAttention',
+    'EllipticalGlobalSubsampledAttention', 'relevance',
+    'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
+    'EllipticalPCPVT', 'EllipticalMaskTransformerHead', 'ValueChain',
+    'make_elliptical', 'to_elliptical'
 ]

@@ -1,3 +1,8 @@
-from .elliptical_vit import EllipticalVisionTransformer
+from .mit import EllipticalMixVisionTransformer
+from .twins import EllipticalPCPVT
+from .vit import EllipticalVisionTransformer
 
-__all__ = ['EllipticalVisionTransformer']
+__all__ = [
+    'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
+    'EllipticalPCPVT'
+]

@@ -1,0 +1,366 @@
+"""The method, and what every elliptical attention kind shares.
+
+Elliptical Attention (Nielsen et al., NeurIPS 2024, arXiv 2406.13770) replaces
+the dot product ``q . k`` by ``(q * m) . k``, where ``m`` weights each head
+coordinate by how much the value vectors move along it between consecutive
+layers::
+
+    m_d = mean_n |v^l[n, d] - v^(l-1)[n, d]|      per image and head
+    m   = m / max_d m_d                           (delta of the paper cancels)
+    out = softmax((q * m) k^T / sqrt(d) + bias) v
+
+``m`` is a constant for autograd and there are no new parameters. Because
+``(q * m) . k`` is still a dot product, the fused
+``scaled_dot_product_attention`` computes it without materialising the
+N x N score matrix.
+
+Every attention kind (:mod:`.multihead` for ViT, MiT and Twins, BEiT, Swin) is
+a subclass of the mmseg / mmcv class it replaces, mixed with
+:class:`EllipticalAttentionMixin`, and has two paths chosen by ``fused_attn``
+(as in timm): the fused one and an explicit one that materialises the
+probabilities (the paper's formulation, used for attention maps, the
+benchmark's paper reference and the tests). The previous layer's values reach
+an attention through :meth:`EllipticalAttentionMixin.chained`, which the
+layers of :mod:`..layers` call.
+"""
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+REDUCTIONS = ('mean', 'median')
+
+
+def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
+    """Validate the estimator options, raising a ``ValueError`` that names them.
+
+    Args:
+        reduction (str): Reduction over tokens, one of ``REDUCTIONS``.
+        eps (float): Guard of the max-normalisation, a finite number > 0
+            (numpy scalars are accepted).
+        owner (str): Prefix naming the argument's owner in the message.
+
+    Returns:
+        float: ``eps`` as a Python float.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f'{owner}relevance_reduction={reduction!r} is not '
+                         f'supported; choose one of {REDUCTIONS}.')
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real) \
+            or not 0 < eps < float('inf'):
+        raise ValueError(f'{owner}relevance_eps={eps!r} must be a finite '
+                         'number > 0 (e.g. 1e-6).')
+    return float(eps)
+
+
+@torch.no_grad()
+def relevance(v: Tensor,
+              v_prev: Tensor,
+              reduction: str = 'mean',
+              eps: float = 1e-6) -> Tensor:
+    """Estimate the coordinate-wise relevance ``m`` of each head.
+
+    Args:
+        v (Tensor): Values of this layer, shape ``[B, H, N, d]``.
+        v_prev (Tensor): Values of the previous layer, same shape.
+        reduction (str): ``'mean'`` (the paper) or ``'median'`` (the authors'
+            robust variant) of ``|v - v_prev|`` over the N tokens.
+        eps (float): When ``max_d m_d <= eps`` (e.g. identical values) there is
+            no evidence for any direction and ``m`` falls back to all ones,
+            i.e. plain dot-product attention, instead of dividing by zero.
+
+    Returns:
+        Tensor: ``m`` of shape ``[B, H, 1, d]`` in ``[0, 1]`` with max 1 per
+        image and head, in ``v.dtype``; computed without gradient.
+    """
+    if v.shape != v_prev.shape:
+        raise ValueError(
+            f'Elliptical attention needs the previous layer\'s values with '
+            f'the same shape as this layer\'s, got {tuple(v_prev.shape)} and '
+            f'{tuple(v.shape)}: both layers must see the same tokens and heads.')
+    # One temporary (|v - v_prev|, computed in place) and one reduction that
+    # accumulates in fp32 without an fp32 copy of its input.
+    diff = torch.sub(v, v_prev).abs_()
+    if reduction == 'mean':
+        m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
+    else:
+        m = diff.float().median(dim=-2, keepdim=True).values
+    top = m.amax(dim=-1, keepdim=True)
+    m = torch.where(top > eps, m / top.clamp_min(eps), 1.)
+    return m.to(v.dtype)
+
+
+def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
+    """``[B, N, parts * C]`` projections to ``parts`` tensors ``[B, H, N, d]``."""
+    B, N, C = x.shape
+    x = x.view(B, N, parts, num_heads, C // (parts * num_heads))
+    return x.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def fold_query(x: Tensor, weight: Tensor, bias: Optional[Tensor], m: Tensor,
+               groups: int = 1) -> Tensor:
+    """``(x W^T + b) * m`` computed as ``x (m W)^T + m b``.
+
+    Scaling the C x C query weight per image costs O(C^2) instead of an
+    O(N C) pass over ``q``, and keeps a single query tensor alive for the
+    backward (an explicit ``q * m`` would be a second one).
+
+    Args:
+        x (Tensor): Tokens ``[B * groups, T, C_in]``; ``groups`` consecutive
+            rows (e.g. the windows of one image) share one ``m``.
+        weight (Tensor): Query weight ``[C, C_in]``.
+        bias (Tensor, optional): Query bias ``[C]``.
+        m (Tensor): Relevance ``[B, H, 1, d]`` with ``H * d = C``.
+        groups (int): Rows of ``x`` per image. Defaults to 1.
+
+    Returns:
+        Tensor: Scaled queries ``[B * groups, T, C]``.
+    """
+    B = m.shape[0]
+    rows, T, _ = x.shape
+    m = m.reshape(B, -1, 1)  # [B, C, 1]
+    w = weight * m  # [B, C, C_in]: row c of W scaled by m_c
+    b = None if bias is None else bias * m[..., 0]  # [B, C]
+    if B == 1:  # one GEMM with the bias, like the dot-product path
+        return F.linear(x, w[0], None if b is None else b[0])
+    x = x.reshape(B, groups * T, -1)
+    if b is None:
+        q = torch.bmm(x, w.transpose(1, 2))
+    else:
+        q = torch.baddbmm(b[:, None], x, w.transpose(1, 2))
+    return q.view(rows, T, -1)
+
+
+@dataclass
+class ChainCall:
+    """One call of an attention inside a value chain.
+
+    Attributes:
+        v_prev (Tensor, optional): The previous layer's values, in the layout
+            the attention compares (``[B, H, N, d]``), or None.
+        keep (bool): Whether the next layer reads this layer's values.
+        values (Tensor, optional): This layer's values (detached), set by the
+            attention when ``keep``.
+    """
+    v_prev: Optional[Tensor] = None
+    keep: bool = False
+    values: Optional[Tensor] = None
+
+
+@dataclass
+class AttentionRecord:
+    """What an attention computed, recorded on demand (see ``analysis``).
+
+    Attributes:
+        probs (list[Tensor]): Attention probabilities ``[B', H, N, M]`` of each
+            call, before dropout (explicit path only).
+        relevance (list[Tensor]): ``m`` ``[B, H, 1, d]`` of each call that
+            scored elliptically.
+        to_cpu (bool): Move what is recorded to the CPU.
+    """
+    probs: List[Tensor] = field(default_factory=list)
+    relevance: List[Tensor] = field(default_factory=list)
+    to_cpu: bool = False
+
+    def keep(self, what: str, tensor: Tensor) -> None:
+        """Append a detached ``tensor`` to the list ``what``."""
+        tensor = tensor.detach()
+        getattr(self, what).append(tensor.cpu() if self.to_cpu else tensor)
+
+
+class EllipticalAttentionMixin:
+    """What every elliptical attention kind shares.
+
+    Mixed in before the mmseg / mmcv attention class it makes elliptical, so
+    parameter names, initialisation and checkpoints stay that class's. A
+    module becomes elliptical either by construction (the subclass takes the
+    parent's arguments plus ``elliptical``, ``reduction`` and ``eps``) or in
+    place, by :func:`mmseg_elliptical.models.layers.to_elliptical`.
+
+    Attributes:
+        elliptical (bool): Score elliptically when the previous layer's values
+            are given; False makes the module a dot-product attention that
+            still hands its values on.
+        reduction (str): ``'mean'`` or ``'median'`` over tokens.
+        eps (float): Guard of the max-normalisation.
+        fused_attn (bool): True (default): ``scaled_dot_product_attention``.
+            False: the explicit path, which materialises the probabilities.
+        attention_record (AttentionRecord, optional): When set, each call
+            appends ``m`` and (explicit path) the probabilities to it.
+    """
+
+    def __init__(self,
+                 *args,
+                 elliptical: bool = True,
+                 reduction: str = 'mean',
+                 eps: float = 1e-6,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.init_elliptical(elliptical, reduction, eps)
+
+    def init_elliptical(self,
+                        elliptical: bool = True,
+                        reduction: str = 'mean',
+                        eps: float = 1e-6) -> None:
+        """Set the elliptical options (also after an in-place conversion)."""
+        self.eps = check_estimator_args(reduction, eps)
+        self.elliptical = bool(elliptical)
+        self.reduction = reduction
+        self.fused_attn = True
+        self.attention_record: Optional[AttentionRecord] = None
+        self._chain_call: Optional[ChainCall] = None
+
+    def extra_repr(self) -> str:
+        parent = super().extra_repr()
+        mine = (f'elliptical={self.elliptical}, reduction={self.reduction!r}, '
+                f'eps={self.eps}, fused_attn={self.fused_attn}')
+        return f'{parent}, {mine}' if parent else mine
+
+    @contextmanager
+    def chained(self,
+                v_prev: Optional[Tensor] = None,
+                keep: bool = False) -> Iterator[ChainCall]:
+        """Give the calls inside the previous layer's values; collect this one's.
+
+        Example::
+
+            with attn.chained(v_prev, keep=True) as call:
+                out = attn(x)          # scores with m from call.v_prev
+            v = call.values            # this layer's values, detached
+
+        Args:
+            v_prev (Tensor, optional): The previous layer's values (None:
+                dot-product scoring).
+            keep (bool): Collect this layer's values in ``call.values``.
+
+        Yields:
+            ChainCall: The call's state.
+        """
+        call = self.begin_call(v_prev, keep)
+        try:
+            yield call
+        finally:
+            self.end_call()
+
+    def begin_call(self, v_prev: Optional[Tensor] = None,
+                   keep: bool = False) -> ChainCall:
+        """Start a chain call (what :meth:`chained` does on entry)."""
+        self._chain_call = ChainCall(v_prev, keep)
+        return self._chain_call
+
+    def end_call(self) -> None:
+        """End the chain call (what :meth:`chained` does on exit)."""
+        self._chain_call = None
+
+    def scores_elliptically(self) -> bool:
+        """Whether the current call scores with ``m``."""
+        call = self._chain_call
+        return self.elliptical and call is not None and call.v_prev is not None
+
+    def project(self,
+                x_q: Tensor,
+                x_kv: Tensor,
+                weight: Tensor,
+                bias: Optional[Tensor],
+                groups: int = 1,
+                to_image: Optional[Callable[[Tensor], Tensor]] = None
+                ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+        """Project to q, k, v and estimate ``m`` from v and the previous v.
+
+        The fused path in training folds ``m`` into the query weight
+        (:func:`fold_query`); otherwise q comes from the same GEMM as k and v
+        (when ``x_kv is x_q``) and ``m`` is returned for :meth:`attend`.
+
+        Args:
+            x_q (Tensor): Query tokens ``[B', N, C]``.
+            x_kv (Tensor): Key/value tokens ``[B', M, C]`` (may be ``x_q``).
+            weight (Tensor): Packed ``[W_q; W_k; W_v]`` of shape ``[3C, C]``.
+            bias (Tensor, optional): Packed bias ``[3C]``.
+            groups (int): Consecutive batch rows that share one ``m`` (the
+                windows of an image). Defaults to 1.
+            to_image (callable, optional): Maps v ``[B', H, M, d]`` to the
+                per-image layout ``[B, H, M', d]`` that ``m`` is estimated
+                on and the next layer compares with.
+
+        Returns:
+            tuple: q, k, v ``[B', H, *, d]`` and the ``m`` :meth:`attend` must
+            still apply to q (``[B', H, 1, d]``; None when there is none or it
+            was folded).
+        """
+        H = self.num_heads
+        C = weight.shape[0] // 3
+        call = self._chain_call
+        elliptical = self.scores_elliptically()
+        fold = elliptical and self.fused_attn and torch.is_grad_enabled()
+        if x_kv is x_q and not fold:
+            q, k, v = split_heads(F.linear(x_q, weight, bias), 3, H)
+        else:
+            w_q, w_kv = weight.split([C, 2 * C])
+            b_q = b_kv = None
+            if bias is not None:
+                b_q, b_kv = bias.split([C, 2 * C])
+            k, v = split_heads(F.linear(x_kv, w_kv, b_kv), 2, H)
+            if not fold:
+                q, = split_heads(F.linear(x_q, w_q, b_q), 1, H)
+        m = None
+        if call is not None and (call.keep or elliptical):
+            v_image = v if to_image is None else to_image(v)
+            if call.keep:
+                call.values = v_image.detach()
+            if elliptical:
+                m = relevance(v_image, call.v_prev, self.reduction, self.eps)
+                if self.attention_record is not None:
+                    self.attention_record.keep('relevance', m)
+        if fold:
+            q, = split_heads(fold_query(x_q, w_q, b_q, m, groups), 1, H)
+            return q, k, v, None
+        if m is not None and groups > 1:
+            m = m.repeat_interleave(groups, dim=0)
+        return q, k, v, m
+
+    def attend(self,
+               q: Tensor,
+               k: Tensor,
+               v: Tensor,
+               m: Optional[Tensor] = None,
+               bias: Optional[Tensor] = None,
+               dropout_p: float = 0.,
+               scale: Optional[float] = None) -> Tensor:
+        """``softmax((q * m) k^T * scale + bias) v``, fused or explicit.
+
+        Args:
+            q, k, v (Tensor): ``[B', H, N, d]``, ``[B', H, M, d]`` (twice).
+            m (Tensor, optional): Relevance ``[B', H, 1, d]`` still to apply
+                to q. Under no-grad in the fused path q is scaled in place.
+            bias (Tensor, optional): Additive score bias broadcastable to
+                ``[B', H, N, M]`` (relative positions, shift masks).
+            dropout_p (float): Dropout on the probabilities (training only).
+            scale (float, optional): Score scale; defaults to ``d ** -0.5``.
+
+        Returns:
+            Tensor: ``[B', H, N, d]``.
+        """
+        if not self.training:
+            dropout_p = 0.
+        if not self.fused_attn:  # the paper's formulation, probabilities kept
+            if m is not None:
+                q = q * m
+            scores = (q @ k.transpose(-2, -1)) * (
+                q.shape[-1]**-0.5 if scale is None else scale)
+            if bias is not None:
+                scores = scores + bias
+            probs = scores.softmax(dim=-1)
+            if self.attention_record is not None:
+                self.attention_record.keep('probs', probs)
+            return F.dropout(probs, dropout_p, self.training) @ v
+        if m is not None:
+            q = q * m if torch.is_grad_enabled() else q.mul_(m)
+        if bias is not None:
+            bias = bias.to(q.dtype)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)

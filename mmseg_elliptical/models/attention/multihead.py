@@ -1,0 +1,137 @@
+"""Elliptical versions of mmcv's ``MultiheadAttention`` and its mmseg kin.
+
+One attention kind: packed ``in_proj`` weights of ``nn.MultiheadAttention``,
+queries from the tokens, keys and values from the tokens (ViT, Segmenter head)
+or from spatially reduced tokens (MiT's ``EfficientMultiheadAttention``,
+Twins' ``GlobalSubsampledAttention``).
+"""
+from typing import Optional, Sequence
+
+from mmcv.cnn.bricks.transformer import MultiheadAttention
+from torch import Tensor
+
+from mmseg.models.backbones.mit import EfficientMultiheadAttention
+from mmseg.models.backbones.twins import GlobalSubsampledAttention
+from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
+from mmseg.registry import MODELS
+from ..conversion import elliptical_version_of
+from .core import EllipticalAttentionMixin
+
+
+@MODELS.register_module()
+@elliptical_version_of(MultiheadAttention)
+class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
+    """mmcv's ``MultiheadAttention`` (self-attention) with elliptical scores.
+
+    Same parameters (``attn.in_proj_weight``, ``attn.in_proj_bias``,
+    ``attn.out_proj.*``) and arguments as mmcv's class, plus:
+
+    Args:
+        *args: Arguments of mmcv's ``MultiheadAttention``; ``batch_first``
+            defaults to True and must be True (``[B, N, C]`` tokens).
+        elliptical (bool): Score elliptically when the previous layer's
+            values are given. Defaults to True.
+        reduction (str): ``'mean'`` or ``'median'``. Defaults to ``'mean'``.
+        eps (float): Guard of the max-normalisation. Defaults to 1e-6.
+        **kwargs: Keyword arguments of mmcv's ``MultiheadAttention``.
+    """
+
+    def __init__(self, *args, batch_first: bool = True, **kwargs) -> None:
+        super().__init__(*args, batch_first=batch_first, **kwargs)
+        self.check_convertible(self)
+
+    @classmethod
+    def check_convertible(cls, module: MultiheadAttention) -> None:
+        """Raise a ``ValueError`` for configurations this class does not run.
+
+        Args:
+            module (MultiheadAttention): The module to convert.
+        """
+        name = type(module).__name__
+        if not module.batch_first:
+            raise ValueError(f'{name}: elliptical attention supports '
+                             'batch_first=True only ([B, N, C] tokens, as '
+                             'mmseg\'s transformers use).')
+        if not module.attn._qkv_same_embed_dim:
+            raise ValueError(f'{name}: elliptical attention needs the packed '
+                             'in_proj_weight (kdim = vdim = embed_dims).')
+        if module.attn.bias_k is not None:
+            raise ValueError(f'{name}: add_bias_kv is not supported.')
+
+    def forward(self,
+                query: Tensor,
+                identity: Optional[Tensor] = None,
+                **kwargs) -> Tensor:
+        """Self-attention over ``query`` plus the shortcut.
+
+        Args:
+            query (Tensor): Normalised tokens ``[B, N, C]``.
+            identity (Tensor, optional): Shortcut added to the output;
+                defaults to ``query``.
+
+        Returns:
+            Tensor: ``[B, N, C]``.
+        """
+        unsupported = sorted(k for k, v in kwargs.items() if v is not None)
+        if unsupported:
+            raise TypeError(
+                f'{type(self).__name__} is self-attention only (as in '
+                f'mmseg\'s ViT); got {unsupported}.')
+        return self.attend_tokens(query, query, identity)
+
+    def attend_tokens(self, x_q: Tensor, x_kv: Tensor,
+                      identity: Optional[Tensor]) -> Tensor:
+        """Queries from ``x_q`` attend to keys and values from ``x_kv``."""
+        B, N, C = x_q.shape
+        mha = self.attn
+        q, k, v, m = self.project(x_q, x_kv, mha.in_proj_weight,
+                                  mha.in_proj_bias)
+        out = self.attend(q, k, v, m, dropout_p=mha.dropout)
+        out = mha.out_proj(out.transpose(1, 2).reshape(B, N, C))
+        if identity is None:
+            identity = x_q
+        return identity + self.dropout_layer(self.proj_drop(out))
+
+
+@MODELS.register_module()
+@elliptical_version_of(EfficientMultiheadAttention)
+class EllipticalEfficientMultiheadAttention(EllipticalAttention,
+                                            EfficientMultiheadAttention):
+    """MiT's spatial-reduction attention (SegFormer) with elliptical scores.
+
+    Keys and values come from the tokens reduced by ``sr`` (a strided conv)
+    and ``norm``; ``m`` compares the values of consecutive blocks over these
+    reduced tokens. Same parameters and arguments as mmseg's
+    ``EfficientMultiheadAttention``, plus ``elliptical``, ``reduction`` and
+    ``eps`` (see :class:`EllipticalAttention`).
+    """
+
+    def forward(self,
+                x: Tensor,
+                hw_shape: Sequence[int],
+                identity: Optional[Tensor] = None) -> Tensor:
+        """Attend from the tokens to the reduced tokens, plus the shortcut.
+
+        Args:
+            x (Tensor): Normalised tokens ``[B, N, C]``.
+            hw_shape (Sequence[int]): ``(H, W)`` of the token grid.
+            identity (Tensor or float, optional): Shortcut; defaults to ``x``.
+
+        Returns:
+            Tensor: ``[B, N, C]``.
+        """
+        x_kv = x
+        if self.sr_ratio > 1:
+            x_kv = self.norm(nchw_to_nlc(self.sr(nlc_to_nchw(x, hw_shape))))
+        return self.attend_tokens(x, x_kv, identity)
+
+
+@MODELS.register_module()
+@elliptical_version_of(GlobalSubsampledAttention)
+class EllipticalGlobalSubsampledAttention(
+        EllipticalEfficientMultiheadAttention, GlobalSubsampledAttention):
+    """Twins' global sub-sampled attention with elliptical scores.
+
+    mmseg's ``GlobalSubsampledAttention`` is ``EfficientMultiheadAttention``
+    renamed; so is this class :class:`EllipticalEfficientMultiheadAttention`.
+    """

@@ -1,0 +1,317 @@
+"""Make mmseg transformer layers elliptical in place and chain their values.
+
+The previous layer's values reach each attention through a
+:class:`ValueChain` shared by the layers of one chain (a ViT, one stage of a
+hierarchical backbone, the Segmenter head). Each converted layer's ``forward``
+(:class:`EllipticalLayerMixin`) takes the previous values from the chain
+before running mmseg's own ``forward`` and hands its attention's values on
+after it, so no backbone or layer ``forward`` of mmseg is copied.
+
+Gradient checkpointing (``with_cp``) is done by the mixin, with the previous
+values as an explicit input of the checkpointed function: a recomputation in
+the backward sees the values of its own forward, also when several forwards
+run before one backward (gradient accumulation).
+
+Modules are converted in place by :func:`.conversion.to_elliptical`.
+"""
+import difflib
+import inspect
+from collections.abc import Iterable, Mapping
+from numbers import Integral
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch.nn as nn
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from .attention.core import check_estimator_args
+from .conversion import to_elliptical
+
+
+class ValueChain:
+    """Hands each layer's attention values to the next layer, per forward.
+
+    Values are kept only where the next layer scores elliptically, and each is
+    dropped as soon as it is read. The first layer of the chain clears what a
+    failed forward may have left.
+
+    Args:
+        attentions (Sequence[nn.Module]): The chain's elliptical attentions,
+            in forward order (their ``elliptical`` flags are read live).
+    """
+
+    def __init__(self, attentions: Sequence[nn.Module]) -> None:
+        self.attentions = list(attentions)
+        self.values: List[Optional[Tensor]] = [None] * len(self.attentions)
+
+    def __len__(self) -> int:
+        return len(self.attentions)
+
+    def keeps(self, index: int) -> bool:
+        """Whether the layer after ``index`` reads ``index``'s values."""
+        return index + 1 < len(self) and self.attentions[index + 1].elliptical
+
+    def take(self, index: int) -> Optional[Tensor]:
+        """The values layer ``index`` scores with (None: dot-product)."""
+        if index == 0:
+            self.values = [None] * len(self)
+            return None
+        if not self.attentions[index].elliptical:
+            return None
+        v_prev, self.values[index - 1] = self.values[index - 1], None
+        if v_prev is None:
+            raise RuntimeError(
+                f'Layer {index} of this chain scores elliptically with the '
+                f'values of layer {index - 1} from the same forward, but layer '
+                f'{index - 1} has not run since layer 0; run the layers in '
+                'order through the backbone\'s forward.')
+        return v_prev
+
+    def put(self, index: int, values: Optional[Tensor]) -> None:
+        """Keep layer ``index``'s values if the next layer reads them."""
+        if self.keeps(index):
+            self.values[index] = values
+
+
+class EllipticalLayerMixin:
+    """Runs an mmseg transformer layer inside a :class:`ValueChain`.
+
+    Mixed in before the mmseg layer class; the layer's attention (``attn``)
+    must be elliptical. Outside a chain (``value_chain`` None) the layer is
+    mmseg's, with dot-product scores.
+    """
+    value_chain: Optional[ValueChain] = None
+    chain_index: int = 0
+
+    def forward(self, x: Tensor, *args, **kwargs):
+        chain = self.value_chain
+        if chain is None:
+            return super().forward(x, *args, **kwargs)
+        v_prev = chain.take(self.chain_index)
+        keep = chain.keeps(self.chain_index)
+        if getattr(self, 'with_cp', False) and x.requires_grad:
+            out, values = checkpoint(
+                self._forward_in_chain, x, v_prev, keep, *args,
+                use_reentrant=False, **kwargs)
+        else:
+            out, values = self._forward_in_chain(x, v_prev, keep, *args,
+                                                 **kwargs)
+        chain.put(self.chain_index, values)
+        return out
+
+    def _forward_in_chain(self, x: Tensor, v_prev: Optional[Tensor],
+                          keep: bool, *args, **kwargs):
+        # mmseg's forward, with the previous values given to the attention
+        # and without mmseg's own checkpoint (forward() checkpoints this).
+        # try/finally rather than context managers: torch.compile traces it.
+        call = self.attn.begin_call(v_prev, keep)
+        with_cp = getattr(self, 'with_cp', False)
+        if with_cp:
+            self.with_cp = False
+        try:
+            out = super().forward(x, *args, **kwargs)
+        finally:
+            self.attn.end_call()
+            if with_cp:
+                self.with_cp = True
+        return out, call.values
+
+
+def check_elliptical_layers(elliptical_layers: Optional[Sequence[int]],
+                            stage_depths: Sequence[int],
+                            owner: str) -> Tuple[int, ...]:
+    """Validate ``elliptical_layers`` and resolve the default.
+
+    Args:
+        elliptical_layers (Sequence[int], optional): Global indices (0-based,
+            in forward order across stages) of the layers that score
+            elliptically; None means every layer but the first of each stage.
+        stage_depths (Sequence[int]): Number of layers of each stage.
+        owner (str): Class name, for the error message.
+
+    Returns:
+        tuple[int, ...]: Sorted layer indices.
+    """
+    starts = np.cumsum([0, *stage_depths[:-1]]).tolist()
+    total = int(sum(stage_depths))
+    allowed = [i for i in range(total) if i not in starts]
+    if len(stage_depths) == 1:
+        valid = (f'distinct integers in 1..{total - 1}' if total > 1 else
+                 'an empty list (a single layer has no previous values)')
+        first = 'layer 0 has no previous layer\'s values and stays dot-product'
+    else:
+        valid = f'distinct integers among {allowed}'
+        first = (f'the first layer of each stage ({starts}) has no previous '
+                 'layer\'s values in its stage and stays dot-product')
+    if elliptical_layers is None:
+        return tuple(allowed)
+    if not isinstance(elliptical_layers, Iterable) or isinstance(
+            elliptical_layers, (str, bytes, Mapping)):
+        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                         f'must be a list of {valid}.')
+    items = tuple(elliptical_layers)  # also a generator, read once
+    if not all(
+            isinstance(i, Integral) and not isinstance(i, (bool, np.bool_))
+            for i in items):
+        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                         f'must be a list of {valid}, not of '
+                         f'{sorted({type(i).__name__ for i in items})}.')
+    layers = [int(i) for i in items]  # numpy integers become ints
+    bad = [i for i in layers if i not in allowed]
+    if bad:
+        reason = f'{first}; ' if set(bad) & set(starts) else ''
+        raise ValueError(f'{owner}: elliptical_layers={layers!r} contains '
+                         f'{bad}: {reason}valid are {valid}.')
+    if len(set(layers)) != len(layers):
+        raise ValueError(f'{owner}: elliptical_layers={layers!r} has '
+                         f'duplicates; valid are {valid}.')
+    return tuple(sorted(layers))
+
+
+def make_elliptical(stages: Sequence[Sequence[nn.Module]],
+                    elliptical_layers: Optional[Sequence[int]],
+                    reduction: str, eps: float, owner: str) -> Tuple[int, ...]:
+    """Convert mmseg transformer layers and chain their values, per stage.
+
+    Every layer and its attention (``layer.attn``) become elliptical (so each
+    hands its values on); those in ``elliptical_layers`` score elliptically,
+    the others keep dot-product scores. The arguments are validated first.
+
+    Args:
+        stages (Sequence[Sequence[nn.Module]]): The layers of each stage, in
+            forward order; the chain restarts at each stage.
+        elliptical_layers (Sequence[int], optional): See
+            :func:`check_elliptical_layers`.
+        reduction (str): Estimator reduction, ``'mean'`` or ``'median'``.
+        eps (float): Guard of the max-normalisation.
+        owner (str): Class name, for error messages.
+
+    Returns:
+        tuple[int, ...]: The resolved elliptical layer indices.
+    """
+    resolved = check_elliptical_layers(elliptical_layers,
+                                       [len(s) for s in stages], owner)
+    eps = check_estimator_args(reduction, eps, owner=f'{owner}: ')
+    index = 0
+    for stage in stages:
+        for layer in stage:
+            to_elliptical(layer)
+            to_elliptical(
+                layer.attn,
+                elliptical=index in resolved,
+                reduction=reduction,
+                eps=eps)
+            index += 1
+        chain = ValueChain([layer.attn for layer in stage])
+        for j, layer in enumerate(stage):
+            layer.value_chain, layer.chain_index = chain, j
+    return resolved
+
+
+def check_images(inputs: Tensor, owner: str) -> None:
+    """Reject anything but a float ``[B, C, H, W]`` batch, naming the problem.
+
+    Args:
+        inputs (Tensor): The backbone's input.
+        owner (str): Class name, for the message.
+    """
+    if not isinstance(inputs, Tensor) or inputs.dim() != 4 \
+            or not inputs.is_floating_point():
+        shape = tuple(getattr(inputs, 'shape', ()))
+        raise ValueError(
+            f'{owner} expects a float batch of images [B, C, H, W], got shape '
+            f'{shape} and dtype {getattr(inputs, "dtype", type(inputs))} '
+            '(images are normalised to float by the data preprocessor).')
+
+
+def check_kwargs(cls: type, parent: type, kwargs: dict,
+                 own: Sequence[str]) -> None:
+    """Reject keyword arguments neither ``cls`` nor ``parent`` accepts.
+
+    Without this, a misspelt keyword reaches ``parent.__init__`` and Python's
+    ``TypeError`` names mmseg's class instead of the plugin's.
+
+    Args:
+        cls (type): The plugin class, for the message.
+        parent (type): The mmseg class whose ``__init__`` gets ``kwargs``.
+        kwargs (dict): The keyword arguments passed on to ``parent``.
+        own (Sequence[str]): The plugin class's own argument names.
+    """
+    params = inspect.signature(parent.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [*own, *(n for n in params if n != 'self')]
+    for name in kwargs:
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else (
+                f'; valid are {sorted(valid)}.')
+            raise TypeError(f'{cls.__name__} got an unexpected keyword '
+                            f'argument {name!r}{hint}')
+
+
+class EllipticalTransformerMixin:
+    """The elliptical version of an mmseg transformer backbone or head.
+
+    Mixed in before the mmseg class: its ``__init__`` builds mmseg's model,
+    then converts the layers that :meth:`layer_stages` returns
+    (:func:`make_elliptical`); ``forward`` validates the input, then runs
+    mmseg's ``forward``. A built mmseg model converts in place with
+    ``to_elliptical(model.backbone, elliptical_layers=...)``.
+
+    Args:
+        elliptical_layers (Sequence[int], optional): Global indices (0-based,
+            in forward order across stages) of the layers that score
+            elliptically. Defaults to None: every layer but the first of each
+            stage. ``[]``: mmseg's model exactly.
+        relevance_reduction (str): ``'mean'`` (the paper) or ``'median'`` over
+            tokens of ``|v^l - v^(l-1)|``. Defaults to ``'mean'``.
+        relevance_eps (float): Below this ``max_d m_d``, ``m`` falls back to
+            all ones (dot-product). Defaults to 1e-6.
+        **kwargs: Arguments of the mmseg class.
+    """
+    OWN_ARGS = ('elliptical_layers', 'relevance_reduction', 'relevance_eps')
+
+    def __init__(self,
+                 elliptical_layers: Optional[Sequence[int]] = None,
+                 relevance_reduction: str = 'mean',
+                 relevance_eps: float = 1e-6,
+                 **kwargs) -> None:
+        check_kwargs(type(self), self.mmseg_class(), kwargs, self.OWN_ARGS)
+        super().__init__(**kwargs)
+        self.init_elliptical(elliptical_layers, relevance_reduction,
+                             relevance_eps)
+
+    def init_elliptical(self,
+                        elliptical_layers: Optional[Sequence[int]] = None,
+                        relevance_reduction: str = 'mean',
+                        relevance_eps: float = 1e-6) -> None:
+        """Convert the layers (also after an in-place conversion of mmseg's
+        model by :func:`~mmseg_elliptical.models.to_elliptical`)."""
+        self.elliptical_layers = make_elliptical(
+            self.layer_stages(), elliptical_layers, relevance_reduction,
+            relevance_eps, type(self).__name__)
+
+    @classmethod
+    def mmseg_class(cls) -> type:
+        """The mmseg class this one makes elliptical."""
+        mro = cls.__mro__
+        return mro[mro.index(EllipticalTransformerMixin) + 1]
+
+    def layer_stages(self) -> List[Sequence[nn.Module]]:
+        """The transformer layers of each stage, in forward order."""
+        raise NotImplementedError
+
+    def check_inputs(self, inputs) -> None:
+        """Raise a clear error for input mmseg's forward would choke on."""
+        check_images(inputs, type(self).__name__)
+
+    def forward(self, inputs, *args, **kwargs):
+        self.check_inputs(inputs)
+        return super().forward(inputs, *args, **kwargs)
+
+    def train(self, mode: bool = True) -> nn.Module:
+        """Set train/eval mode (honouring ``norm_eval``) and return self."""
+        super().train(mode)  # some mmseg backbones return None
+        return self

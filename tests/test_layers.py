@@ -1,0 +1,159 @@
+"""The value chain: values reach the next layer, also under with_cp
+recomputation, gradient accumulation and torch.compile.
+
+The oracle is ``naive_forward`` of test_backbone (the method written out
+layer by layer); the chain keeps nothing between forwards.
+"""
+import pytest
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
+                                     EllipticalVisionTransformer, ValueChain)
+from test_backbone import ARCH, naive_forward
+
+pytestmark = pytest.mark.usefixtures('single_thread')
+MIT = dict(embed_dims=8, num_layers=[2, 2, 2, 1], num_heads=[1, 2, 2, 4],
+           sr_ratios=[4, 2, 1, 1])
+
+
+def build(cls=EllipticalVisionTransformer, **kwargs):
+    torch.manual_seed(0)
+    arch = ARCH if cls is EllipticalVisionTransformer else MIT
+    model = cls(**dict(arch, **kwargs))
+    model.init_weights()
+    return model.train()
+
+
+def images(seed: int, size: int = 32) -> torch.Tensor:
+    return torch.randn(2, 3, size, size,
+                       generator=torch.Generator().manual_seed(seed))
+
+
+def loss_of(model, x):
+    return sum(f.square().mean() for f in model(x))
+
+
+def grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the tensors autograd saves for the backward of ``fn()``."""
+    total = []
+
+    def pack(t):
+        total.append(t.numel() * t.element_size())
+        return t
+
+    with saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(total), out
+
+
+@pytest.mark.parametrize('cls', [EllipticalVisionTransformer,
+                                 EllipticalMixVisionTransformer])
+def test_with_cp_saves_less_and_gives_the_same_gradients(cls):
+    size = 32 if cls is EllipticalVisionTransformer else 64
+    x = images(0, size)
+    results = {}
+    for with_cp in (False, True):
+        model = build(cls, with_cp=with_cp)
+        nbytes, loss = saved_bytes(lambda: loss_of(model, x))
+        loss.backward()
+        results[with_cp] = nbytes, loss.detach(), grads(model)
+    (plain_bytes, plain_loss, plain), (cp_bytes, cp_loss, cp) = \
+        results[False], results[True]
+    assert cp_bytes < plain_bytes / 2, (cp_bytes, plain_bytes)
+    torch.testing.assert_close(cp_loss, plain_loss, rtol=0, atol=0)
+    assert cp.keys() == plain.keys()
+    for name in plain:
+        torch.testing.assert_close(cp[name], plain[name], rtol=0, atol=1e-6,
+                                   msg=name)
+
+
+@pytest.mark.parametrize('with_cp', [False, True])
+def test_two_forwards_before_one_backward(with_cp):
+    """Gradient accumulation over a summed loss: each recomputation must see
+    the values of its own forward, not those of the last one."""
+    x1, x2 = images(1), images(2)
+    model = build(with_cp=with_cp)
+    (loss_of(model, x1) + loss_of(model, x2)).backward()
+    accumulated = grads(model)
+    reference = build()
+    for x in (x1, x2):
+        loss_of(reference, x).backward()  # one at a time, grads add up
+    expected = grads(reference)
+    for name in expected:
+        torch.testing.assert_close(accumulated[name], expected[name],
+                                   rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_chain_keeps_nothing_between_forwards():
+    model = build().eval()
+    chain = model.layers[0].value_chain
+    assert isinstance(chain, ValueChain) and len(chain) == 4
+    assert all(layer.value_chain is chain for layer in model.layers)
+    with torch.no_grad():
+        model(images(0))
+    assert chain.values == [None] * 4
+    # Values are kept only for elliptical successors: with layers 1..3
+    # elliptical, 0..2 hand theirs on; with [] nothing is kept.
+    assert [chain.keeps(i) for i in range(4)] == [True, True, True, False]
+    plain = build(elliptical_layers=[]).layers[0].value_chain
+    assert not any(plain.keeps(i) for i in range(4))
+
+
+def test_each_stage_has_its_own_chain():
+    model = build(EllipticalMixVisionTransformer)
+    chains = [stage[1][0].value_chain for stage in model.layers]
+    assert len({id(c) for c in chains}) == 4
+    assert [len(c) for c in chains] == [2, 2, 2, 1]
+    assert model.elliptical_layers == (1, 3, 5)
+    assert [[block.attn.elliptical for block in stage[1]]
+            for stage in model.layers] == [[False, True], [False, True],
+                                           [False, True], [False]]
+
+
+def test_layers_out_of_order_are_an_error():
+    model = build().eval()
+    tokens = torch.randn(2, 17, 24)
+    with torch.no_grad():
+        model.layers[0](tokens)
+        model.layers[1](tokens)  # fine: layer 0 ran just before
+        with pytest.raises(RuntimeError, match='layer 2 has not run since'):
+            model.layers[3](tokens)
+
+
+def test_a_failed_forward_leaves_no_stale_values():
+    model = build().eval()
+    x = images(0)
+    with torch.no_grad():
+        expected = model(x)[0]
+        model.layers[0](torch.randn(2, 17, 24))  # values of other tokens
+        torch.testing.assert_close(model(x)[0], expected)
+
+
+@pytest.mark.parametrize('with_cp', [False, True])
+def test_torch_compile_matches_eager(with_cp):
+    model = build(with_cp=with_cp)
+    x = images(3)
+    torch.testing.assert_close(naive_forward(model, x), model(x)[0],
+                               atol=1e-5, rtol=1e-5)
+    loss_of(model, x).backward()
+    eager = grads(model)
+    model.zero_grad()
+    torch._dynamo.reset()
+    # fullgraph: the chain compiles without graph breaks (with_cp: torch
+    # breaks the graph around the checkpoint, still correct).
+    compiled = torch.compile(model, backend='aot_eager',
+                             fullgraph=not with_cp)
+    out = compiled(x)
+    torch.testing.assert_close(out[0], naive_forward(model, x), atol=1e-5,
+                               rtol=1e-5)
+    sum(f.square().mean() for f in out).backward()
+    for name, g in eager.items():
+        torch.testing.assert_close(grads(model)[name], g, atol=1e-6,
+                                   rtol=1e-5, msg=name)
+    torch._dynamo.reset()
