@@ -11,7 +11,6 @@ from typing import Callable, Dict
 
 import torch.nn as nn
 
-
 ELLIPTICAL_VERSIONS: Dict[type, type] = {}
 
 
