@@ -1,18 +1,25 @@
-"""Every shipped config builds with nothing but its ``custom_imports``."""
+"""Every shipped config builds with nothing but its ``custom_imports`` and is
+mmseg's own config plus the keys that change."""
 import glob
 import json
 import os.path as osp
+import re
 import subprocess
 import sys
 
+import pytest
 from mmengine.config import Config
 
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT
+from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils import mmseg_config_path
 
 CONFIGS = sorted(
-    glob.glob(osp.join(ROOT, 'configs', 'elliptical', '*.py')) +
-    glob.glob(osp.join(ROOT, 'configs', 'demo', '*.py')))
+    p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))
+    if osp.basename(osp.dirname(p)) != '_base_')
+FAMILY = [p for p in CONFIGS if '/demo/' not in p]
+MMSEG_NAMES = {cls.__name__: src.__name__
+               for src, cls in ELLIPTICAL_VERSIONS.items()}
 
 # Runs in a fresh interpreter that never imports mmseg_elliptical itself.
 BUILD_ALL = r'''
@@ -24,10 +31,11 @@ out = {}
 for path in sys.argv[1:]:
     cfg = Config.fromfile(path)  # applies custom_imports
     cfg.model.pretrained = None
+    cfg.model.backbone.pop('init_cfg', None)
     model = MODELS.build(cfg.model)
     out[path] = [type(model.backbone).__name__,
-                 type(model.decode_head).__name__,
-                 sum(p.numel() for p in model.parameters())]
+                 type(model.decode_head).__name__]
+    del model
 print(json.dumps(out))
 '''
 
@@ -52,47 +60,53 @@ def flatten(d, prefix=''):
     return items
 
 
-def test_all_configs_build_through_custom_imports():
-    assert len(CONFIGS) == 9
+def mmseg_base(path: str) -> str:
+    """The ``mmseg::`` config a shipped config inherits (maybe through one of
+    ours)."""
+    with open(path, encoding='utf-8') as f:
+        bases = re.findall(r"""_base_ = \['([^']+)'\]""", f.read())
+    assert len(bases) == 1, (path, bases)
+    if bases[0].startswith('mmseg::'):
+        return bases[0]
+    return mmseg_base(osp.join(osp.dirname(path), bases[0]))
+
+
+def test_every_config_builds_through_custom_imports():
     proc = subprocess.run([sys.executable, '-c', BUILD_ALL, *CONFIGS],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     built = json.loads(proc.stdout.strip().splitlines()[-1])
-    for path, (backbone, head, _) in built.items():
+    assert set(built) == set(CONFIGS)
+    for path, (backbone, head) in built.items():
         name = osp.basename(path)
-        expected = ('EllipticalVisionTransformer'
-                    if 'elliptical-' in name.split('_')[1] else
-                    'VisionTransformer')
+        expected = Config.fromfile(path).model.backbone.type
         assert backbone == expected, name
-        expected = ('EllipticalMaskTransformerHead'
-                    if '_elliptical-mask_' in name else
-                    'SegmenterMaskTransformerHead')
-        assert head == expected, name
-    # Elliptical attention adds no parameters.
-    sizes = {osp.basename(p): n for p, (_, _, n) in built.items()}
-    for s in 'tsb':
-        assert len({
-            sizes[f'segmenter_elliptical-vit-{s}_mask_8xb1-160k_'
-                  'ade20k-512x512.py'],
-            sizes[f'segmenter_elliptical-vit-{s}_elliptical-mask_8xb1-160k_'
-                  'ade20k-512x512.py']
-        }) == 1
+        assert (backbone in MMSEG_NAMES) == ('elliptical-' in name), name
+        assert head.startswith('Elliptical') == (
+            '_elliptical-mask_' in name), name
 
 
-def test_elliptical_configs_change_only_the_attention():
-    for s in 'tsb':
-        ours = Config.fromfile(
-            osp.join(ROOT, 'configs', 'elliptical',
-                     f'segmenter_elliptical-vit-{s}_mask_8xb1-160k_'
-                     'ade20k-512x512.py'))
-        base = Config.fromfile(
-            mmseg_config_path(f'mmseg::segmenter/segmenter_vit-{s}_mask_'
-                              '8xb1-160k_ade20k-512x512.py'))
-        a, b = flatten(ours.to_dict()), flatten(base.to_dict())
-        changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
-        assert changed == {'model.backbone.type', 'custom_imports.imports',
-                           'custom_imports.allow_failed_imports'}
-        assert a['model.backbone.type'] == 'EllipticalVisionTransformer'
+@pytest.mark.parametrize('path', FAMILY, ids=osp.basename)
+def test_configs_are_mmseg_configs_plus_the_attention(path):
+    """The name is mmseg's with ``elliptical-`` before the backbone, and
+    only the backbone (or head) type changes, but for the authors' recipe."""
+    base = mmseg_base(path)
+    name = osp.basename(path)
+    assert name.replace('elliptical-', '', 1) == osp.basename(base) or (
+        'deit-t' in name or '_elliptical-mask_' in name)
+    ours = flatten(Config.fromfile(path).to_dict())
+    theirs = flatten(Config.fromfile(mmseg_config_path(base)).to_dict())
+    changed = {k for k in ours.keys() | theirs.keys()
+               if ours.get(k) != theirs.get(k)}
+    if 'deit-t' in name:  # the authors' recipe: see test_authors_recipe
+        return
+    expected = {'model.backbone.type', 'custom_imports.imports',
+                'custom_imports.allow_failed_imports'}
+    if '_elliptical-mask_' in name:
+        expected.add('model.decode_head.type')
+    assert changed == expected
+    assert MMSEG_NAMES[ours['model.backbone.type']] == \
+        theirs['model.backbone.type']
 
 
 def test_demo_twins_differ_only_in_backbone_type():
@@ -105,7 +119,7 @@ def test_demo_twins_differ_only_in_backbone_type():
 
 def test_authors_recipe():
     cfg = Config.fromfile(
-        osp.join(ROOT, 'configs', 'elliptical',
+        osp.join(ROOT, 'configs', 'segmenter',
                  'segmenter_elliptical-deit-t_mask_8xb1-160k_'
                  'ade20k-512x512.py'))
     opt = cfg.optim_wrapper.optimizer

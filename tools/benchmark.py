@@ -63,7 +63,7 @@ from mmengine.utils import ProgressBar, mkdir_or_exist
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 ELLIPTICAL_CFG = osp.join(
-    ROOT, 'configs', 'elliptical',
+    ROOT, 'configs', 'segmenter',
     'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
 DOT_CFG = 'mmseg::segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'
 MODES = ('infer', 'train')
