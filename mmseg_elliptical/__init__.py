@@ -2,6 +2,13 @@
 
 Importing the package registers every component in mmseg's registries; configs
 load it with ``custom_imports = dict(imports=['mmseg_elliptical'])``.
+
+Its one other effect: mmengine's loader for local checkpoint files is replaced
+by a weights-only loader that also allows the objects mmengine itself pickles
+(torch >= 2.6 refuses them otherwise), logged once. Set the environment
+variable ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` to keep mmengine's loader, or
+call :func:`mmseg_elliptical.utils.unregister_checkpoint_loader`; see
+:mod:`mmseg_elliptical.utils.checkpoint`.
 """
 from . import datasets, models, transforms  # noqa: F401
 from .utils import register_checkpoint_loader

@@ -1,6 +1,7 @@
 """Checkpoints: timm/DeiT conversion, dot-product <-> elliptical Segmenter
 checkpoints, and mmengine checkpoints under torch's weights-only loader."""
 import argparse
+import json
 import os
 import os.path as osp
 import pickle
@@ -261,6 +262,53 @@ def test_mmengine_checkpoint_needs_the_allow_list(trained) -> None:
     state = CheckpointLoader.load_checkpoint(ckpt, map_location='cpu')
     assert state['meta']['iter'] == 2
     assert 'message_hub' in state and 'optimizer' in state
+
+
+# A fresh interpreter: the loader is installed at import, so the switch must
+# be read before it.
+LOADER_SWITCH = r'''
+import json, pickle, sys
+from mmengine.runner.checkpoint import CheckpointLoader
+import mmseg_elliptical
+from mmseg_elliptical.utils import (load_from_local,
+                                    register_checkpoint_loader,
+                                    unregister_checkpoint_loader)
+
+def state(path):
+    try:
+        CheckpointLoader.load_checkpoint(path, map_location='cpu')
+        loads = True
+    except pickle.UnpicklingError:
+        loads = False
+    return [CheckpointLoader._schemes[''] is load_from_local, loads]
+
+out = {'import': state(sys.argv[1])}
+unregister_checkpoint_loader()
+out['unregistered'] = state(sys.argv[1])
+register_checkpoint_loader()
+out['registered'] = state(sys.argv[1])
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize('switch', [None, '0'])
+def test_checkpoint_loader_switch(trained, switch) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    env.pop('MMSEG_ELLIPTICAL_CHECKPOINT_LOADER', None)
+    if switch is not None:
+        env['MMSEG_ELLIPTICAL_CHECKPOINT_LOADER'] = switch
+    proc = subprocess.run([sys.executable, '-c', LOADER_SWITCH, trained[1]],
+                          capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    on = switch is None
+    # [plugin loader installed, the mmengine checkpoint loads]
+    assert out['import'] == [on, on]
+    assert out['unregistered'] == [False, False]  # mmengine's own loader
+    assert out['registered'] == [on, on]
+    logged = proc.stdout.count('weights-only loader that allows mmengine')
+    assert logged == (1 if on else 0)  # once, although installed twice
 
 
 def test_init_model_loads_checkpoint(trained) -> None:
