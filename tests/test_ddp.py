@@ -209,7 +209,7 @@ def test_end_process_group_joins_gloo_threads() -> None:
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, OMP_NUM_THREADS='1'))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    before, during, after, initialized = proc.stdout.split()
+    before, during, after, initialized = proc.stdout.splitlines()[-1].split()
     assert int(during) > int(before), 'gloo started no threads?'
     assert int(after) == int(before), (before, during, after)
     assert initialized == 'False'

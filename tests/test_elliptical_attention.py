@@ -295,17 +295,6 @@ def test_conversion_checks_the_exact_type():
         to_elliptical(MultiheadAttention(C, H, batch_first=False))
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(reduction='max'), 'relevance_reduction'),
-    (dict(eps=0), 'relevance_eps'),
-    (dict(eps=float('nan')), 'relevance_eps'),
-    (dict(batch_first=False), 'batch_first'),
-])
-def test_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        EllipticalAttention(C, H, **kwargs)
-
-
 def test_bad_calls():
     attn = build('vit')
     with pytest.raises(ValueError, match='same shape'):

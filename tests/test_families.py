@@ -238,12 +238,8 @@ def test_hierarchical_against_oracle(kind, layers):
 
 
 @pytest.mark.parametrize('kind', sorted(HIERARCHICAL))
-def test_hierarchical_errors_and_degenerate_inputs(kind):
+def test_hierarchical_degenerate_inputs(kind):
     cls, _, arch = HIERARCHICAL[kind]
-    with pytest.raises(ValueError, match=r'contains \[3\]: the first layer '
-                       r'of each stage \(\[0, 3, 5, 7\]\) .* valid are '
-                       r'distinct integers among \[1, 2, 4, 6, 8\]'):
-        cls(elliptical_layers=[1, 3], **arch)
     torch.manual_seed(0)
     model = cls(**arch)
     model.init_weights()

@@ -1,7 +1,9 @@
-"""Construction-time validation and the registry error without the plugin.
+"""Argument and input validation, and the registry error without the plugin.
 
-Every new argument of the backbone and the head is checked when the module is
-built, and the error names the argument, the value and what is allowed.
+Every new argument of the backbones, the head and the attentions is checked
+when the module is built, and the error names the argument, the value and
+what is allowed; a misspelt keyword names the plugin class and the closest
+valid name; bad input at run time names the problem and the fix.
 """
 import json
 import os
@@ -15,7 +17,10 @@ import torch
 
 from conftest import DEMO_ELLIPTICAL, ROOT
 from mmseg.registry import MODELS
-from mmseg_elliptical.models import (EllipticalMaskTransformerHead,
+from mmseg_elliptical.models import (EllipticalAttention,
+                                     EllipticalMaskTransformerHead,
+                                     EllipticalMixVisionTransformer,
+                                     EllipticalPCPVT,
                                      EllipticalVisionTransformer)
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -27,6 +32,14 @@ HEAD = dict(in_channels=24, channels=24, num_classes=5, num_layers=4,
 MODULES = {
     'backbone': (EllipticalVisionTransformer, BACKBONE),
     'head': (EllipticalMaskTransformerHead, HEAD),
+}
+STAGED = {
+    'mit': (EllipticalMixVisionTransformer,
+            dict(embed_dims=8, num_heads=[1, 2, 2, 4],
+                 num_layers=[3, 2, 2, 2])),
+    'pcpvt': (EllipticalPCPVT,
+              dict(embed_dims=[8, 16, 16, 32], num_heads=[1, 2, 2, 4],
+                   depths=[3, 2, 2, 2])),
 }
 
 
@@ -198,3 +211,74 @@ def test_head_rejects_wrong_channels() -> None:
                        r'feature map has shape \(1, 16, 4, 4\)'):
         head([torch.randn(1, 16, 4, 4)])
     assert head([torch.randn(1, 24, 4, 4)]).shape == (1, 5, 4, 4)
+
+
+@pytest.mark.parametrize('which', sorted(STAGED))
+def test_staged_elliptical_layers(which: str) -> None:
+    cls, arch = STAGED[which]
+    assert cls(**arch).elliptical_layers == (1, 2, 4, 6, 8)
+    assert cls(elliptical_layers=[8, 2], **arch).elliptical_layers == (2, 8)
+    with pytest.raises(ValueError) as info:
+        cls(elliptical_layers=[1, 3], **arch)
+    assert str(info.value) == (
+        f'{cls.__name__}: elliptical_layers=[1, 3] contains [3]: the first '
+        'layer of each stage ([0, 3, 5, 7]) has no previous layer\'s values '
+        'in its stage and stays dot-product; valid are distinct integers '
+        'among [1, 2, 4, 6, 8].')
+    with pytest.raises(ValueError, match=r'contains \[9\]: valid are'):
+        cls(elliptical_layers=[9], **arch)
+
+
+@pytest.mark.parametrize('cls, arch, wrong, right', [
+    (EllipticalVisionTransformer, BACKBONE, 'num_layer', 'num_layers'),
+    (EllipticalVisionTransformer, BACKBONE, 'elliptical_layer',
+     'elliptical_layers'),
+    (EllipticalMaskTransformerHead, HEAD, 'relevance_reduce',
+     'relevance_reduction'),
+    (STAGED['mit'][0], STAGED['mit'][1], 'sr_ratio', 'sr_ratios'),
+    (STAGED['pcpvt'][0], STAGED['pcpvt'][1], 'depth', 'depths'),
+])
+def test_misspelt_keyword_names_the_plugin_class(cls, arch, wrong,
+                                                 right) -> None:
+    with pytest.raises(TypeError) as info:
+        cls(**arch, **{wrong: 1})
+    assert str(info.value) == (f'{cls.__name__} got an unexpected keyword '
+                               f"argument '{wrong}'; did you mean '{right}'?")
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(reduction='max'), 'relevance_reduction'),
+    (dict(eps=0), 'relevance_eps'),
+    (dict(eps=float('nan')), 'relevance_eps'),
+    (dict(batch_first=False), 'batch_first=True only'),
+])
+def test_bad_attention_arguments(kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        EllipticalAttention(24, 3, **kwargs)
+
+
+@pytest.mark.parametrize('which', ['backbone', 'mit'])
+def test_backbone_rejects_wrong_channels_and_non_finite_images(which):
+    cls, arch = MODULES.get(which) or STAGED[which]
+    model = cls(**arch)
+    with pytest.raises(ValueError, match=r'in_channels=3 but the images have '
+                       r'1 channel\(s\) \(shape \(2, 1, 32, 32\)\); .* '
+                       r'set backbone.in_channels=1'):
+        model(torch.zeros(2, 1, 32, 32))
+    x = torch.zeros(2, 3, 32, 32)
+    x[0, 1, 3, 4], x[1, 2, 0, 0] = float('nan'), float('inf')
+    with pytest.raises(ValueError, match=r'the input contains 2 NaN or '
+                       r'infinite values .* set backbone.check_finite=False'):
+        model(x)
+    out = cls(check_finite=False, **arch)(x)  # the check is an option
+    assert not all(torch.isfinite(o).all() for o in out)
+
+
+def test_head_rejects_non_finite_features() -> None:
+    head = build('head')
+    feats = torch.randn(1, 24, 4, 4)
+    feats[0, 0, 0, 0] = float('nan')
+    with pytest.raises(ValueError, match='features contain NaN or infinite '
+                       'values.*decode_head.check_finite=False'):
+        head([feats])
+    assert build('head', check_finite=False)([feats]).isnan().any()

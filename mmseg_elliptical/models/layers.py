@@ -21,6 +21,7 @@ from numbers import Integral
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
@@ -209,12 +210,16 @@ def make_elliptical(stages: Sequence[Sequence[nn.Module]],
     return resolved
 
 
-def check_images(inputs: Tensor, owner: str) -> None:
-    """Reject anything but a float ``[B, C, H, W]`` batch, naming the problem.
+def check_images(inputs: Tensor, owner: str, channels: Optional[int] = None,
+                 finite: bool = True) -> None:
+    """Reject input mmseg's forward would choke on, naming the problem.
 
     Args:
         inputs (Tensor): The backbone's input.
         owner (str): Class name, for the message.
+        channels (int, optional): The channels the model expects.
+        finite (bool): Also reject NaN and infinite values (skipped under
+            ``torch.compile``, where the check would break the graph).
     """
     if not isinstance(inputs, Tensor) or inputs.dim() != 4 \
             or not inputs.is_floating_point():
@@ -223,6 +228,21 @@ def check_images(inputs: Tensor, owner: str) -> None:
             f'{owner} expects a float batch of images [B, C, H, W], got shape '
             f'{shape} and dtype {getattr(inputs, "dtype", type(inputs))} '
             '(images are normalised to float by the data preprocessor).')
+    if channels is not None and inputs.shape[1] != channels:
+        raise ValueError(
+            f'{owner}: in_channels={channels} but the images have '
+            f'{inputs.shape[1]} channel(s) (shape {tuple(inputs.shape)}); '
+            'load them with that many channels (e.g. LoadImageFromFile('
+            "color_type='color') for RGB) or set backbone.in_channels="
+            f'{inputs.shape[1]}.')
+    if finite and not torch.compiler.is_compiling():
+        bad = inputs.numel() - int(torch.isfinite(inputs).sum())
+        if bad:
+            raise ValueError(
+                f'{owner}: the input contains {bad} NaN or infinite values '
+                f'(shape {tuple(inputs.shape)}); check the images and the '
+                'data preprocessor (mean/std), or set '
+                'backbone.check_finite=False to skip this check.')
 
 
 def check_kwargs(cls: type, parent: type, kwargs: dict,
@@ -238,15 +258,22 @@ def check_kwargs(cls: type, parent: type, kwargs: dict,
         kwargs (dict): The keyword arguments passed on to ``parent``.
         own (Sequence[str]): The plugin class's own argument names.
     """
-    params = inspect.signature(parent.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    valid = [*own, *(n for n in params if n != 'self')]
+    valid = list(own)
+    for klass in parent.__mro__:  # follow **kwargs up to the class using them
+        if '__init__' not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        valid += [n for n, p in params.items() if n != 'self' and p.kind in (
+            p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    else:
+        return  # **kwargs all the way up: nothing to check against
     for name in kwargs:
         if name not in valid:
             close = difflib.get_close_matches(name, valid, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else (
-                f'; valid are {sorted(valid)}.')
+                f'; valid are {sorted(set(valid))}.')
             raise TypeError(f'{cls.__name__} got an unexpected keyword '
                             f'argument {name!r}{hint}')
 
@@ -269,17 +296,23 @@ class EllipticalTransformerMixin:
             tokens of ``|v^l - v^(l-1)|``. Defaults to ``'mean'``.
         relevance_eps (float): Below this ``max_d m_d``, ``m`` falls back to
             all ones (dot-product). Defaults to 1e-6.
+        check_finite (bool): Raise a clear error when the input holds NaN or
+            infinite values (one pass over the input; on a GPU one host
+            synchronisation per forward). Defaults to True.
         **kwargs: Arguments of the mmseg class.
     """
-    OWN_ARGS = ('elliptical_layers', 'relevance_reduction', 'relevance_eps')
+    OWN_ARGS = ('elliptical_layers', 'relevance_reduction', 'relevance_eps',
+                'check_finite')
 
     def __init__(self,
                  elliptical_layers: Optional[Sequence[int]] = None,
                  relevance_reduction: str = 'mean',
                  relevance_eps: float = 1e-6,
+                 check_finite: bool = True,
                  **kwargs) -> None:
         check_kwargs(type(self), self.mmseg_class(), kwargs, self.OWN_ARGS)
         super().__init__(**kwargs)
+        self.check_finite = bool(check_finite)
         self.init_elliptical(elliptical_layers, relevance_reduction,
                              relevance_eps)
 
@@ -305,7 +338,9 @@ class EllipticalTransformerMixin:
 
     def check_inputs(self, inputs) -> None:
         """Raise a clear error for input mmseg's forward would choke on."""
-        check_images(inputs, type(self).__name__)
+        conv = next(m for m in self.modules() if isinstance(m, nn.Conv2d))
+        check_images(inputs, type(self).__name__, conv.in_channels,
+                     getattr(self, 'check_finite', True))
 
     def forward(self, inputs, *args, **kwargs):
         self.check_inputs(inputs)

@@ -1,6 +1,7 @@
 """mmseg's Segmenter mask-transformer head with elliptical attention."""
 from typing import List, Sequence
 
+import torch
 import torch.nn as nn
 from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 
@@ -40,3 +41,9 @@ class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
                 f'{type(self).__name__}: in_channels={self.in_channels} but '
                 f'the input feature map has shape {tuple(x.shape)}; set '
                 'decode_head.in_channels to the backbone\'s embed_dims.')
+        if self.check_finite and not torch.compiler.is_compiling() \
+                and not torch.isfinite(x).all():
+            raise ValueError(
+                f'{type(self).__name__}: the backbone\'s features contain NaN '
+                'or infinite values; check the backbone and the input '
+                '(e.g. fp16 overflow), or set decode_head.check_finite=False.')
