@@ -22,7 +22,8 @@ class TransformerLayers:
 
     Attributes:
         part (str): ``'backbone'`` or ``'decode_head'``.
-        layers (list[nn.Module]): mmseg ``TransformerEncoderLayer`` s, in order.
+        layers (list[nn.Module]): mmseg ``TransformerEncoderLayer`` s, in
+            order.
         patch_slice (slice): Token positions of the image patches in the
             layers' ``[B, N, C]`` tokens (skips the backbone's cls token or
             the head's class embeddings).

@@ -15,7 +15,7 @@ ELLIPTICAL_VERSIONS: Dict[type, type] = {}
 
 
 def elliptical_version_of(source: type) -> Callable[[type], type]:
-    """Class decorator: register ``cls`` as the elliptical version of ``source``.
+    """Class decorator: register ``cls`` as the elliptical ``source``.
 
     Args:
         source (type): The mmseg / mmcv class ``cls`` subclasses.

@@ -64,9 +64,9 @@ class ValueChain:
         if v_prev is None:
             raise RuntimeError(
                 f'Layer {index} of this chain scores elliptically with the '
-                f'values of layer {index - 1} from the same forward, but layer '
-                f'{index - 1} has not run since layer 0; run the layers in '
-                'order through the backbone\'s forward.')
+                f'values of layer {index - 1} from the same forward, but '
+                f'layer {index - 1} has not run since layer 0; run the '
+                'layers in order through the backbone\'s forward.')
         return v_prev
 
     def put(self, index: int, values: Optional[Tensor]) -> None:

@@ -41,7 +41,7 @@ def mmengine_safe_globals() -> List[object]:
 
 
 def load_from_local(filename: str, map_location: Optional[str] = None):
-    """mmengine's local checkpoint loader, weights-only with mmengine's globals.
+    """mmengine's local-file loader: weights-only, plus mmengine's globals.
 
     Args:
         filename (str): Local checkpoint path.

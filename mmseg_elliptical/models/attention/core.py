@@ -37,7 +37,7 @@ REDUCTIONS = ('mean', 'median')
 
 
 def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
-    """Validate the estimator options, raising a ``ValueError`` that names them.
+    """Validate the estimator options; a ``ValueError`` names the bad one.
 
     Args:
         reduction (str): Reduction over tokens, one of ``REDUCTIONS``.
@@ -82,7 +82,8 @@ def relevance(v: Tensor,
         raise ValueError(
             f'Elliptical attention needs the previous layer\'s values with '
             f'the same shape as this layer\'s, got {tuple(v_prev.shape)} and '
-            f'{tuple(v.shape)}: both layers must see the same tokens and heads.')
+            f'{tuple(v.shape)}: both layers must see the same tokens and '
+            'heads.')
     # One temporary (|v - v_prev|, computed in place) and one reduction that
     # accumulates in fp32 without an fp32 copy of its input.
     diff = torch.sub(v, v_prev).abs_()
@@ -96,7 +97,7 @@ def relevance(v: Tensor,
 
 
 def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
-    """``[B, N, parts * C]`` projections to ``parts`` tensors ``[B, H, N, d]``."""
+    """Split ``[B, N, parts * C]`` into ``parts`` tensors ``[B, H, N, d]``."""
     B, N, C = x.shape
     x = x.view(B, N, parts, num_heads, C // (parts * num_heads))
     return x.permute(2, 0, 3, 1, 4).unbind(0)
@@ -225,7 +226,7 @@ class EllipticalAttentionMixin:
     def chained(self,
                 v_prev: Optional[Tensor] = None,
                 keep: bool = False) -> Iterator[ChainCall]:
-        """Give the calls inside the previous layer's values; collect this one's.
+        """Give the calls inside the previous values; collect this layer's.
 
         Example::
 

@@ -1,4 +1,5 @@
-"""mmseg's VisionTransformer with elliptical attention (also SETR, UPerNet, DPT)."""
+"""mmseg's VisionTransformer with elliptical attention (Segmenter, SETR,
+UPerNet, DPT)."""
 from typing import List, Sequence
 
 import torch.nn as nn
