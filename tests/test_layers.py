@@ -9,6 +9,7 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
+                                     EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
 from test_backbone import ARCH, naive_forward
 
@@ -156,4 +157,21 @@ def test_torch_compile_matches_eager(with_cp):
     for name, g in eager.items():
         torch.testing.assert_close(grads(model)[name], g, atol=1e-6,
                                    rtol=1e-5, msg=name)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize('cls', [EllipticalMixVisionTransformer,
+                                 EllipticalPCPVT])
+def test_torch_compile_hierarchical(cls):
+    arch = MIT if cls is EllipticalMixVisionTransformer else dict(
+        embed_dims=[8, 16, 16, 32], num_heads=[1, 2, 2, 4],
+        depths=[2, 2, 2, 1])
+    torch.manual_seed(0)
+    model = cls(**arch).train()
+    x = images(4, 64)
+    eager = model(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend='aot_eager', fullgraph=True)
+    for a, b in zip(compiled(x), eager):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     torch._dynamo.reset()
