@@ -13,7 +13,7 @@ from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.analysis.cli import model_specs
+from mmseg_elliptical.utils.cli import model_specs
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, tiny_config
 
