@@ -164,8 +164,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     report['meta']['command'] = ' '.join(
         ['python tools/benchmark.py', *(sys.argv[1:] if argv is None
                                         else argv)])
-    report['meta']['target'] = 'segmentor' if args.whole_model \
-        else 'backbone'
     text = markdown(report)
     files = write_report(args.out_dir, 'benchmark', data=report,
                          markdown=text, table=csv_table(report),

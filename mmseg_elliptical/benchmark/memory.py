@@ -88,21 +88,23 @@ class RssPeak:
         self.mb = (peak - self.before) / 1024
 
 
-def cuda_peak_mb(step: Callable[[], None]) -> float:
+def cuda_peak_mb(step: Callable[[], None], device=None) -> float:
     """Peak allocated CUDA memory (MiB) of one step above what was there.
 
     Args:
         step (callable): The step.
+        device (str or torch.device, optional): The CUDA device; defaults to
+            the current one.
 
     Returns:
         float: MiB.
     """
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
     step()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / MB
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / MB
 
 
 def step_peak_mb(step: Callable[[], None], device: str) -> Tuple[float, str]:
@@ -117,7 +119,7 @@ def step_peak_mb(step: Callable[[], None], device: str) -> Tuple[float, str]:
         or ``'ru_maxrss'``.
     """
     if str(device).startswith('cuda'):
-        return cuda_peak_mb(step), 'max_memory_allocated'
+        return cuda_peak_mb(step, device), 'max_memory_allocated'
     with RssPeak() as peak:
         step()
     return peak.mb, peak.measure

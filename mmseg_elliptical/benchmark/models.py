@@ -67,12 +67,13 @@ def _class_of(type_) -> Optional[type]:
     return _registry().get(type_)
 
 
-def _type_name(cls: type) -> str:
-    """The registry name of ``cls`` (its class name, checked)."""
-    if _registry().get(cls.__name__) is not cls:
-        raise ValueError(f'{cls.__name__} is not registered in mmseg\'s '
-                         'MODELS under its class name.')
-    return cls.__name__
+def _type_of(cls: type):
+    """The name ``cls`` is registered under in mmseg's MODELS, else itself
+    (``MODELS.build`` accepts a class as ``type``)."""
+    for name, registered in _registry().module_dict.items():
+        if registered is cls:
+            return name
+    return cls
 
 
 def elliptical_class(type_) -> Optional[type]:
@@ -133,13 +134,14 @@ def derive_variants(family: str,
         return [BenchModel(family, family, 'model', config, model_cfg,
                            whole_model)]
     ell = copy.deepcopy(model_cfg)
-    ell['backbone']['type'] = _type_name(
+    ell['backbone']['type'] = _type_of(
         elliptical_class(model_cfg['backbone']['type']))
     # Parts that are elliptical in the subject: the backbone, and the decode
     # head where the config makes it elliptical.
-    parts = [p for p in PARTS if p in ell and isinstance(ell[p], dict)
-             and elliptical_class(ell[p].get('type')) is _class_of(
-                 ell[p].get('type'))]
+    parts = [p for p in PARTS if isinstance(ell.get(p), dict)
+             and ell[p].get('type') is not None
+             and elliptical_class(ell[p]['type']) is _class_of(
+                 ell[p]['type'])]
     variants = dict(elliptical=ell, **{'paper-ref': ell})
     variants['fused-dot'] = copy.deepcopy(ell)
     variants['mmseg-dot'] = copy.deepcopy(ell)
@@ -147,7 +149,7 @@ def derive_variants(family: str,
         cls = _class_of(ell[part]['type'])
         variants['fused-dot'][part]['elliptical_layers'] = []
         dot = variants['mmseg-dot'][part]
-        dot['type'] = _type_name(cls.mmseg_class())
+        dot['type'] = _type_of(cls.mmseg_class())
         for arg in cls.OWN_ARGS:
             dot.pop(arg, None)
     return [

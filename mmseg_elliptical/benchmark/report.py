@@ -50,7 +50,10 @@ def markdown(report: Dict) -> str:
         'eager'
     if opts['amp']:
         run += ', bf16 autocast'
-    lines = [
+    lines = [f"```\n{meta['command']}\n```\n"] if meta.get('command') \
+        else []
+    lines += [
+        f"{meta['target']} of each model, "
         f"{meta['device_name']}, {meta['threads']} thread(s), batch "
         f"{opts['batch_size']}, {run}, "
         f"{opts['rounds']} interleaved rounds ({opts['clock']} clock, "

@@ -48,9 +48,10 @@ class BenchmarkOptions:
             ``'inductor'``); None: eager.
         threads (int): torch threads (0: torch's default).
         clock (str): ``'wall'`` or ``'process'`` (see :mod:`.timing`).
-        memory (str): CPU peak memory: ``'inline'`` (in this process, after
-            the rounds), ``'child'`` (a fresh process per measurement) or
-            ``'none'``. CUDA always uses ``max_memory_allocated``.
+        memory (str): Peak memory of one step: ``'inline'`` (in this
+            process, after the rounds), ``'child'`` (on the CPU: a fresh
+            process per measurement) or ``'none'``. On CUDA it is
+            ``max_memory_allocated``, in this process.
         saved_tensors (bool): Also measure the tensors a training forward
             saves for the backward.
         flops_sizes (list[int]): Sizes at which FLOPs are counted.
@@ -80,8 +81,8 @@ class BenchmarkOptions:
 
 def runner_of(model: nn.Module, options: BenchmarkOptions) -> Callable:
     """``model`` or ``torch.compile(model)`` when asked."""
-    if options.compile:
-        return torch.compile(model, backend=options.compile)
+    if options.compile:  # one static graph per input size and mode
+        return torch.compile(model, backend=options.compile, dynamic=False)
     return model
 
 
@@ -121,6 +122,7 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
                    options: BenchmarkOptions,
                    on_step: Optional[Callable]) -> List[Dict]:
     """Time (and measure in process) every model at one (size, mode)."""
+    cuda = options.device.startswith('cuda')
     x = torch.randn(options.batch_size, 3, size, size, device=options.device)
     steps = [make_step(m, x, mode, s.whole_model, options.amp, r)
              for s, m, r in zip(specs, models, runners)]
@@ -141,7 +143,8 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
                    **summarize(rounds[spec.name], options.batch_size),
                    peak_mem_mb=None, memory_measure=None, saved_mb=None)
         model.zero_grad(set_to_none=True)
-        if options.memory == 'inline' or options.device.startswith('cuda'):
+        if options.memory == 'inline' or (options.memory == 'child'
+                                          and cuda):
             row['peak_mem_mb'], row['memory_measure'] = step_peak_mb(
                 step, options.device)
             model.zero_grad(set_to_none=True)
@@ -200,6 +203,8 @@ def run_benchmark(specs: Sequence[BenchModel],
                         row['mode'], options,
                         preload=('torch', 'mmseg_elliptical.benchmark'))
     meta = dict(options=asdict(options), threads=threads,
+                target='segmentor' if any(s.whole_model for s in specs)
+                else 'backbone',
                 device_name=device_name(options.device),
                 torch=torch.__version__, python=platform.python_version())
     return dict(meta=meta, models=complexity, results=results,
