@@ -21,7 +21,7 @@ from mmseg_elliptical.benchmark import (BenchModel, BenchmarkOptions,
                                         peak_rss_in_child, ratios,
                                         run_interleaved, saved_tensors_mb,
                                         summarize, verdict)
-from mmseg_elliptical.benchmark.runner import prepared_step
+from mmseg_elliptical.benchmark.runner import prepared_step, runner_of
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.models.layers import EllipticalTransformerMixin
 from mmseg_elliptical.utils.cli import load_config
@@ -326,7 +326,8 @@ def test_prepared_step_in_child_and_eager_compile():
     assert measure == 'VmHWM' and mb > 0
     model = build_model(spec)
     x = torch.randn(1, 3, 64, 64)
-    compiled = torch.compile(model, backend='eager')
+    compiled = runner_of(model, BenchmarkOptions(compile='eager'))
+    assert compiled is not model
     step = make_step(model, x, 'train', runner=compiled)
     step()
     assert all(p.grad is not None for p in model.parameters()
@@ -375,12 +376,17 @@ def test_cli_outputs(tool, tmp_path):
     assert (out / 'benchmark.png').stat().st_size > 0
 
 
-def test_cli_two_configs_and_layer(tool, tmp_path):
+def test_cli_two_configs_compiled_and_layer(tool, tmp_path):
+    from torch._dynamo.utils import counters
+    graphs = counters['stats']['unique_graphs']
     report = tool.main([
         VIT_T, MMSEG_VIT_T, '--names', 'ell', 'mm', '--sizes', '32',
         '--train-sizes', '--flops-sizes', '--rounds', '1', '--memory',
-        'none', '--out-dir', str(tmp_path), *TINY_ARGS
+        'none', '--compile', '--compile-backend', 'eager', '--out-dir',
+        str(tmp_path), *TINY_ARGS
     ])
+    # elliptical, fused-dot and mmseg-dot (the two configs' twins share)
+    assert counters['stats']['unique_graphs'] >= graphs + 3
     assert [m['name'] for m in report['models']] == [
         'ell/elliptical', 'ell/fused-dot', 'ell/mmseg-dot',
         'mm/elliptical', 'mm/fused-dot', 'mm/mmseg-dot']

@@ -20,15 +20,16 @@ import argparse
 import dataclasses
 import os.path as osp
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from mmengine.config import DictAction
 from mmengine.utils import ProgressBar
 
-from mmseg_elliptical.benchmark import (ROLES, BenchmarkOptions,
-                                        derive_variants, layer_benchmark,
-                                        layer_markdown, run_benchmark)
+from mmseg_elliptical.benchmark import (DEFAULT_ROLES, ROLES, BenchModel,
+                                        BenchmarkOptions, derive_variants,
+                                        layer_benchmark, layer_markdown,
+                                        run_benchmark)
 from mmseg_elliptical.benchmark.models import supported_backbones
 from mmseg_elliptical.benchmark.report import csv_table, figure, markdown
 from mmseg_elliptical.utils.cli import load_config, model_names
@@ -50,7 +51,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    'Segmenter ViT-T')
     p.add_argument('--names', nargs='+', help='one name per config')
     p.add_argument('--roles', nargs='+', choices=ROLES,
-                   default=['elliptical', 'fused-dot', 'mmseg-dot'],
+                   default=list(DEFAULT_ROLES),
                    help='variants of each config to measure')
     p.add_argument('--whole-model', action='store_true',
                    help='time the segmentor (mode="tensor"), not the '
@@ -70,10 +71,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help='untimed steps per model and (size, mode)')
     p.add_argument('--device', default='cpu')
     p.add_argument('--amp', action='store_true', help='bf16 autocast')
-    p.add_argument('--compile', nargs='?', const='inductor', default=None,
-                   metavar='BACKEND',
-                   help='run each model under torch.compile (default '
-                   'backend: inductor)')
+    p.add_argument('--compile', action='store_true',
+                   help='run each model under torch.compile')
+    p.add_argument('--compile-backend', default='inductor',
+                   help='torch.compile backend (default inductor)')
     p.add_argument('--threads', type=int, default=1,
                    help='torch threads (0: torch\'s default). 1 by default: '
                    'on a shared CPU, threads waiting for each other make '
@@ -125,7 +126,7 @@ def run_layer(args: argparse.Namespace) -> Dict:
     return report
 
 
-def model_list(args: argparse.Namespace) -> list:
+def model_list(args: argparse.Namespace) -> List[BenchModel]:
     """The models of every config: the derived variants, or the model."""
     specs = []
     names = model_names(args.configs, args.names)
@@ -154,7 +155,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         sizes=args.sizes, train_sizes=args.train_sizes,
         batch_size=args.batch_size, rounds=args.rounds,
         min_run_time=args.min_run_time, warmup=args.warmup,
-        device=args.device, amp=args.amp, compile=args.compile,
+        device=args.device, amp=args.amp,
+        compile=args.compile_backend if args.compile else None,
         threads=args.threads, clock=args.clock, memory=args.memory,
         saved_tensors=args.saved_tensors, flops_sizes=args.flops_sizes,
         seed=args.seed)
