@@ -13,7 +13,9 @@ from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.analysis.cli import model_specs
+from mmseg_elliptical.utils.cli import model_names, model_specs
+from mmseg_elliptical.utils.report import (markdown_table, pyplot,
+                                           write_report)
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, tiny_config
 
@@ -87,6 +89,38 @@ def test_model_specs_errors(tiny_models):
         model_specs([tiny_models[0], 'missing.pth'])
     specs = model_specs(tiny_models)
     assert [s.name for s in specs] == ['ell', 'dot']
+
+
+def test_model_names():
+    assert model_names(['a/x.py', 'b/y.py']) == ['x', 'y']
+    assert model_names(['a/x.py', 'b/x.py']) == ['x#0', 'x#1']
+    assert model_names(['a/x.py'], ['ell']) == ['ell']
+    with pytest.raises(ValueError, match='2 names for 1'):
+        model_names(['a/x.py'], ['p', 'q'])
+    with pytest.raises(ValueError, match='must differ'):
+        model_names(['a/x.py', 'b/y.py'], ['p', 'p'])
+
+
+def test_report_writer(tmp_path):
+    table = markdown_table(['model', 'n', 'score'],
+                           [['a', 3, 1.23456], ['b', None, float('nan')]],
+                           spec='.2f', left=1)
+    assert table == ('| model | n | score |\n|---|---:|---:|\n'
+                     '| a | 3 | 1.23 |\n| b | - | - |\n')
+    fig, ax = pyplot().subplots()
+    ax.plot([0, 1])
+    files = write_report(str(tmp_path / 'out'), 'r', data={'x': [1, 2]},
+                         markdown=table, table=(['a', 'b'], [[1, None]]),
+                         figure=fig)
+    assert [osp.basename(f) for f in files] == ['r.json', 'r.md', 'r.csv',
+                                                'r.png']
+    assert json.loads((tmp_path / 'out' / 'r.json').read_text()) == \
+        {'x': [1, 2]}
+    assert (tmp_path / 'out' / 'r.md').read_text() == table
+    assert (tmp_path / 'out' / 'r.csv').read_text().splitlines() == \
+        ['a,b', '1,']
+    assert (tmp_path / 'out' / 'r.png').read_bytes()[:4] == b'\x89PNG'
+    assert write_report(str(tmp_path / 'out'), 's') == []
 
 
 def test_robustness_grid_and_resume(tiny_models, tmp_path, monkeypatch):

@@ -18,7 +18,6 @@ Example::
         work_dirs/dot/iter_600.pth --point 32 20 --layers 1 6 11
 """
 import argparse
-import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
@@ -30,8 +29,8 @@ from mmengine.config import DictAction
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
                                        transformer_layers, unwrap)
-from mmseg_elliptical.analysis.cli import (ModelSpec, load_config,
-                                           model_specs)
+from mmseg_elliptical.utils.cli import ModelSpec, load_config, model_specs
+from mmseg_elliptical.utils.report import pyplot, save_figure
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -150,17 +149,6 @@ def model_attention(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     return out
 
 
-def save_compact(fig, path: str, dpi: int) -> None:
-    """Save a figure as a 256-colour PNG (noisy images compress badly)."""
-    import io
-
-    from PIL import Image
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=dpi, format='png')
-    buf.seek(0)
-    Image.open(buf).convert('RGB').quantize(256).save(path, optimize=True)
-
-
 def plot_attention(image: np.ndarray, results: Dict[str, Dict],
                    point: Sequence[int], layers: List[int],
                    heads: Optional[List[int]], mean_heads: bool,
@@ -171,9 +159,7 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
     the query puts on non-patch tokens (cls token, class embeddings) when
     it is at least 0.05.
     """
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     columns = []
     for i in layers:
         columns += [(i, hd) for hd in heads]
@@ -206,8 +192,7 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout(pad=0.3)
-    save_compact(fig, path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100, compact=True)
 
 
 def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
@@ -219,9 +204,7 @@ def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
     ell = {n: r['relevance'] for n, r in results.items() if r['relevance']}
     if not ell:
         return False
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     rows = max(len(v) for v in ell.values())
     fig, axes = plt.subplots(rows, len(ell), squeeze=False,
                              figsize=(4.5 * len(ell), 0.55 * rows + 0.8))
@@ -242,8 +225,7 @@ def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
         for r in range(len(rel), rows):
             axes[r][c].axis('off')
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label='m')
-    fig.savefig(path, dpi=100, bbox_inches='tight')
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
     return True
 
 
@@ -266,7 +248,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         raise SystemExit(f'--heads {bad} out of range; the models have '
                          f'heads 0..{num_heads - 1}.')
     image = cv2.cvtColor(cv2.imread(args.image), cv2.COLOR_BGR2RGB)
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     plot_attention(image, results, args.point, layers, heads,
                    args.mean_heads, args.out)
     print(f'Attention maps in {args.out}')

@@ -18,10 +18,7 @@ Example::
         work_dirs/dot/iter_600.pth --split val
 """
 import argparse
-import csv
-import json
 import os
-import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -33,9 +30,11 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
                                        mean_pairwise_cosine, relevance_spread,
                                        transformer_layers, unwrap)
-from mmseg_elliptical.analysis.cli import (ModelSpec, load_config,
-                                           model_specs, split_loader)
 from mmseg_elliptical.analysis.robustness import corrupted_loader_cfg
+from mmseg_elliptical.utils.cli import (ModelSpec, load_config, model_specs,
+                                        split_loader)
+from mmseg_elliptical.utils.report import (markdown_table, pyplot,
+                                           write_report)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -109,14 +108,8 @@ def measure(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     return result
 
 
-def _fmt(value: Optional[float]) -> str:
-    return '-' if value is None else f'{value:.3f}'
-
-
 def write_reports(results: Dict[str, Dict], out_dir: str, part: str) -> str:
     """Write JSON, markdown, CSV and the line plot; return the markdown."""
-    with open(osp.join(out_dir, 'collapse.json'), 'w') as f:
-        json.dump(results, f, indent=1)
     names = list(results)
     layers = max(len(r['cosine']) for r in results.values())
     ell = [n for n in names
@@ -126,58 +119,40 @@ def write_reports(results: Dict[str, Dict], out_dir: str, part: str) -> str:
     rows = []
     for i in range(layers):
         row = [i]
-        for n in names:
-            row.append(results[n]['cosine'][i]
-                       if i < len(results[n]['cosine']) else None)
-        for n in ell:
-            row.append(results[n]['relevance_spread'][i]
-                       if i < len(results[n]['relevance_spread']) else None)
+        for key, models in (('cosine', names), ('relevance_spread', ell)):
+            row += [results[n][key][i] if i < len(results[n][key]) else None
+                    for n in models]
         rows.append(row)
-    with open(osp.join(out_dir, 'collapse.csv'), 'w', newline='') as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    text = '| ' + ' | '.join(header) + ' |\n|' + '---:|' * len(header) + '\n'
-    for row in rows:
-        text += f'| {row[0]} | ' + ' | '.join(_fmt(v) for v in row[1:]) + \
-            ' |\n'
+    text = markdown_table(header, rows, left=0)
 
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     panels = 2 if ell else 1
-    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2),
-                             squeeze=False)
+    fig, axes = pyplot().subplots(1, panels, figsize=(4.2 * panels, 3.2),
+                                  squeeze=False)
     ax = axes[0][0]
     for n in names:
         ax.plot(range(len(results[n]['cosine'])), results[n]['cosine'],
                 marker='o', ms=3, label=n)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(f'{part} layer')
     ax.set_ylabel('mean pairwise cosine of patch tokens')
     ax.set_title('representation collapse (lower: more diverse)',
                  fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
     if ell:
         ax = axes[0][1]
         for n in ell:
             values = results[n]['relevance_spread']
             xs = [i for i, v in enumerate(values) if v is not None]
             ax.plot(xs, [values[i] for i in xs], marker='o', ms=3, label=n)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel(f'{part} layer')
         ax.set_ylabel('std of m over coordinates')
         ax.set_title('spread of the relevance m (0: dot product)',
                      fontsize=9)
+    for ax in axes[0]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(f'{part} layer')
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(osp.join(out_dir, 'collapse.png'), dpi=110)
-    plt.close(fig)
-    with open(osp.join(out_dir, 'collapse.md'), 'w') as f:
-        f.write(text)
+    write_report(out_dir, 'collapse', data=results, markdown=text,
+                 table=(header, rows), figure=fig)
     return text
 
 

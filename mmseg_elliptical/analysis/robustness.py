@@ -1,6 +1,6 @@
-"""Corruption-robustness grid: pipelines, a resumable store, the evaluator.
+"""Corruption-robustness grid: pipelines, a resumable store, the report.
 
-``tools/robustness.py`` is the command line; this module holds the parts:
+``tools/robustness.py`` is the command line; this module does the work:
 
 * :func:`corrupted_loader_cfg` copies a config's test dataloader and inserts
   :class:`~mmseg_elliptical.transforms.ImageCorruption` right after the
@@ -8,7 +8,9 @@
 * :class:`ResultStore` persists every finished cell to JSON at once, so an
   interrupted grid resumes where it stopped;
 * :class:`CellEvaluator` builds a model's mmengine ``Runner`` once and runs
-  mmengine's test loop per cell on a fresh dataloader.
+  mmengine's test loop per cell on a fresh dataloader;
+* :func:`run_grid` evaluates the missing cells of every model and
+  :func:`write_robustness_report` writes the tables and heatmaps.
 """
 import copy
 import json
@@ -21,14 +23,25 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mmengine.config import Config, ConfigDict
 
-from ..transforms.image_corruption import check_corruption
+from ..transforms.image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
+                                           EXTRA_CORRUPTIONS, check_corruption)
+from ..utils.cli import ModelSpec, load_config
+from ..utils.report import markdown_table, pyplot, write_report
 
 CLEAN = 'clean'
 LOADERS = ('LoadImageFromFile', 'LoadImageFromNDArray')
 
 
+class GridError(ValueError):
+    """A grid that cannot run as asked (names, settings, stored results)."""
+
+
+GROUPS = {'all': CORRUPTIONS, 'common': COMMON_CORRUPTIONS,
+          'extra': EXTRA_CORRUPTIONS}
+
+
 def cell_key(corruption: Optional[str], severity: Optional[int]) -> str:
-    """JSON key of a grid cell: ``'clean'`` or ``'<corruption>/<severity>'``."""
+    """JSON key of a cell: ``'clean'`` or ``'<corruption>/<severity>'``."""
     return CLEAN if corruption is None else f'{corruption}/{severity}'
 
 
@@ -68,7 +81,7 @@ def insert_after_loading(pipeline: List, transform: Dict) -> List:
     types = [str(t.get('type', '')) for t in pipeline]
     for i, name in enumerate(types):
         if name.split('.')[-1] in LOADERS:
-            return list(pipeline[:i + 1]) + [transform] + list(pipeline[i + 1:])
+            return [*pipeline[:i + 1], transform, *pipeline[i + 1:]]
     raise ValueError(
         f'No image loading transform ({", ".join(LOADERS)}) in the test '
         f'pipeline {types}: the corruption must follow it. Add '
@@ -130,7 +143,7 @@ class ResultStore:
             with open(path) as f:
                 found = json.load(f)
             if found.get('settings') != settings:
-                raise ValueError(
+                raise GridError(
                     f'{path} holds results computed with settings '
                     f'{found.get("settings")}, not {settings}: pass another '
                     '--work-dir, or delete the file to start over.')
@@ -154,7 +167,7 @@ class ResultStore:
         entry = self.data['models'].setdefault(name, dict(ident, cells={}))
         found = {k: entry.get(k) for k in ident}
         if found != ident:
-            raise ValueError(
+            raise GridError(
                 f'{self.path} holds results of model {name!r} from '
                 f'{found}, not {ident}: pass --names to tell them apart, '
                 'another --work-dir, or delete the file to start over.')
@@ -239,6 +252,94 @@ class CellEvaluator:
         self.runner.call_hook('after_run')
 
 
+def resolve_corruptions(names: Sequence[str]) -> List[str]:
+    """Expand groups (``all``, ``common``, ``extra``) and check names.
+
+    Args:
+        names (Sequence[str]): Corruption names or group names.
+
+    Returns:
+        list[str]: The corruptions, in order, without duplicates.
+    """
+    out: List[str] = []
+    for name in names:
+        for c in GROUPS.get(name, (name, )):
+            if c not in CORRUPTIONS:
+                raise GridError(f'Unknown corruption {c!r}; valid are '
+                                f'{", ".join(CORRUPTIONS)} or a group '
+                                f'({", ".join(GROUPS)}).')
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def run_grid(specs: Sequence[ModelSpec],
+             corruptions: Sequence[str],
+             severities: Sequence[int],
+             work_dir: str,
+             metric: str = 'mIoU',
+             seed: int = 0,
+             max_images: Optional[int] = None,
+             cfg_options: Optional[Dict] = None,
+             quiet: bool = True) -> ResultStore:
+    """Evaluate every model on the clean and every corrupted cell, resuming.
+
+    Finished cells are read from ``<work_dir>/robustness.json``; each new one
+    is written there at once.
+
+    Args:
+        specs (Sequence[ModelSpec]): The models.
+        corruptions (Sequence[str]): Grid rows.
+        severities (Sequence[int]): Grid columns.
+        work_dir (str): Results and runner logs.
+        metric (str): Metric every cell must report. Defaults to ``'mIoU'``.
+        seed (int): Seed of the corruptions. Defaults to 0.
+        max_images (int, optional): Evaluate only the first images.
+        cfg_options (dict, optional): Overrides of every config.
+        quiet (bool): Hide the runners' INFO logs. Defaults to True.
+
+    Returns:
+        ResultStore: The results of every cell.
+    """
+    from mmengine.utils import ProgressBar
+    settings = dict(metric=metric, seed=seed, max_images=max_images,
+                    cfg_options=cfg_options or {})
+    store = ResultStore(osp.join(work_dir, 'robustness.json'), settings)
+    for spec in specs:
+        store.add_model(*spec)
+    cells = [(None, None)] + [(c, s) for c in corruptions for s in severities]
+    todo = {spec.name: [c for c in cells
+                        if store.get(spec.name, cell_key(*c)) is None]
+            for spec in specs}
+    pending = sum(len(t) for t in todo.values())
+    total = len(cells) * len(specs)
+    print(f'{total} cells ({len(specs)} models x {len(cells)}), '
+          f'{total - pending} already done, {pending} to compute.')
+    bar = ProgressBar(pending) if pending else None
+    for spec in specs:
+        if not todo[spec.name]:
+            continue
+        cfg = load_config(spec.config, cfg_options)
+        evaluator = CellEvaluator(cfg, spec.checkpoint,
+                                  osp.join(work_dir, spec.name), quiet=quiet)
+        for corruption, severity in todo[spec.name]:
+            loader = corrupted_loader_cfg(cfg.test_dataloader, corruption,
+                                          severity, seed, max_images)
+            start = time.time()
+            metrics = evaluator.evaluate(loader)
+            if metric not in metrics:
+                raise GridError(f'The evaluator reports {sorted(metrics)}, '
+                                f'not the metric {metric!r} (--metric).')
+            metrics.update(seconds=round(time.time() - start, 3),
+                           finished=timestamp())
+            store.put(spec.name, cell_key(corruption, severity), metrics)
+            bar.update()
+        evaluator.close()
+    if bar is not None:
+        print()
+    return store
+
+
 def summarise(cells: Dict[str, Dict], corruptions: Sequence[str],
               severities: Sequence[int], metric: str) -> Dict:
     """Clean score, per-corruption means, the grid mean and relative drop.
@@ -277,10 +378,8 @@ def summarise(cells: Dict[str, Dict], corruptions: Sequence[str],
                 mean=total, drop=drop)
 
 
-def _fmt(value: Optional[float], pct: bool = False) -> str:
-    if value is None:
-        return '-'
-    return f'{100 * value:.1f}%' if pct else f'{value:.2f}'
+def _pct(value: Optional[float]) -> Optional[str]:
+    return None if value is None else f'{100 * value:.1f}%'
 
 
 def markdown_tables(summaries: Dict[str, Dict], corruptions: Sequence[str],
@@ -297,23 +396,24 @@ def markdown_tables(summaries: Dict[str, Dict], corruptions: Sequence[str],
         str: Markdown.
     """
     names = list(summaries)
-    lines = [f'| model | clean {metric} | mean corrupted {metric} | '
-             'relative drop |', '|---|---:|---:|---:|']
-    for name, s in summaries.items():
-        lines.append(f'| {name} | {_fmt(s["clean"])} | {_fmt(s["mean"])} | '
-                     f'{_fmt(s["drop"], pct=True)} |')
-    lines += ['', '| corruption | severity | ' + ' | '.join(names) + ' |',
-              '|---|---|' + '---:|' * len(names)]
+    summary = markdown_table(
+        ['model', f'clean {metric}', f'mean corrupted {metric}',
+         'relative drop'],
+        [[n, s['clean'], s['mean'], _pct(s['drop'])]
+         for n, s in summaries.items()], spec='.2f')
+    rows = []
     for c in corruptions:
         for i, sev in enumerate(severities):
-            row = [_fmt(summaries[n]['grid'][c][i]) for n in names]
-            lines.append(f'| {c} | {sev} | ' + ' | '.join(row) + ' |')
-        row = [_fmt(summaries[n]['per_corruption'][c]) for n in names]
-        lines.append(f'| {c} | mean | ' + ' | '.join(row) + ' |')
-    return '\n'.join(lines) + '\n'
+            rows.append([c, sev] + [summaries[n]['grid'][c][i] for n in names])
+        rows.append([c, 'mean'] +
+                    [summaries[n]['per_corruption'][c] for n in names])
+    cells = markdown_table(['corruption', 'severity', *names], rows,
+                           spec='.2f', left=2)
+    return f'{summary}\n{cells}'
 
 
-def csv_rows(summaries: Dict[str, Dict], corruptions: Sequence[str], severities: Sequence[int],
+def csv_rows(summaries: Dict[str, Dict], corruptions: Sequence[str],
+             severities: Sequence[int],
              metric: str) -> Tuple[List[str], List[List]]:
     """Long-format rows: model, corruption, severity, score, relative drop.
 
@@ -331,6 +431,69 @@ def csv_rows(summaries: Dict[str, Dict], corruptions: Sequence[str], severities:
                     (s['clean'] - v) / s['clean']
                 rows.append([name, c, sev, v, drop])
     return header, rows
+
+
+def heatmaps(summaries: Dict[str, Dict], corruptions: Sequence[str],
+             severities: Sequence[int], metric: str):
+    """One heatmap (corruption x severity, plus the mean) per model.
+
+    Returns:
+        matplotlib.figure.Figure: The figure.
+    """
+    import numpy as np
+    plt = pyplot()
+    grids = {}
+    for name, s in summaries.items():
+        grids[name] = np.array(
+            [[np.nan if v is None else v for v in s['grid'][c]] +
+             [np.nan if s['per_corruption'][c] is None else
+              s['per_corruption'][c]] for c in corruptions], dtype=float)
+    values = np.concatenate([g.ravel() for g in grids.values()])
+    values = values[~np.isnan(values)]
+    vmin, vmax = (values.min(), values.max()) if values.size else (0, 1)
+    cols = [str(s) for s in severities] + ['mean']
+    fig, axes = plt.subplots(
+        1, len(grids), squeeze=False, sharey=True,
+        figsize=(1.2 + 0.55 * len(cols) * len(grids) + 0.9 * len(grids),
+                 1.0 + 0.32 * len(corruptions)))
+    for ax, (name, grid) in zip(axes[0], grids.items()):
+        im = ax.imshow(grid, cmap='viridis', vmin=vmin, vmax=vmax,
+                       aspect='auto')
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(j, i, f'{v:.1f}', ha='center', va='center',
+                        fontsize=7,
+                        color='w' if v < (vmin + vmax) / 2 else 'k')
+        clean = summaries[name]['clean']
+        ax.set_title(f'{name}\nclean {metric} '
+                     f'{"-" if clean is None else f"{clean:.1f}"}',
+                     fontsize=8)
+        ax.set_xticks(range(len(cols)), cols, fontsize=7)
+        ax.set_xlabel('severity', fontsize=7)
+    axes[0][0].set_yticks(range(len(corruptions)), corruptions, fontsize=7)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=metric)
+    return fig
+
+
+def write_robustness_report(store: ResultStore, names: Sequence[str],
+                            corruptions: Sequence[str],
+                            severities: Sequence[int], metric: str,
+                            work_dir: str) -> str:
+    """Write ``robustness.{md,csv,png}`` (the JSON is the store's).
+
+    Returns:
+        str: The markdown.
+    """
+    summaries = {
+        n: summarise(store.data['models'][n]['cells'], corruptions,
+                     severities, metric)
+        for n in names
+    }
+    text = markdown_tables(summaries, corruptions, severities, metric)
+    write_report(work_dir, 'robustness', markdown=text,
+                 table=csv_rows(summaries, corruptions, severities, metric),
+                 figure=heatmaps(summaries, corruptions, severities, metric))
+    return text
 
 
 def timestamp() -> str:

@@ -1,0 +1,79 @@
+"""Parameters and FLOPs with ``mmengine.analysis``, plus attention handles.
+
+mmengine's ``FlopAnalyzer`` (what ``get_model_complexity_info`` uses; one
+multiply-add counts as one FLOP, forward only) has no handle for
+``aten::scaled_dot_product_attention`` nor ``aten::baddbmm``: it would skip
+the two N x M matmuls of fused attention and the batched query projection of
+the elliptical training path. :func:`count_flops` adds both, from the traced
+shapes.
+"""
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+from mmengine.analysis import FlopAnalyzer, parameter_count
+from mmengine.analysis.jit_handles import get_shape
+
+from .models import run_forward
+
+
+def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """Multiply-adds of ``scaled_dot_product_attention``: ``QK^T`` and
+    ``PV``, i.e. ``B H N M (d + d_v)``."""
+    q, k, v = (get_shape(t) for t in inputs[:3])
+    batch = int(np.prod(q[:-2]))
+    return batch * q[-2] * k[-2] * (q[-1] + v[-1])
+
+
+def baddbmm_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """Multiply-adds of ``baddbmm`` (the added input is not counted)."""
+    b1, b2 = get_shape(inputs[1]), get_shape(inputs[2])
+    return int(np.prod(b1)) * b2[-1]
+
+
+ATTENTION_HANDLES = {
+    'aten::scaled_dot_product_attention': sdpa_flop_jit,
+    'aten::baddbmm': baddbmm_flop_jit,
+}
+
+
+class _Forward(nn.Module):
+    """``model``'s forward as the analyzer calls it (segmentors in
+    ``mode='tensor'``)."""
+
+    def __init__(self, model: nn.Module, whole_model: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.whole_model = whole_model
+
+    def forward(self, inputs: torch.Tensor):
+        return run_forward(self.model, inputs, self.whole_model)
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of parameters (``mmengine.analysis.parameter_count``)."""
+    return int(parameter_count(model)[''])
+
+
+@torch.no_grad()
+def count_flops(model: nn.Module,
+                x: torch.Tensor,
+                whole_model: bool = False) -> Tuple[int, Dict[str, int]]:
+    """FLOPs of one forward (1 multiply-add = 1), attention included.
+
+    Args:
+        model (nn.Module): The module (its current mode is used).
+        x (Tensor): Input batch.
+        whole_model (bool): Whether ``model`` is a segmentor.
+
+    Returns:
+        tuple[int, dict[str, int]]: The total and the operators still
+        uncounted (name: calls).
+    """
+    analyzer = FlopAnalyzer(_Forward(model, whole_model), (x, ))
+    analyzer.set_op_handle(**ATTENTION_HANDLES)
+    analyzer.unsupported_ops_warnings(False)
+    analyzer.uncalled_modules_warnings(False)
+    analyzer.tracer_warnings('none')
+    return int(analyzer.total()), dict(analyzer.unsupported_ops())

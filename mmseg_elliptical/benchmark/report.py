@@ -1,0 +1,120 @@
+"""The benchmark's report: markdown tables, CSV rows and a figure."""
+from typing import Dict, List, Tuple
+
+from ..utils.report import fmt, markdown_table, pyplot
+
+MODE_NAMES = {'infer': 'inference', 'train': 'training step'}
+RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
+                  'median_ms', 'iqr_ms', 'images_per_s', 'peak_mem_mb',
+                  'memory_measure', 'saved_mb')
+
+
+def _verdict(target, verdict) -> str:
+    return '-' if target is None else f'{target}: {verdict}'
+
+
+def summary_tables(report: Dict) -> str:
+    """One short table per config: elliptical / each baseline.
+
+    Args:
+        report (dict): As :func:`~.runner.run_benchmark` returns it.
+
+    Returns:
+        str: Markdown (the tables of the README).
+    """
+    out = []
+    families = list(dict.fromkeys(r['family'] for r in report['ratios']))
+    for family in families:
+        rows = []
+        for r in (r for r in report['ratios'] if r['family'] == family):
+            rows.append([
+                r['role'], r['size'], MODE_NAMES[r['mode']], r['time'],
+                f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory'],
+                r['saved'], _verdict(r['time_target'], r['time_verdict']),
+                _verdict(r['memory_target'], r['memory_verdict'])
+            ])
+        out.append(f'**{family}**: elliptical / baseline (< 1: elliptical '
+                   'is faster or smaller)\n\n' + markdown_table(
+                       ['baseline', 'size', 'step', 'time', 'time IQR',
+                        'peak memory', 'saved tensors', 'time target',
+                        'memory target'], rows, left=3))
+    return '\n'.join(out)
+
+
+def markdown(report: Dict) -> str:
+    """The whole report: settings, summaries, models, every result."""
+    meta, opts = report['meta'], report['meta']['options']
+    measures = sorted({r['memory_measure'] for r in report['results']
+                       if r['memory_measure']})
+    run = f"torch.compile ({opts['compile']})" if opts['compile'] else \
+        'eager'
+    if opts['amp']:
+        run += ', bf16 autocast'
+    lines = [f"```\n{meta['command']}\n```\n"] if meta.get('command') \
+        else []
+    lines += [
+        f"{meta['target']} of each model, "
+        f"{meta['device_name']}, {meta['threads']} thread(s), batch "
+        f"{opts['batch_size']}, {run}, "
+        f"{opts['rounds']} interleaved rounds ({opts['clock']} clock, "
+        f"min_run_time {opts['min_run_time']:g} s) after {opts['warmup']} "
+        f"warm-up step(s); peak memory: {', '.join(measures) or 'none'} "
+        f"({opts['memory']}); torch {meta['torch']}.", ''
+    ]
+    if report['ratios']:
+        lines += [summary_tables(report), '']
+    flops_sizes = sorted({int(s) for m in report['models']
+                          for s in m['flops']})
+    lines.append(markdown_table(
+        ['model', 'role', 'params (M)'] +
+        [f'GFLOPs@{s}' for s in flops_sizes],
+        [[m['name'], m['role'], m['params'] / 1e6] +
+         [m['flops'].get(str(s), 0) / 1e9 for s in flops_sizes]
+         for m in report['models']], spec='.2f', left=2))
+    rows = [[r['model'], r['size'], MODE_NAMES[r['mode']],
+             fmt(r['median_ms'], '.1f'), fmt(r['iqr_ms'], '.1f'),
+             fmt(r['images_per_s'], '.2f'), fmt(r['peak_mem_mb'], '.1f'),
+             fmt(r['saved_mb'], '.2f')] for r in report['results']]
+    lines += ['', markdown_table(
+        ['model', 'size', 'step', 'median ms', 'IQR ms', 'img/s',
+         'peak mem MiB', 'saved MiB'], rows, left=1)]
+    return '\n'.join(lines)
+
+
+def csv_table(report: Dict) -> Tuple[List[str], List[List]]:
+    """Header and one row per model, size and mode."""
+    return list(RESULT_COLUMNS), [[r[c] for c in RESULT_COLUMNS]
+                                  for r in report['results']]
+
+
+def figure(report: Dict):
+    """Median time and peak memory against the input size, per model.
+
+    Returns:
+        matplotlib.figure.Figure: The figure.
+    """
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4.2))
+    styles = {'infer': '-o', 'train': '--s'}
+    for i, m in enumerate(report['models']):
+        for mode, style in styles.items():
+            rows = [r for r in report['results']
+                    if r['model'] == m['name'] and r['mode'] == mode]
+            if not rows:
+                continue
+            sizes = [r['size'] for r in rows]
+            label = f"{m['name']} {MODE_NAMES[mode]}"
+            axes[0].plot(sizes, [r['median_ms'] for r in rows], style,
+                         color=f'C{i}', label=label)
+            mem = [(r['size'], r['peak_mem_mb']) for r in rows
+                   if r['peak_mem_mb'] is not None]
+            if mem:
+                axes[1].plot(*zip(*mem), style, color=f'C{i}', label=label)
+    axes[0].set_ylabel('median time per step (ms)')
+    axes[1].set_ylabel('peak memory (MiB)')
+    for ax in axes:
+        ax.set_xlabel('input size (pixels per side)')
+        ax.grid(True, alpha=.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

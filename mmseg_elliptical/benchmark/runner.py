@@ -1,0 +1,273 @@
+"""Measure models side by side: parameters, FLOPs, time and memory.
+
+:func:`run_benchmark` builds every model once, counts parameters and FLOPs,
+then for each (input size, mode) times all models interleaved
+(:mod:`.timing`), measures their memory (:mod:`.memory`) and finally the
+ratios of each config's elliptical model to its baselines
+(:func:`ratios`), with a verdict against :data:`TARGETS`.
+"""
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from torch.utils.benchmark.utils.common import set_torch_threads
+
+from .flops import count_flops, count_params
+from .memory import peak_rss_in_child, saved_tensors_mb, step_peak_mb
+from .models import BenchModel, build_model, make_step, run_forward
+from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
+                     summarize, verdict)
+
+#: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline
+#: must be <= bound (< bound when strict).
+TARGETS = {
+    ('fused-dot', 'time'): (1.03, False),
+    ('fused-dot', 'memory'): (1.01, False),
+    ('mmseg-dot', 'time'): (1.0, True),
+}
+
+
+@dataclass
+class BenchmarkOptions:
+    """What is measured, and how.
+
+    Attributes:
+        sizes (list[int]): Square input sizes of inference.
+        train_sizes (list[int]): Sizes at which a training step is measured.
+        batch_size (int): Images per step.
+        rounds (int): Interleaved timing rounds.
+        min_run_time (float): Timed seconds per model and round (0: one run).
+        warmup (int): Untimed steps per model before the rounds (with
+            ``compile``, the first one compiles).
+        device (str): ``'cpu'`` or a CUDA device.
+        amp (bool): bf16 autocast.
+        compile (str, optional): ``torch.compile`` backend (e.g.
+            ``'inductor'``); None: eager.
+        threads (int): torch threads (0: torch's default).
+        clock (str): ``'wall'`` or ``'process'`` (see :mod:`.timing`).
+        memory (str): Peak memory of one step: ``'inline'`` (in this
+            process, after the rounds), ``'child'`` (on the CPU: a fresh
+            process per measurement) or ``'none'``. On CUDA it is
+            ``max_memory_allocated``, in this process.
+        saved_tensors (bool): Also measure the tensors a training forward
+            saves for the backward.
+        flops_sizes (list[int]): Sizes at which FLOPs are counted.
+        seed (int): Seed of weights, inputs and orders.
+    """
+    sizes: List[int] = field(default_factory=lambda: [512])
+    train_sizes: List[int] = field(default_factory=lambda: [512])
+    batch_size: int = 1
+    rounds: int = 10
+    min_run_time: float = 0.
+    warmup: int = 1
+    device: str = 'cpu'
+    amp: bool = False
+    compile: Optional[str] = None
+    threads: int = 1
+    clock: str = 'wall'
+    memory: str = 'inline'
+    saved_tensors: bool = False
+    flops_sizes: List[int] = field(default_factory=list)
+    seed: int = 0
+
+    def groups(self) -> List[Tuple[int, str]]:
+        """The (size, mode) pairs measured, in order."""
+        return [(s, m) for s in self.sizes for m in ('infer', 'train')
+                if m == 'infer' or s in self.train_sizes]
+
+
+def runner_of(model: nn.Module, options: BenchmarkOptions) -> Callable:
+    """``model`` or ``torch.compile(model)`` when asked."""
+    if options.compile:  # one static graph per input size and mode
+        return torch.compile(model, backend=options.compile, dynamic=False)
+    return model
+
+
+def prepared_step(spec: BenchModel, size: int, mode: str,
+                  options: BenchmarkOptions) -> Callable[[], None]:
+    """Build ``spec`` and return its step at ``size``, warmed up.
+
+    Used in the child processes of ``memory='child'``.
+    """
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    model = build_model(spec, options.device, options.seed)
+    x = torch.randn(options.batch_size, 3, size, size, device=options.device)
+    step = make_step(model, x, mode, spec.whole_model, options.amp,
+                     runner_of(model, options))
+    for _ in range(max(options.warmup, 1)):
+        step()
+    model.zero_grad(set_to_none=True)
+    return step
+
+
+def _complexity(spec: BenchModel, model: nn.Module,
+                options: BenchmarkOptions) -> Dict:
+    flops, uncounted = {}, {}
+    model.eval()
+    for size in options.flops_sizes:
+        x = torch.randn(options.batch_size, 3, size, size,
+                        device=options.device)
+        flops[str(size)], uncounted = count_flops(model, x, spec.whole_model)
+    return dict(name=spec.name, family=spec.family, role=spec.role,
+                config=spec.config, params=count_params(model), flops=flops,
+                uncounted_ops=uncounted)
+
+
+def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
+                   runners: Sequence[Callable], size: int, mode: str,
+                   options: BenchmarkOptions,
+                   on_step: Optional[Callable]) -> List[Dict]:
+    """Time (and measure in process) every model at one (size, mode)."""
+    cuda = options.device.startswith('cuda')
+    x = torch.randn(options.batch_size, 3, size, size, device=options.device)
+    steps = [make_step(m, x, mode, s.whole_model, options.amp, r)
+             for s, m, r in zip(specs, models, runners)]
+    for step in steps:
+        for _ in range(options.warmup):
+            step()
+    timers = {
+        s.name: make_timer(step, f'{size}x{size} {mode}', s.family, s.role,
+                           torch.get_num_threads(), options.clock)
+        for s, step in zip(specs, steps)
+    }
+    rounds = run_interleaved(timers, options.rounds, options.min_run_time,
+                             options.seed, on_step)
+    group = []
+    for spec, model, step in zip(specs, models, steps):
+        row = dict(model=spec.name, family=spec.family, role=spec.role,
+                   size=size, mode=mode, batch_size=options.batch_size,
+                   **summarize(rounds[spec.name], options.batch_size),
+                   peak_mem_mb=None, memory_measure=None, saved_mb=None)
+        model.zero_grad(set_to_none=True)
+        if options.memory == 'inline' or (options.memory == 'child'
+                                          and cuda):
+            row['peak_mem_mb'], row['memory_measure'] = step_peak_mb(
+                step, options.device)
+            model.zero_grad(set_to_none=True)
+        if options.saved_tensors and mode == 'train':
+            autocast = torch.autocast(x.device.type, torch.bfloat16,
+                                      enabled=options.amp)
+            with autocast:
+                row['saved_mb'] = saved_tensors_mb(
+                    model, lambda: run_forward(model, x, spec.whole_model))
+        group.append(row)
+    for model in models:
+        model.eval()
+    return group
+
+
+def run_benchmark(specs: Sequence[BenchModel],
+                  options: BenchmarkOptions,
+                  on_step: Optional[Callable[[], None]] = None) -> Dict:
+    """Measure every model; return the report data.
+
+    Args:
+        specs (Sequence[BenchModel]): The models (see
+            :func:`~.models.derive_variants`); names must differ.
+        options (BenchmarkOptions): What to measure.
+        on_step (callable, optional): Called after each timed block.
+
+    Returns:
+        dict: ``meta``, ``models`` (parameters, FLOPs), ``results`` (one per
+        model, size and mode) and ``ratios`` (see :func:`ratios`).
+    """
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f'Model names must differ, got {names}.')
+    unknown = sorted(set(options.train_sizes) - set(options.sizes))
+    if unknown:
+        raise ValueError(f'train sizes {unknown} are not among the sizes '
+                         f'{options.sizes}.')
+    threads = options.threads or torch.get_num_threads()
+    with set_torch_threads(threads):
+        models = [build_model(s, options.device, options.seed) for s in specs]
+        complexity = [_complexity(s, m, options)
+                      for s, m in zip(specs, models)]
+        runners = [runner_of(m, options) for m in models]
+        results = []
+        for size, mode in options.groups():
+            results += _measure_group(specs, models, runners, size, mode,
+                                      options, on_step)
+        del models, runners
+        if options.memory == 'child' and \
+                not options.device.startswith('cuda'):
+            by_name = {s.name: s for s in specs}
+            for row in results:
+                row['peak_mem_mb'], row['memory_measure'] = \
+                    peak_rss_in_child(
+                        prepared_step, by_name[row['model']], row['size'],
+                        row['mode'], options,
+                        preload=('torch', 'mmseg_elliptical.benchmark'))
+    meta = dict(options=asdict(options), threads=threads,
+                target='segmentor' if any(s.whole_model for s in specs)
+                else 'backbone',
+                device_name=device_name(options.device),
+                torch=torch.__version__, python=platform.python_version())
+    return dict(meta=meta, models=complexity, results=results,
+                ratios=ratios(specs, results))
+
+
+def device_name(device: str) -> str:
+    """A readable name of the device."""
+    if device.startswith('cuda'):
+        return torch.cuda.get_device_name(device)
+    return f'{platform.processor() or platform.machine()} CPU ' \
+        f'({os.cpu_count()} cores)'
+
+
+def _target(baseline: str, quantity: str,
+            stats: Optional[RatioStats]) -> Tuple[Optional[str], ...]:
+    bound = TARGETS.get((baseline, quantity))
+    if bound is None or stats is None:
+        return None, None
+    limit, strict = bound
+    text = f'{"<" if strict else "<="} {limit:g}'
+    return text, verdict(stats, limit, strict)
+
+
+def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
+    """Elliptical / baseline, per config, size and mode.
+
+    Time: :func:`~.timing.paired_ratio` of the round medians (median and
+    quartiles over rounds). Memory and saved tensors: one ratio each.
+
+    Args:
+        specs (Sequence[BenchModel]): The models.
+        results (Sequence[dict]): Rows of :func:`run_benchmark`.
+
+    Returns:
+        list[dict]: One row per (config, baseline, size, mode), with the
+        verdicts against :data:`TARGETS`.
+    """
+    table = {(r['model'], r['size'], r['mode']): r for r in results}
+    rows = []
+    for subject in (s for s in specs if s.role == 'elliptical'):
+        for base in (s for s in specs
+                     if s.family == subject.family and s is not subject):
+            for size, mode in sorted({(r['size'], r['mode'])
+                                      for r in results}):
+                a = table[(subject.name, size, mode)]
+                b = table[(base.name, size, mode)]
+                time = paired_ratio(a['round_ms'], b['round_ms'])
+                memory = _ratio(a['peak_mem_mb'], b['peak_mem_mb'])
+                row = dict(family=subject.family, subject=subject.name,
+                           baseline=base.name, role=base.role, size=size,
+                           mode=mode, time=time.median, time_q1=time.q1,
+                           time_q3=time.q3, rounds=time.rounds,
+                           memory=memory,
+                           saved=_ratio(a['saved_mb'], b['saved_mb']))
+                row['time_target'], row['time_verdict'] = _target(
+                    base.role, 'time', time)
+                row['memory_target'], row['memory_verdict'] = _target(
+                    base.role, 'memory', None if memory is None else
+                    RatioStats(memory, memory, memory, 1))
+                rows.append(row)
+    return rows
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None or b <= 0 else a / b

@@ -1,0 +1,172 @@
+"""Interleaved timing with ``torch.utils.benchmark`` and paired ratios.
+
+Every model of a comparison is timed in the same process, round after
+round; in each round the models run in a new (seeded) random order and
+each takes one ``Timer.blocked_autorange`` (whose block-size estimate runs
+the step once untimed, so every timed block follows a step of the same
+model). Load from other processes then hits all models alike, and the
+ratio of two models is taken per round (:func:`paired_ratio`): a drift of
+the machine's speed between rounds cancels.
+"""
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+from torch.utils.benchmark import Measurement, Timer
+from torch.utils.benchmark.utils.timer import timer as synced_timer
+
+CLOCKS = ('wall', 'process')
+#: Verdicts of a ratio against a target (see :func:`verdict`).
+MET, NOISE, MISSED = 'met', 'within noise', 'missed'
+
+
+def make_timer(step: Callable[[], None],
+               label: str = '',
+               sub_label: str = '',
+               description: str = '',
+               num_threads: int = 1,
+               clock: str = 'wall') -> Timer:
+    """A ``torch.utils.benchmark.Timer`` of ``step()``.
+
+    Args:
+        step (callable): The step, called without arguments.
+        label, sub_label, description (str): Timer labels (the rows and
+            columns of ``torch.utils.benchmark.Compare``).
+        num_threads (int): torch threads while timing. Defaults to 1.
+        clock (str): ``'wall'`` (default; synchronises the accelerator) or
+            ``'process'`` (process CPU time, which other processes' load
+            does not inflate; CPU only).
+
+    Returns:
+        Timer: The timer.
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f'clock={clock!r} must be one of {CLOCKS}.')
+    return Timer(
+        stmt='step()',
+        globals={'step': step},
+        label=label,
+        sub_label=sub_label,
+        description=description,
+        num_threads=num_threads,
+        timer=synced_timer if clock == 'wall' else time.process_time)
+
+
+def run_interleaved(timers: Dict[str, Timer],
+                    rounds: int,
+                    min_run_time: float = 0.,
+                    seed: int = 0,
+                    on_step: Optional[Callable[[], None]] = None
+                    ) -> Dict[str, List[Measurement]]:
+    """Time every timer once per round, in a new random order each round.
+
+    Args:
+        timers (dict[str, Timer]): Timers by name.
+        rounds (int): Number of rounds (>= 1).
+        min_run_time (float): ``blocked_autorange``'s minimum time per timer
+            and round, in seconds; 0 (default): one timed block of one run.
+        seed (int): Seed of the orders. Defaults to 0.
+        on_step (callable, optional): Called after each timer's round
+            (progress bars).
+
+    Returns:
+        dict[str, list[Measurement]]: One measurement per round and timer.
+    """
+    if rounds < 1:
+        raise ValueError(f'rounds={rounds} must be >= 1.')
+    rng = random.Random(seed)
+    names = list(timers)
+    out: Dict[str, List[Measurement]] = {name: [] for name in names}
+    for _ in range(rounds):
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
+            out[name].append(
+                timers[name].blocked_autorange(min_run_time=min_run_time))
+            if on_step is not None:
+                on_step()
+    return out
+
+
+def summarize(rounds: Sequence[Measurement], batch_size: int = 1) -> Dict:
+    """Median, IQR and throughput of one model's rounds.
+
+    The rounds are merged (``Measurement.merge``) into one measurement of
+    every timed run; its median and IQR are torch's.
+
+    Args:
+        rounds (Sequence[Measurement]): The rounds of one timer.
+        batch_size (int): Images per step, for ``images_per_s``.
+
+    Returns:
+        dict: ``times_ms`` (per run), ``round_ms`` (median per round),
+        ``median_ms``, ``iqr_ms`` and ``images_per_s``.
+    """
+    merged, = Measurement.merge(rounds)
+    return dict(
+        times_ms=[t * 1e3 for t in merged.times],
+        round_ms=[m.median * 1e3 for m in rounds],
+        median_ms=merged.median * 1e3,
+        iqr_ms=merged.iqr * 1e3,
+        images_per_s=batch_size / merged.median)
+
+
+@dataclass
+class RatioStats:
+    """Summary of the per-round ratios of two models.
+
+    Attributes:
+        median (float): Median of the ratios.
+        q1 (float): Their first quartile.
+        q3 (float): Their third quartile.
+        rounds (int): Number of rounds.
+    """
+    median: float
+    q1: float
+    q3: float
+    rounds: int
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> RatioStats:
+    """Statistics of ``a[i] / b[i]``, both timed in round ``i``.
+
+    Args:
+        a (Sequence[float]): Times of the subject, one per round.
+        b (Sequence[float]): Times of the baseline, same rounds.
+
+    Returns:
+        RatioStats: Median and quartiles (numpy's linear interpolation).
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or not a.size:
+        raise ValueError('paired_ratio needs two equally long, non-empty '
+                         f'sequences of round times, got {a.shape} and '
+                         f'{b.shape}.')
+    if (b <= 0).any():
+        raise ValueError('paired_ratio: baseline times must be > 0.')
+    q1, median, q3 = np.percentile(a / b, [25, 50, 75])
+    return RatioStats(float(median), float(q1), float(q3), int(a.size))
+
+
+def verdict(stats: RatioStats, target: float, strict: bool = False) -> str:
+    """Whether a ratio meets ``ratio <= target`` (``< target`` if strict).
+
+    Args:
+        stats (RatioStats): The ratio.
+        target (float): The bound.
+        strict (bool): Require ``ratio < target``. Defaults to False.
+
+    Returns:
+        str: ``'met'`` when the upper quartile is within the bound,
+        ``'within noise'`` when only the lower quartile is (the bound lies
+        inside the interquartile range), ``'missed'`` when neither is.
+    """
+
+    def ok(value: float) -> bool:
+        return value < target if strict else value <= target
+
+    if ok(stats.q3):
+        return MET
+    return NOISE if ok(stats.q1) else MISSED

@@ -1,0 +1,138 @@
+"""What the command-line tools share: model names and config loading.
+
+``tools/benchmark.py`` names models from config files, the evidence tools
+(``robustness``, ``collapse``, ``attention_maps``) from ``CONFIG
+CHECKPOINT`` pairs; both go through :func:`model_names`. Every tool reads a
+config with :func:`load_config` (``--cfg-options``, ``mmseg::`` paths).
+"""
+import os.path as osp
+from typing import List, NamedTuple, Optional, Sequence
+
+from mmengine.config import Config
+
+from .mmseg_tools import mmseg_config_path
+
+
+class ModelSpec(NamedTuple):
+    """A model given on the command line as ``CONFIG CHECKPOINT``.
+
+    Attributes:
+        name (str): Label of the model in tables and figures.
+        config (str): Absolute config path.
+        checkpoint (str): Absolute checkpoint path.
+    """
+    name: str
+    config: str
+    checkpoint: str
+
+
+def model_names(configs: Sequence[str],
+                names: Optional[Sequence[str]] = None) -> List[str]:
+    """One distinct name per config: ``names`` or the config file names.
+
+    Args:
+        configs (Sequence[str]): Config paths.
+        names (Sequence[str], optional): Names given with ``--names``.
+
+    Returns:
+        list[str]: The names; repeated file names get a ``#index`` suffix.
+
+    Raises:
+        ValueError: Wrong number of names, or names that repeat.
+    """
+    if names:
+        if len(names) != len(configs):
+            raise ValueError(f'--names gives {len(names)} names for '
+                             f'{len(configs)} models.')
+        names = list(names)
+    else:
+        names = [osp.splitext(osp.basename(c))[0] for c in configs]
+        names = [n if names.count(n) == 1 else f'{n}#{i}'
+                 for i, n in enumerate(names)]
+    if len(set(names)) != len(names):
+        raise ValueError(f'Model names must differ, got {names}.')
+    return names
+
+
+def model_specs(paths: Sequence[str],
+                names: Optional[Sequence[str]] = None) -> List[ModelSpec]:
+    """Pair ``CONFIG CHECKPOINT ...`` arguments and name the models.
+
+    Args:
+        paths (Sequence[str]): Config and checkpoint paths, alternating.
+        names (Sequence[str], optional): One name per model; defaults to the
+            config file names (see :func:`model_names`).
+
+    Returns:
+        list[ModelSpec]: One entry per model.
+
+    Raises:
+        ValueError: Odd number of paths, a missing file, or bad names.
+    """
+    if not paths or len(paths) % 2:
+        raise ValueError('models must come as CONFIG CHECKPOINT pairs, got '
+                         f'{len(paths)} paths.')
+    pairs = list(zip(paths[::2], paths[1::2]))
+    for config, ckpt in pairs:
+        if not config.endswith('.py'):
+            raise ValueError(f'{config} is not a config (.py) file: give '
+                             'CONFIG CHECKPOINT pairs, config first.')
+        for path, what in ((config, 'config'), (ckpt, 'checkpoint')):
+            if not osp.isfile(path):
+                raise ValueError(f'{what} {path} does not exist.')
+    names = model_names([c for c, _ in pairs], names)
+    return [ModelSpec(n, osp.abspath(c), osp.abspath(k))
+            for n, (c, k) in zip(names, pairs)]
+
+
+def load_config(path: str,
+                cfg_options: Optional[dict] = None,
+                no_pretrained: bool = False) -> Config:
+    """Read a config and merge ``--cfg-options``.
+
+    Args:
+        path (str): Config file, or one of mmseg's configs such as
+            ``mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py``.
+        cfg_options (dict, optional): Overrides, as ``DictAction`` parses
+            them.
+        no_pretrained (bool): Drop what would download weights when the model
+            is built (``model.pretrained`` and ``Pretrained`` ``init_cfg`` s
+            of the backbone and decode head), for models built with random
+            weights. Defaults to False.
+
+    Returns:
+        Config: The config.
+    """
+    if path.startswith('mmseg::'):
+        path = mmseg_config_path(path)
+    elif not osp.isfile(path):
+        raise FileNotFoundError(f'config {path} does not exist.')
+    cfg = Config.fromfile(path)
+    if no_pretrained and 'model' in cfg:
+        if cfg.model.get('pretrained'):
+            cfg.model.pretrained = None
+        for part in ('backbone', 'decode_head'):
+            init_cfg = cfg.model.get(part, {}).get('init_cfg')
+            if isinstance(init_cfg, dict) and \
+                    init_cfg.get('type') == 'Pretrained':
+                cfg.model[part].init_cfg = None
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return cfg
+
+
+def split_loader(cfg: Config, split: str) -> dict:
+    """The ``<split>_dataloader`` config, with a clear error when absent.
+
+    Args:
+        cfg (Config): A full config.
+        split (str): ``'train'``, ``'val'`` or ``'test'``.
+
+    Returns:
+        dict: The dataloader config.
+    """
+    loader = cfg.get(f'{split}_dataloader')
+    if not loader:
+        raise ValueError(f'The config has no {split}_dataloader; pick '
+                         'another --split.')
+    return loader

@@ -1,0 +1,127 @@
+"""One report writer for the command-line tools: markdown, CSV, JSON, PNG.
+
+Each tool builds its tables as a header and rows, renders them with
+:func:`markdown_table` and writes everything with :func:`write_report` as
+``<out_dir>/<stem>.{json,md,csv,png}``.
+"""
+import csv
+import io
+import json
+import math
+import os
+import os.path as osp
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+Rows = Sequence[Sequence[Any]]
+
+
+def fmt(value: Any, spec: str = '.3f') -> str:
+    """Format a number with ``spec``; ``-`` for None or NaN, str otherwise.
+
+    Args:
+        value (Any): A number, None or anything printable.
+        spec (str): Format of floats. Defaults to ``'.3f'``.
+
+    Returns:
+        str: The text.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '-'
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def markdown_table(header: Sequence[str],
+                   rows: Rows,
+                   spec: str = '.3f',
+                   left: int = 1) -> str:
+    """A markdown table; numbers right-aligned, the first columns left.
+
+    Args:
+        header (Sequence[str]): Column titles.
+        rows (Sequence[Sequence]): Cells (numbers go through :func:`fmt`).
+        spec (str): Format of float cells. Defaults to ``'.3f'``.
+        left (int): Number of leading left-aligned (label) columns.
+
+    Returns:
+        str: The table, ending with a newline.
+    """
+    lines = ['| ' + ' | '.join(header) + ' |',
+             '|' + '---|' * left + '---:|' * (len(header) - left)]
+    for row in rows:
+        lines.append('| ' + ' | '.join(fmt(v, spec) for v in row) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, path: str, dpi: int = 110,
+                compact: bool = False) -> None:
+    """Save a matplotlib figure as PNG and close it.
+
+    Args:
+        fig (matplotlib.figure.Figure): The figure.
+        path (str): PNG file; its folder is created.
+        dpi (int): Resolution. Defaults to 110.
+        compact (bool): Quantise to 256 colours (noisy images, such as
+            attention maps over photos, compress badly). Defaults to False.
+    """
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    if compact:
+        from PIL import Image
+        buf = io.BytesIO()
+        fig.savefig(buf, dpi=dpi, format='png', bbox_inches='tight')
+        buf.seek(0)
+        Image.open(buf).convert('RGB').quantize(256).save(path, optimize=True)
+    else:
+        fig.savefig(path, dpi=dpi, bbox_inches='tight')
+    pyplot().close(fig)
+
+
+def write_report(out_dir: str,
+                 stem: str,
+                 data: Optional[Dict] = None,
+                 markdown: Optional[str] = None,
+                 table: Optional[Tuple[Sequence[str], Rows]] = None,
+                 figure: Any = None) -> List[str]:
+    """Write ``<out_dir>/<stem>.{json,md,csv,png}``, each when given.
+
+    Args:
+        out_dir (str): Output folder, created when missing.
+        stem (str): File name without extension.
+        data (dict, optional): Everything measured, as JSON.
+        markdown (str, optional): The human-readable report.
+        table (tuple, optional): ``(header, rows)`` of the CSV file.
+        figure (matplotlib.figure.Figure, optional): Saved as PNG, closed.
+
+    Returns:
+        list[str]: The files written.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    base = osp.join(out_dir, stem)
+    written = []
+    if data is not None:
+        with open(f'{base}.json', 'w') as f:
+            json.dump(data, f, indent=1)
+        written.append(f'{base}.json')
+    if markdown is not None:
+        with open(f'{base}.md', 'w') as f:
+            f.write(markdown)
+        written.append(f'{base}.md')
+    if table is not None:
+        with open(f'{base}.csv', 'w', newline='') as f:
+            writer = csv.writer(f)
+            writer.writerow(table[0])
+            writer.writerows(table[1])
+        written.append(f'{base}.csv')
+    if figure is not None:
+        save_figure(figure, f'{base}.png')
+        written.append(f'{base}.png')
+    return written
