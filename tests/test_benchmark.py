@@ -29,7 +29,7 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
-VIT_T = osp.join(ROOT, 'configs', 'elliptical',
+VIT_T = osp.join(ROOT, 'configs', 'segmenter',
                  'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
 MMSEG_VIT_T = 'mmseg::segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-' \
     '512x512.py'
@@ -215,7 +215,7 @@ def test_variants_of_mmseg_config_and_elliptical_head():
     assert ell.model_cfg['backbone']['type'] == 'EllipticalVisionTransformer'
     assert dot.model_cfg['backbone']['type'] == 'VisionTransformer'
     head_cfg = osp.join(
-        ROOT, 'configs', 'elliptical',
+        ROOT, 'configs', 'segmenter',
         'segmenter_elliptical-vit-t_elliptical-mask_8xb1-160k_ade20k-'
         '512x512.py')
     cfg = load_config(head_cfg, dict(TINY, **{
