@@ -137,3 +137,19 @@ def test_decode_head_layers_and_bad_part(demo_root, tmp_path):
     model.decode_head = nn.Conv2d(1, 1, 1)
     with pytest.raises(ValueError, match='no transformer layers'):
         transformer_layers(model, 'decode_head')
+
+
+def test_query_patch_known_points():
+    from mmseg_elliptical.analysis import query_patch
+    # 100 x 80 image resized to 64 x 51, 8 x 8 patches, 8 x 7 grid.
+    args = dict(ori_shape=(100, 80), img_shape=(64, 51), stride=(8, 8),
+                grid=(8, 7))
+    # y=30 -> 19.2 input rows -> patch row 2; x=40 -> 25.5 -> column 3.
+    assert query_patch((40, 30), **args) == (2, 3)
+    assert query_patch((0, 0), **args) == (0, 0)
+    assert query_patch((79, 99), **args) == (7, 6)  # the last pixel
+    # Non-square stride: rows of 4 pixels, columns of 16.
+    assert query_patch((40, 30), (100, 80), (64, 51), (4, 16),
+                       (16, 4)) == (4, 1)
+    with pytest.raises(ValueError, match=r'\(80, 10\) lies outside the 80 x'):
+        query_patch((80, 10), **args)

@@ -4,6 +4,7 @@ import json
 import os
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
 from mmengine.registry import init_default_scope
@@ -55,6 +56,78 @@ def tiny_models(demo_root, tmp_path_factory):
             str(tmp / f'{name}.pth'))
         paths += [str(tmp / f'{name}.py'), str(tmp / f'{name}.pth')]
     return paths
+
+
+def _model(paths):
+    from mmseg.apis import init_model
+    return init_model(paths[0], paths[1], device='cpu')
+
+
+def _val_loader(cfg_path, max_images):
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    loader = Config.fromfile(cfg_path).val_dataloader
+    loader.dataset.indices = max_images
+    return Runner.build_dataloader(loader)
+
+
+@torch.no_grad()
+def hand_miou(paths, max_images):
+    """mIoU over the first images, from predictions, by hand."""
+    model = _model(paths)
+    inter = np.zeros(5)
+    union = np.zeros(5)
+    for batch in _val_loader(paths[0], max_images):
+        for sample in model.test_step(batch):
+            pred = sample.pred_sem_seg.data[0].numpy()
+            gt = sample.gt_sem_seg.data[0].numpy()
+            for c in range(5):
+                inter[c] += np.sum((pred == c) & (gt == c))
+                union[c] += np.sum((pred == c) | (gt == c))
+    present = union > 0
+    return float(np.mean(inter[present] / union[present]) * 100)
+
+
+@torch.no_grad()
+def hand_cosines(paths, max_images):
+    """Per layer: mean over images of the mean cosine of patch-token pairs."""
+    model = _model(paths)
+    layers = model.backbone.layers
+    outputs = [[] for _ in layers]
+    hooks = [layer.register_forward_hook(
+        lambda m, a, out, i=i: outputs[i].append(out)) for i, layer in
+        enumerate(layers)]
+    for batch in _val_loader(paths[0], max_images):
+        model.test_step(batch)
+    for h in hooks:
+        h.remove()
+    result = []
+    for outs in outputs:
+        values = []
+        for tokens in outs:
+            for t in tokens[:, 1:]:  # patches only
+                sim = torch.nn.functional.cosine_similarity(
+                    t[:, None], t[None], dim=-1).double()
+                i, j = torch.triu_indices(len(t), len(t), offset=1)
+                values.append(sim[i, j].mean())
+        result.append(torch.stack(values).mean().item())
+    return result
+
+
+@torch.no_grad()
+def hand_attention(paths, image, layer):
+    """torch's attention weights of a dot-product model's layer."""
+    from mmseg.apis import inference_model
+    model = _model(paths)
+    attn = model.backbone.layers[layer].attn
+    seen = []
+    hook = attn.register_forward_pre_hook(
+        lambda m, args: seen.append(args[0]))
+    inference_model(model, image)
+    hook.remove()
+    x = seen[0].transpose(0, 1)  # nn.MultiheadAttention is sequence-first
+    return attn.attn(x, x, x, need_weights=True,
+                     average_attn_weights=False)[1]
 
 
 def test_pipeline_insertion():
@@ -134,7 +207,12 @@ def test_robustness_grid_and_resume(tiny_models, tmp_path, monkeypatch):
         cells = data['models'][name]['cells']
         assert sorted(cells) == ['clean', 'fog/1', 'fog/5',
                                  'gaussian_noise/1', 'gaussian_noise/5']
-        assert all(0 <= c['mIoU'] <= 100 for c in cells.values())
+    # The clean cell against mIoU computed by hand from mmseg's predictions
+    # on the same two images.
+    for i, name in enumerate(('ell', 'dot')):
+        expected = hand_miou(tiny_models[2 * i:2 * i + 2], 2)
+        assert data['models'][name]['cells']['clean']['mIoU'] == \
+            pytest.approx(expected, abs=0.01)
     for ext in ('json', 'md', 'csv', 'png'):
         assert osp.getsize(tmp_path / f'robustness.{ext}') > 0
     md = (tmp_path / 'robustness.md').read_text()
@@ -188,7 +266,11 @@ def test_collapse_tool(tiny_models, tmp_path):
     ell, dot = results['ell'], results['dot']
     assert len(ell['cosine']) == len(dot['cosine']) == 3
     assert ell['images'] == 2
-    assert all(-1 <= c <= 1 for c in ell['cosine'] + dot['cosine'])
+    # Each layer's figure against cosines computed by hand from the layer's
+    # output tokens (plain forward hooks, the full similarity matrix).
+    for name, paths in (('ell', tiny_models[:2]), ('dot', tiny_models[2:])):
+        expected = hand_cosines(paths, 2)
+        assert results[name]['cosine'] == pytest.approx(expected, abs=1e-6)
     assert ell['relevance_spread'][0] is None
     assert all(s > 0 for s in ell['relevance_spread'][1:])
     assert dot['relevance_spread'] == [None] * 3
@@ -202,6 +284,14 @@ def test_attention_maps_tool(tiny_models, demo_root, tmp_path):
     out = str(tmp_path / 'attention.png')
     results = tool.main([image] + tiny_models +
                         ['--point', '30', '20', '--out', out, '--mean-heads'])
+    # The dot-product model's map of layer 1 is row 1 + 2 * 8 + 3 (point
+    # (30, 20) on 8 x 8 patches, after the cls token) of torch's own
+    # attention weights, each patch repeated over its 8 x 8 pixels.
+    weights = hand_attention(tiny_models[2:], image, layer=1)
+    expected = weights[0, :, 1 + 2 * 8 + 3, 1:].reshape(3, 8, 8)
+    expected = expected.repeat_interleave(8, 1).repeat_interleave(8, 2)
+    np.testing.assert_allclose(results['dot']['maps'][1], expected.numpy(),
+                               atol=1e-6)
     for name, res in results.items():
         assert sorted(res['maps']) == [1, 2]
         for i, maps in res['maps'].items():

@@ -28,7 +28,8 @@ from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
-                                       transformer_layers, unwrap)
+                                       query_patch, transformer_layers,
+                                       unwrap, upsample)
 from mmseg_elliptical.utils.cli import ModelSpec, load_config, model_specs
 from mmseg_elliptical.utils.report import pyplot, save_figure
 
@@ -64,27 +65,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def upsample(grid: np.ndarray, stride: Sequence[int],
-             img_shape: Sequence[int], ori_shape: Sequence[int]) -> np.ndarray:
-    """A patch-grid map at the original image's resolution.
-
-    Args:
-        grid (np.ndarray): ``h x w`` values, one per patch.
-        stride (Sequence[int]): Patch stride ``(sh, sw)`` in input pixels.
-        img_shape (Sequence[int]): Size of the resized input before padding.
-        ori_shape (Sequence[int]): Size of the original image.
-
-    Returns:
-        np.ndarray: ``ori_shape`` map.
-    """
-    full = np.kron(grid, np.ones(tuple(stride), dtype=grid.dtype))
-    full = full[:img_shape[0], :img_shape[1]]
-    if tuple(full.shape) != tuple(ori_shape[:2]):
-        full = cv2.resize(full, (int(ori_shape[1]), int(ori_shape[0])),
-                          interpolation=cv2.INTER_NEAREST)
-    return full
-
-
 @torch.no_grad()
 def model_attention(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     """Run one model and return its attention rows and ``m``.
@@ -116,12 +96,11 @@ def model_attention(spec: ModelSpec, args: argparse.Namespace) -> Dict:
     stride = tuple(int(s) for s in patch_embed.projection.stride)
     img_shape = sample.metainfo['img_shape']
     ori_shape = sample.metainfo['ori_shape']
-    x, y = args.point
-    if not (0 <= x < ori_shape[1] and 0 <= y < ori_shape[0]):
-        raise SystemExit(f'--point {x} {y} lies outside the {ori_shape[1]} x '
-                         f'{ori_shape[0]} image (X is the column, Y the row).')
-    row = min(int(y * img_shape[0] / ori_shape[0]) // stride[0], h - 1)
-    col = min(int(x * img_shape[1] / ori_shape[1]) // stride[1], w - 1)
+    try:
+        row, col = query_patch(args.point, ori_shape, img_shape, stride,
+                               (h, w))
+    except ValueError as exc:
+        raise SystemExit(f'--point: {exc}')
     start = found.patch_slice.start or 0
     query = start + row * w + col
     n = len(found.layers)
