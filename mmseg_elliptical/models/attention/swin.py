@@ -1,0 +1,208 @@
+"""Elliptical version of Swin's shifted-window attention.
+
+Swin attends inside windows and every other block shifts the window grid;
+both only reorder the tokens of the image, and ``v`` is a per-token
+projection. So ``m`` of a block is estimated per image and head from
+``|v_j - v_(j-1)|`` over all real tokens of the stage's feature map, compared
+at the same image position whatever the shifts (the tokens mmseg pads to whole
+windows are left out), and scales the queries of every window of the image.
+The relative position bias and the shift mask stay mmseg's.
+
+mmseg's ``ShiftWindowMSA.forward`` (padding, cyclic shift, shift mask, window
+partition and reverse) runs unchanged: :class:`EllipticalShiftWindowMSA`
+only hands its ``w_msa`` (:class:`EllipticalWindowMSA`) the feature map's
+shape for the duration of its call, and ``w_msa`` hands the windows back to
+:meth:`EllipticalShiftWindowMSA.attend_windows`, where the elliptical maths
+of :class:`~.core.EllipticalAttentionMixin` runs. That copies mmseg's
+shortest forward (``WindowMSA``'s, which must change anyway) instead of the
+long one, and keeps the elliptical state on ``SwinBlock.attn`` like every
+other kind.
+"""
+from functools import partial
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
+from mmseg.registry import MODELS
+from ..conversion import elliptical_version_of, qualname, to_elliptical
+from .core import EllipticalAttentionMixin
+
+
+@elliptical_version_of(WindowMSA)
+class EllipticalWindowMSA(WindowMSA):
+    """mmseg's ``WindowMSA`` whose forward its owner supplies per call.
+
+    Inside :meth:`EllipticalShiftWindowMSA.forward` the windows go to the
+    owner's :meth:`~EllipticalShiftWindowMSA.attend_windows`; called on its
+    own it is mmseg's ``WindowMSA``. Same parameters as mmseg's class.
+    """
+    window_call = None  # set by the owner for the duration of its forward
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        if self.window_call is None:
+            return super().forward(x, mask)
+        return self.window_call(x, mask)
+
+    def relative_position_bias(self) -> Tensor:
+        """The relative position bias ``[H, Wt, Wt]`` (mmseg's lookup)."""
+        T = self.window_size[0] * self.window_size[1]
+        bias = self.relative_position_bias_table[
+            self.relative_position_index.view(-1)].view(T, T, -1)
+        return bias.permute(2, 0, 1).contiguous()
+
+
+@MODELS.register_module()
+@elliptical_version_of(ShiftWindowMSA)
+class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
+    """Swin's (shifted) window attention with elliptical scores.
+
+    Same parameters (``w_msa.qkv``, ``w_msa.proj``,
+    ``w_msa.relative_position_bias_table``) and arguments as mmseg's
+    ``ShiftWindowMSA``, plus ``elliptical``, ``reduction`` and ``eps`` (see
+    :class:`~.multihead.EllipticalAttention`). The values it hands on and
+    compares are in image layout, ``[B, H, h * w, d]`` over the real tokens
+    of the ``h x w`` feature map, so consecutive blocks match whatever their
+    shifts. ``qk_scale`` is honoured by both paths.
+
+    The fused path gives the relative position bias plus shift mask to
+    ``scaled_dot_product_attention`` as ``attn_mask``. PyTorch's CPU kernel
+    then runs without a window x window tensor only when the mask needs no
+    gradient (inference); in training the bias is a function of the learnt
+    table, and SDPA falls back to its math kernel, which materialises the
+    scores as mmseg's ``WindowMSA`` does.
+    """
+
+    @classmethod
+    def check_convertible(cls, module: ShiftWindowMSA) -> None:
+        """Raise a ``TypeError`` unless ``module.w_msa`` is mmseg's class."""
+        if type(module.w_msa) not in (WindowMSA, EllipticalWindowMSA):
+            raise TypeError(
+                f'{type(module).__name__}.w_msa is a '
+                f'{qualname(type(module.w_msa))}; elliptical Swin attention '
+                'supports mmseg\'s WindowMSA exactly.')
+
+    def init_elliptical(self,
+                        elliptical: bool = True,
+                        reduction: str = 'mean',
+                        eps: float = 1e-6) -> None:
+        """Set the elliptical options and convert ``w_msa``."""
+        super().init_elliptical(elliptical, reduction, eps)
+        self.check_convertible(self)
+        if type(self.w_msa) is WindowMSA:
+            to_elliptical(self.w_msa)
+
+    @property
+    def num_heads(self) -> int:
+        return self.w_msa.num_heads
+
+    def forward(self, query: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """mmseg's forward, with the windows attended by
+        :meth:`attend_windows`.
+
+        Args:
+            query (Tensor): Normalised tokens ``[B, h * w, C]``.
+            hw_shape (Sequence[int]): ``(h, w)`` of the feature map.
+
+        Returns:
+            Tensor: ``[B, h * w, C]``.
+        """
+        self.w_msa.window_call = partial(
+            self.attend_windows, hw_shape=tuple(hw_shape))
+        try:
+            return super().forward(query, hw_shape)
+        finally:
+            self.w_msa.window_call = None
+
+    def window_grid(self, hw_shape: Sequence[int]) -> Tuple[int, int]:
+        """Windows along the height and width of the padded feature map."""
+        ws = self.window_size
+        return -(-hw_shape[0] // ws), -(-hw_shape[1] // ws)
+
+    def image_index(self, hw_shape: Sequence[int],
+                    device: torch.device) -> Tuple[Tensor, Tensor]:
+        """Where each real token of the feature map sits in the windows.
+
+        Follows mmseg's padding, cyclic shift and ``window_partition``.
+
+        Returns:
+            tuple[Tensor, Tensor]: Window and position in the window of the
+            ``h * w`` real tokens, in row-major image order.
+        """
+        h, w = hw_shape
+        gh, gw = self.window_grid(hw_shape)
+        ws, shift = self.window_size, self.shift_size
+        padded = torch.arange(
+            gh * ws * gw * ws, device=device).view(1, gh * ws, gw * ws, 1)
+        if shift > 0:
+            padded = padded.roll((-shift, -shift), dims=(1, 2))
+        position = self.window_partition(padded).flatten()  # of each slot
+        slot = torch.empty_like(position)
+        slot[position] = torch.arange(position.numel(), device=device)
+        slot = slot.view(gh * ws, gw * ws)[:h, :w].flatten()
+        return slot // ws**2, slot % ws**2
+
+    def to_image(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """Window-layout values ``[B * nW, H, Wt, d]`` to ``[B, H, h * w, d]``
+        (real tokens in image order, detached)."""
+        window, position = self.image_index(hw_shape, v.device)
+        gh, gw = self.window_grid(hw_shape)
+        rows, heads, T, d = v.shape
+        v = v.detach().view(rows // (gh * gw), gh * gw, heads, T, d)
+        return v.transpose(1, 2)[:, :, window, position]
+
+    def attend_windows(self, x: Tensor, mask: Optional[Tensor],
+                       hw_shape: Tuple[int, int]) -> Tensor:
+        """``WindowMSA.forward`` with elliptical scores.
+
+        Args:
+            x (Tensor): Windows ``[B * nW, Wt, C]`` of the padded, shifted
+                feature map (mmseg's layout, the windows of an image
+                consecutive).
+            mask (Tensor, optional): mmseg's shift mask ``[nW, Wt, Wt]``.
+            hw_shape (tuple[int, int]): ``(h, w)`` of the feature map.
+
+        Returns:
+            Tensor: ``[B * nW, Wt, C]``.
+        """
+        w_msa = self.w_msa
+        rows, T, C = x.shape
+        num_windows = self.window_grid(hw_shape)
+        num_windows = num_windows[0] * num_windows[1]
+        q, k, v, m = self.project(
+            x, x, w_msa.qkv.weight, w_msa.qkv.bias, groups=num_windows,
+            to_image=partial(self.to_image, hw_shape=hw_shape))
+        bias = w_msa.relative_position_bias()[None]  # [1, H, Wt, Wt]
+        if mask is not None:
+            bias = bias + mask[:, None].to(bias.dtype)  # [nW, H, Wt, Wt]
+        out = self.attend_images(q, k, v, m, bias, rows // num_windows)
+        return w_msa.proj_drop(
+            w_msa.proj(out.transpose(1, 2).reshape(rows, T, C)))
+
+    def attend_images(self, q: Tensor, k: Tensor, v: Tensor,
+                      m: Optional[Tensor], bias: Tensor,
+                      images: int) -> Tensor:
+        """:meth:`attend` with a bias of one image's windows.
+
+        SDPA's fused CPU kernel takes a 4-D mask that broadcasts over the
+        batch through a size-1 dimension (not an expanded view): a per-window
+        bias (shifted blocks) with several images runs one image per call.
+        The explicit path repeats the bias (it materialises the
+        probabilities anyway).
+        """
+        w_msa = self.w_msa
+        options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
+        if bias.shape[0] == 1 or images == 1:
+            return self.attend(q, k, v, m, bias, **options)
+        if not self.fused_attn:
+            return self.attend(q, k, v, m, bias.repeat(images, 1, 1, 1),
+                               **options)
+        per_image = bias.shape[0]
+        outs = []
+        for i in range(images):
+            rows = slice(i * per_image, (i + 1) * per_image)
+            outs.append(
+                self.attend(q[rows], k[rows], v[rows],
+                            None if m is None else m[rows], bias, **options))
+        return torch.cat(outs)
