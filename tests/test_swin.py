@@ -151,6 +151,22 @@ def test_qk_scale_is_honoured(fused):
 
 
 @pytest.mark.parametrize('fused', [True, False])
+def test_attention_dropout_in_train_mode_only(fused):
+    attn = build_attention(attn_drop_rate=0.5)
+    attn.fused_attn = fused
+    x, v_prev = torch.randn(2, 35, C), torch.randn(2, HEADS, 35, D)
+    clean = naive_window_attention(attn, x, HW, v_prev)[0]
+    torch.testing.assert_close(call(attn, x, v_prev)[0], clean, atol=1e-5,
+                               rtol=1e-5)  # eval: no dropout
+    attn.train()
+    torch.manual_seed(1)
+    first = call(attn, x, v_prev)[0]
+    assert not torch.allclose(first, clean, atol=1e-3)
+    torch.manual_seed(1)
+    torch.testing.assert_close(call(attn, x, v_prev)[0], first)
+
+
+@pytest.mark.parametrize('fused', [True, False])
 def test_gradients_match_naive_and_m_is_constant(fused):
     attn = build_attention().train()
     attn.fused_attn = fused
