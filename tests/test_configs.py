@@ -10,9 +10,46 @@ from mmengine.config import Config
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT
 from mmseg_elliptical.utils import mmseg_config_path
 
-CONFIGS = sorted(
-    glob.glob(osp.join(ROOT, 'configs', 'elliptical', '*.py')) +
-    glob.glob(osp.join(ROOT, 'configs', 'demo', '*.py')))
+FAMILY_DIRS = ('elliptical', 'demo', 'swin', 'beit', 'mae')
+CONFIGS = sorted(p for d in FAMILY_DIRS
+                 for p in glob.glob(osp.join(ROOT, 'configs', d, '*.py')))
+# The backbone token of a config name (``elliptical-<family>-...``) and the
+# class it builds.
+BACKBONES = {
+    'vit': 'EllipticalVisionTransformer',
+    'deit': 'EllipticalVisionTransformer',
+    'swin': 'EllipticalSwinTransformer',
+    'beit': 'EllipticalBEiT',
+    'mae': 'EllipticalMAE',
+}
+# Configs of other families: (ours, mmseg's base) under configs/ and mmseg::.
+FAMILY_CONFIGS = [
+    (f'swin/elliptical-swin-{s}-patch4-window7-in1k-pre_upernet_8xb2-160k_'
+     'ade20k-512x512.py', f'swin/swin-{s}-patch4-window7-in1k-pre_upernet_'
+     '8xb2-160k_ade20k-512x512.py') for s in ('tiny', 'small', 'base')
+] + [
+    ('beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py',
+     'beit/beit-base_upernet_8xb2-160k_ade20k-640x640.py'),
+    ('mae/elliptical-mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py',
+     'mae/mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py'),
+]
+
+
+def expected_types(name):
+    """The backbone and head classes a config name promises."""
+    tokens = name.split('_')
+    backbone = next((t for t in tokens if t.startswith('elliptical-')
+                     and t != 'elliptical-mask'), None)
+    backbone = ('VisionTransformer' if backbone is None else
+                BACKBONES[backbone.split('-')[1]])
+    if 'upernet' in tokens:
+        head = 'UPerHead'
+    elif 'elliptical-mask' in tokens:
+        head = 'EllipticalMaskTransformerHead'
+    else:
+        head = 'SegmenterMaskTransformerHead'
+    return backbone, head
+
 
 # Runs in a fresh interpreter that never imports mmseg_elliptical itself.
 BUILD_ALL = r'''
@@ -53,21 +90,15 @@ def flatten(d, prefix=''):
 
 
 def test_all_configs_build_through_custom_imports():
-    assert len(CONFIGS) == 9
+    assert len(CONFIGS) == 14
     proc = subprocess.run([sys.executable, '-c', BUILD_ALL, *CONFIGS],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     built = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(built) == len(CONFIGS)
     for path, (backbone, head, _) in built.items():
-        name = osp.basename(path)
-        expected = ('EllipticalVisionTransformer'
-                    if 'elliptical-' in name.split('_')[1] else
-                    'VisionTransformer')
-        assert backbone == expected, name
-        expected = ('EllipticalMaskTransformerHead'
-                    if '_elliptical-mask_' in name else
-                    'SegmenterMaskTransformerHead')
-        assert head == expected, name
+        name = osp.basename(path)[:-3]
+        assert (backbone, head) == expected_types(name), name
     # Elliptical attention adds no parameters.
     sizes = {osp.basename(p): n for p, (_, _, n) in built.items()}
     for s in 'tsb':
@@ -93,6 +124,21 @@ def test_elliptical_configs_change_only_the_attention():
         assert changed == {'model.backbone.type', 'custom_imports.imports',
                            'custom_imports.allow_failed_imports'}
         assert a['model.backbone.type'] == 'EllipticalVisionTransformer'
+
+
+def test_family_configs_change_only_the_backbone_type():
+    for ours, base in FAMILY_CONFIGS:
+        a = flatten(Config.fromfile(osp.join(ROOT, 'configs', ours))
+                    .to_dict())
+        b = flatten(Config.fromfile(mmseg_config_path(f'mmseg::{base}'))
+                    .to_dict())
+        changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+        assert changed == {'model.backbone.type', 'custom_imports.imports',
+                           'custom_imports.allow_failed_imports'}, ours
+        assert a['model.backbone.type'] == 'Elliptical' + b[
+            'model.backbone.type'], ours
+        # Named as mmseg's config with the backbone token prefixed.
+        assert osp.basename(ours) == 'elliptical-' + osp.basename(base)
 
 
 def test_demo_twins_differ_only_in_backbone_type():
