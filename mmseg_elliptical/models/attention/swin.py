@@ -120,15 +120,15 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         ws = self.window_size
         return -(-hw_shape[0] // ws), -(-hw_shape[1] // ws)
 
-    def image_index(self, hw_shape: Sequence[int],
-                    device: torch.device) -> Tuple[Tensor, Tensor]:
+    def image_slots(self, hw_shape: Sequence[int],
+                    device: torch.device) -> Tensor:
         """Where each real token of the feature map sits in the windows.
 
         Follows mmseg's padding, cyclic shift and ``window_partition``.
 
         Returns:
-            tuple[Tensor, Tensor]: Window and position in the window of the
-            ``h * w`` real tokens, in row-major image order.
+            Tensor: For the ``h * w`` real tokens in row-major image order,
+            their slot ``window * Wt + position`` among an image's windows.
         """
         h, w = hw_shape
         gh, gw = self.window_grid(hw_shape)
@@ -140,17 +140,23 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         position = self.window_partition(padded).flatten()  # of each slot
         slot = torch.empty_like(position)
         slot[position] = torch.arange(position.numel(), device=device)
-        slot = slot.view(gh * ws, gw * ws)[:h, :w].flatten()
-        return slot // ws**2, slot % ws**2
+        return slot.view(gh * ws, gw * ws)[:h, :w].flatten()
 
     def to_image(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Window-layout values ``[B * nW, H, Wt, d]`` to ``[B, H, h * w, d]``
-        (real tokens in image order, detached)."""
-        window, position = self.image_index(hw_shape, v.device)
-        gh, gw = self.window_grid(hw_shape)
+        (real tokens in image order, detached).
+
+        ``v`` is a view of the qkv projection's ``[B * nW, Wt, ...]`` rows,
+        so one ``index_select`` of whole token rows does it (an advanced
+        index on the ``[B, H, nW, Wt, d]`` view was 10x slower); the result
+        is a ``[B, H, h * w, d]`` view of ``[B, h * w, C]`` tokens.
+        """
         rows, heads, T, d = v.shape
-        v = v.detach().view(rows // (gh * gw), gh * gw, heads, T, d)
-        return v.transpose(1, 2)[:, :, window, position]
+        gh, gw = self.window_grid(hw_shape)
+        tokens = v.detach().transpose(1, 2).reshape(
+            rows // (gh * gw), gh * gw * T, heads * d)
+        tokens = tokens.index_select(1, self.image_slots(hw_shape, v.device))
+        return tokens.view(*tokens.shape[:2], heads, d).transpose(1, 2)
 
     def attend_windows(self, x: Tensor, mask: Optional[Tensor],
                        hw_shape: Tuple[int, int]) -> Tensor:
