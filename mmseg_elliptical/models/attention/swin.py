@@ -13,10 +13,11 @@ partition and reverse) runs unchanged: :class:`EllipticalShiftWindowMSA`
 only hands its ``w_msa`` (:class:`EllipticalWindowMSA`) the feature map's
 shape for the duration of its call, and ``w_msa`` hands the windows back to
 :meth:`EllipticalShiftWindowMSA.attend_windows`, where the elliptical maths
-of :class:`~.core.EllipticalAttentionMixin` runs. That copies mmseg's
-shortest forward (``WindowMSA``'s, which must change anyway) instead of the
-long one, and keeps the elliptical state on ``SwinBlock.attn`` like every
-other kind.
+of :class:`~.core.EllipticalAttentionMixin` runs. So only mmseg's short
+``WindowMSA.forward`` is replaced (its maths must change anyway), none of the
+windowing is copied, and the elliptical state stays on ``SwinBlock.attn`` as
+for every other kind (the value chain, ``fused_attn`` and the attention
+records of the analysis tools find it there).
 """
 from functools import partial
 from typing import Optional, Sequence, Tuple
