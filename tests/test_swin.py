@@ -32,7 +32,9 @@ pytestmark = pytest.mark.usefixtures('single_thread')
 
 C, HEADS, WS = 24, 3, 3
 D = C // HEADS
-HW = (5, 7)  # padded to 6 x 9: 2 x 3 windows of 3 x 3
+HW = (7, 8)  # padded to 9 x 9: 3 x 3 windows of 3 x 3
+L = HW[0] * HW[1]
+NW = 9
 ARCH = dict(embed_dims=16, depths=(2, 3), num_heads=(2, 4), strides=(4, 2),
             out_indices=(0, 1), window_size=3, mlp_ratio=2)
 IMAGE = (40, 56)  # stage 1: 10 x 14 (padded 12 x 15), stage 2: 5 x 7
@@ -142,7 +144,7 @@ def test_window_attention_matches_naive(shift, fused, grad, batch, qkv_bias):
 def test_qk_scale_is_honoured(fused):
     attn = build_attention(qk_scale=0.05)
     attn.fused_attn = fused
-    x, v_prev = torch.randn(2, 35, C), torch.randn(2, HEADS, 35, D)
+    x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
     with torch.no_grad():
         torch.testing.assert_close(
             call(attn, x, v_prev)[0],
@@ -154,7 +156,7 @@ def test_qk_scale_is_honoured(fused):
 def test_attention_dropout_in_train_mode_only(fused):
     attn = build_attention(attn_drop_rate=0.5)
     attn.fused_attn = fused
-    x, v_prev = torch.randn(2, 35, C), torch.randn(2, HEADS, 35, D)
+    x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
     clean = naive_window_attention(attn, x, HW, v_prev)[0]
     torch.testing.assert_close(call(attn, x, v_prev)[0], clean, atol=1e-5,
                                rtol=1e-5)  # eval: no dropout
@@ -170,8 +172,8 @@ def test_attention_dropout_in_train_mode_only(fused):
 def test_gradients_match_naive_and_m_is_constant(fused):
     attn = build_attention().train()
     attn.fused_attn = fused
-    x = torch.randn(2, 35, C, requires_grad=True)
-    v_prev = torch.randn(2, HEADS, 35, D, requires_grad=True)
+    x = torch.randn(2, L, C, requires_grad=True)
+    v_prev = torch.randn(2, HEADS, L, D, requires_grad=True)
     out, _ = call(attn, x, v_prev)
     out.square().sum().backward()
     assert v_prev.grad is None
@@ -196,7 +198,7 @@ def test_dot_product_mode_equals_mmseg_module():
     ref = ShiftWindowMSA(C, HEADS, WS, shift_size=1).eval()
     with torch.no_grad():
         ref.w_msa.relative_position_bias_table.normal_()
-    x = torch.randn(2, 35, C)
+    x = torch.randn(2, L, C)
     expected = ref(x, HW)
     attn = to_elliptical(ref)
     assert type(attn) is EllipticalShiftWindowMSA
@@ -215,16 +217,16 @@ def test_dot_product_mode_equals_mmseg_module():
 
 def test_explicit_probabilities_are_recorded_per_window():
     attn = build_attention()
-    x, v_prev = torch.randn(2, 35, C), torch.randn(2, HEADS, 35, D)
+    x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
     attn.fused_attn = False
     attn.attention_record = AttentionRecord()
     with torch.no_grad():
         call(attn, x, v_prev)
     probs, = attn.attention_record.probs
     m, = attn.attention_record.relevance
-    assert probs.shape == (2 * 6, HEADS, WS * WS, WS * WS)
+    assert probs.shape == (2 * NW, HEADS, WS * WS, WS * WS)
     assert m.shape == (2, HEADS, 1, D)
-    torch.testing.assert_close(probs.sum(-1), torch.ones(12, HEADS, 9))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2 * NW, HEADS, 9))
 
 
 def test_conversion_checks_w_msa_type():
@@ -461,30 +463,29 @@ def window_square_tensors(shapes, rows, heads, T):
             and torch.Size(s).numel() >= rows * heads * T * T]
 
 
-def test_fused_inference_materialises_no_window_scores():
+@pytest.mark.parametrize('batch', [1, 2])
+def test_fused_inference_materialises_no_window_scores(batch):
     """mmseg's WindowMSA builds [B * nW, H, Wt, Wt] scores; the fused
-    elliptical path under no-grad (shifted blocks, several images, padding
-    included) does not, and builds no window x window tensor larger than
-    one image's bias."""
+    elliptical path under no-grad (a shifted block with padding) builds no
+    window x window tensor larger than one window row's bias."""
     torch.manual_seed(0)
     ref = ShiftWindowMSA(C, HEADS, WS, shift_size=1).eval()
     ours = build_attention(shift=1)
-    x, v_prev = torch.randn(2, 35, C), torch.randn(2, HEADS, 35, D)
-    rows = 2 * 6  # images x windows
+    x, v_prev = torch.randn(batch, L, C), torch.randn(batch, HEADS, L, D)
+    T = WS * WS
     with torch.no_grad():
         with ShapeSpy() as spy:
             ref(x, HW)
-        assert window_square_tensors(spy.shapes, rows, HEADS, 9)
+        assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
         for v in (v_prev, None):  # elliptical and dot-product scores
             with ShapeSpy() as spy:
                 call(ours, x, v)
-            assert not window_square_tensors(spy.shapes, rows, HEADS, 9)
             assert max(torch.Size(s).numel() for s in spy.shapes
-                       if s[-2:] == (9, 9)) == 6 * HEADS * 81  # the bias
+                       if s[-2:] == (T, T)) == 3 * HEADS * T * T
         ours.fused_attn = False  # the paper's formulation materialises them
         with ShapeSpy() as spy:
             call(ours, x, v_prev)
-        assert window_square_tensors(spy.shapes, rows, HEADS, 9)
+        assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
 
 
 def test_training_saves_no_more_window_scores_than_mmseg():

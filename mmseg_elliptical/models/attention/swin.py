@@ -175,41 +175,58 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         w_msa = self.w_msa
         rows, T, C = x.shape
-        num_windows = self.window_grid(hw_shape)
-        num_windows = num_windows[0] * num_windows[1]
+        grid = self.window_grid(hw_shape)
         q, k, v, m = self.project(
-            x, x, w_msa.qkv.weight, w_msa.qkv.bias, groups=num_windows,
+            x, x, w_msa.qkv.weight, w_msa.qkv.bias, groups=grid[0] * grid[1],
             to_image=partial(self.to_image, hw_shape=hw_shape))
         bias = w_msa.relative_position_bias()[None]  # [1, H, Wt, Wt]
-        if mask is not None:
-            bias = bias + mask[:, None].to(bias.dtype)  # [nW, H, Wt, Wt]
-        out = self.attend_images(q, k, v, m, bias, rows // num_windows)
+        out = self.attend_windows_of(q, k, v, m, bias, mask, grid)
         return w_msa.proj_drop(
             w_msa.proj(out.transpose(1, 2).reshape(rows, T, C)))
 
-    def attend_images(self, q: Tensor, k: Tensor, v: Tensor,
-                      m: Optional[Tensor], bias: Tensor,
-                      images: int) -> Tensor:
-        """:meth:`attend` with a bias of one image's windows.
+    def attend_windows_of(self, q: Tensor, k: Tensor, v: Tensor,
+                          m: Optional[Tensor], bias: Tensor,
+                          mask: Optional[Tensor],
+                          grid: Tuple[int, int]) -> Tensor:
+        """:meth:`attend` over the windows of each image of the batch.
 
-        SDPA's fused CPU kernel takes a 4-D mask that broadcasts over the
-        batch through a size-1 dimension (not an expanded view): a per-window
-        bias (shifted blocks) with several images runs one image per call.
-        The explicit path repeats the bias (it materialises the
-        probabilities anyway).
+        SDPA's fused CPU kernel needs a 4-D mask that broadcasts through
+        size-1 dimensions (not an expanded view), and mmseg's shift mask
+        differs between windows. But only the last window row and column
+        see the shift's seams: every window row but the last has the same
+        ``[gw, Wt, Wt]`` masks, so the fused path attends one window row
+        per call with one of two ``[gw, H, Wt, Wt]`` biases, instead of a
+        bias per window (as large as the scores at batch 1). The explicit
+        path adds the full bias (it materialises the probabilities anyway).
+
+        Args:
+            q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
+            m (Tensor, optional): ``[B * nW, H, 1, d]`` still to apply.
+            bias (Tensor): Relative position bias ``[1, H, Wt, Wt]``.
+            mask (Tensor, optional): mmseg's shift mask ``[nW, Wt, Wt]``.
+            grid (tuple[int, int]): Window rows and columns ``(gh, gw)``.
+
+        Returns:
+            Tensor: ``[B * nW, H, Wt, d]``.
         """
         w_msa = self.w_msa
         options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
-        if bias.shape[0] == 1 or images == 1:
+        if mask is None:
             return self.attend(q, k, v, m, bias, **options)
+        mask = mask[:, None].to(bias.dtype)
         if not self.fused_attn:
-            return self.attend(q, k, v, m, bias.repeat(images, 1, 1, 1),
+            images = q.shape[0] // mask.shape[0]
+            return self.attend(q, k, v, m,
+                               (bias + mask).repeat(images, 1, 1, 1),
                                **options)
-        per_image = bias.shape[0]
+        gh, gw = grid
+        inner, last = bias + mask[:gw], bias + mask[-gw:]
         outs = []
-        for i in range(images):
-            rows = slice(i * per_image, (i + 1) * per_image)
+        for row in range(q.shape[0] // gw):
+            rows = slice(row * gw, (row + 1) * gw)
             outs.append(
                 self.attend(q[rows], k[rows], v[rows],
-                            None if m is None else m[rows], bias, **options))
+                            None if m is None else m[rows],
+                            last if row % gh == gh - 1 else inner,
+                            **options))
         return torch.cat(outs)
