@@ -47,11 +47,12 @@ class EllipticalWindowMSA(WindowMSA):
         return self.window_call(x, mask)
 
     def relative_position_bias(self) -> Tensor:
-        """The relative position bias ``[H, Wt, Wt]`` (mmseg's lookup)."""
+        """The relative position bias ``[H, Wt, Wt]`` (mmseg's lookup as one
+        ``index_select`` on the transposed table, as in
+        :meth:`~.beit.EllipticalBEiTAttention.relative_position_bias`)."""
         T = self.window_size[0] * self.window_size[1]
-        bias = self.relative_position_bias_table[
-            self.relative_position_index.view(-1)].view(T, T, -1)
-        return bias.permute(2, 0, 1).contiguous()
+        return self.relative_position_bias_table.t().index_select(
+            1, self.relative_position_index.view(-1)).view(-1, T, T)
 
 
 @MODELS.register_module()
