@@ -220,6 +220,7 @@ def test_fused_inference_materialises_no_scores():
         for v in (v_prev, None):
             with ShapeSpy() as spy:
                 call(ours, x, v)
+            assert spy.fused()
             assert max(torch.Size(s).numel()
                        for s in squares(spy.shapes)) == HEADS * N * N
 

@@ -476,17 +476,24 @@ def test_with_cp_saves_less_and_gives_the_same_gradients():
 
 
 class ShapeSpy(TorchDispatchMode):
-    """Records the shape of every tensor an aten op returns."""
+    """Records the aten ops that run and the shapes of what they return."""
 
     def __init__(self):
         super().__init__()
-        self.shapes = []
+        self.shapes, self.ops = [], set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        self.ops.add(str(func.overloadpacket))
         self.shapes += [tuple(t.shape) for t in tree_flatten(out)[0]
                         if isinstance(t, torch.Tensor)]
         return out
+
+    def fused(self) -> bool:
+        """Whether attention ran in SDPA's flash kernel only (its math
+        fallback would run a softmax)."""
+        return ('aten._scaled_dot_product_flash_attention_for_cpu' in self.ops
+                and 'aten._softmax' not in self.ops)
 
 
 def window_square_tensors(shapes, rows, heads, T):
@@ -496,24 +503,29 @@ def window_square_tensors(shapes, rows, heads, T):
 
 
 @pytest.mark.parametrize('batch', [1, 2])
-def test_fused_inference_materialises_no_window_scores(batch):
+@pytest.mark.parametrize('shift', [0, 1])
+def test_fused_inference_materialises_no_window_scores(batch, shift):
     """mmseg's WindowMSA builds [B * nW, H, Wt, Wt] scores; the fused
-    elliptical path under no-grad (a shifted block with padding) builds no
-    window x window tensor larger than one window row's bias."""
+    elliptical path under no-grad (with padding) runs SDPA's flash kernel
+    and builds no window x window tensor larger than the bias: [1, H, Wt,
+    Wt], or one window row's [gw, H, Wt, Wt] in a shifted block."""
     torch.manual_seed(0)
-    ref = ShiftWindowMSA(C, HEADS, WS, shift_size=1).eval()
-    ours = build_attention(shift=1)
+    ref = ShiftWindowMSA(C, HEADS, WS, shift_size=shift).eval()
+    ours = build_attention(shift=shift)
     x, v_prev = torch.randn(batch, L, C), torch.randn(batch, HEADS, L, D)
     T = WS * WS
     with torch.no_grad():
         with ShapeSpy() as spy:
             ref(x, HW)
         assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
+        assert not spy.fused()
         for v in (v_prev, None):  # elliptical and dot-product scores
             with ShapeSpy() as spy:
                 call(ours, x, v)
+            assert spy.fused()
             assert max(torch.Size(s).numel() for s in spy.shapes
-                       if s[-2:] == (T, T)) == 3 * HEADS * T * T
+                       if s[-2:] == (T, T)) == (3 if shift else
+                                                1) * HEADS * T * T
         ours.fused_attn = False  # the paper's formulation materialises them
         with ShapeSpy() as spy:
             call(ours, x, v_prev)
