@@ -69,11 +69,12 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
     shifts. ``qk_scale`` is honoured by both paths.
 
     The fused path gives the relative position bias plus shift mask to
-    ``scaled_dot_product_attention`` as ``attn_mask``. PyTorch's CPU kernel
-    then runs without a window x window tensor only when the mask needs no
+    ``scaled_dot_product_attention`` as ``attn_mask`` (shifted blocks one
+    window row per call, see :meth:`attend_windows_of`). PyTorch's CPU
+    kernel then runs without window x window scores when the mask needs no
     gradient (inference); in training the bias is a function of the learnt
     table, and SDPA falls back to its math kernel, which materialises the
-    scores as mmseg's ``WindowMSA`` does.
+    scores as mmseg's ``WindowMSA`` does (no more of them).
     """
 
     @classmethod
