@@ -52,8 +52,9 @@ class EllipticalBEiT(EllipticalTransformerMixin, BEiT):
             raise ValueError(
                 f'{type(self).__name__} was built for img_size='
                 f'{tuple(self.img_size)} (a {self.patch_shape[0]}x'
-                f'{self.patch_shape[1]} patch grid, which sizes its relative '
-                'position tables), got images of '
+                f'{self.patch_shape[1]} patch grid, which sizes its '
+                'relative position tables and MAE\'s position embedding), '
+                'got images of '
                 f'{tuple(inputs.shape[-2:])} ({grid[0]}x{grid[1]} patches); '
                 'set img_size to the crop size and test with '
                 "test_cfg=dict(mode='slide') at that crop size.")
