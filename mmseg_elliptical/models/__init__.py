@@ -1,8 +1,12 @@
 from .attention import (AttentionRecord, EllipticalAttention,
-                        EllipticalAttentionMixin,
+                        EllipticalAttentionMixin, EllipticalBEiTAttention,
                         EllipticalEfficientMultiheadAttention,
-                        EllipticalGlobalSubsampledAttention, relevance)
-from .backbones import (EllipticalMixVisionTransformer, EllipticalPCPVT,
+                        EllipticalGlobalSubsampledAttention,
+                        EllipticalMAEAttention, EllipticalShiftWindowMSA,
+                        relevance)
+from .backbones import (EllipticalBEiT, EllipticalMAE,
+                        EllipticalMixVisionTransformer, EllipticalPCPVT,
+                        EllipticalSwinTransformer,
                         EllipticalVisionTransformer)
 from .conversion import to_elliptical
 from .decode_heads import EllipticalMaskTransformerHead
@@ -11,8 +15,10 @@ from .layers import ValueChain, make_elliptical
 __all__ = [
     'AttentionRecord', 'EllipticalAttention', 'EllipticalAttentionMixin',
     'EllipticalEfficientMultiheadAttention',
-    'EllipticalGlobalSubsampledAttention', 'relevance',
+    'EllipticalGlobalSubsampledAttention', 'EllipticalBEiTAttention',
+    'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'relevance',
     'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
-    'EllipticalPCPVT', 'EllipticalMaskTransformerHead', 'ValueChain',
+    'EllipticalPCPVT', 'EllipticalSwinTransformer', 'EllipticalBEiT',
+    'EllipticalMAE', 'EllipticalMaskTransformerHead', 'ValueChain',
     'make_elliptical', 'to_elliptical'
 ]

@@ -1,8 +1,11 @@
+from .beit import EllipticalBEiT, EllipticalMAE
 from .mit import EllipticalMixVisionTransformer
+from .swin import EllipticalSwinTransformer
 from .twins import EllipticalPCPVT
 from .vit import EllipticalVisionTransformer
 
 __all__ = [
     'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
-    'EllipticalPCPVT'
+    'EllipticalPCPVT', 'EllipticalSwinTransformer', 'EllipticalBEiT',
+    'EllipticalMAE'
 ]

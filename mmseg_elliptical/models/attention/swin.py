@@ -1,0 +1,234 @@
+"""Elliptical version of Swin's shifted-window attention.
+
+Swin attends inside windows and every other block shifts the window grid;
+both only reorder the tokens of the image, and ``v`` is a per-token
+projection. So ``m`` of a block is estimated per image and head from
+``|v_j - v_(j-1)|`` over all real tokens of the stage's feature map, compared
+at the same image position whatever the shifts (the tokens mmseg pads to whole
+windows are left out), and scales the queries of every window of the image.
+The relative position bias and the shift mask stay mmseg's.
+
+mmseg's ``ShiftWindowMSA.forward`` (padding, cyclic shift, shift mask, window
+partition and reverse) runs unchanged: :class:`EllipticalShiftWindowMSA`
+only hands its ``w_msa`` (:class:`EllipticalWindowMSA`) the feature map's
+shape for the duration of its call, and ``w_msa`` hands the windows back to
+:meth:`EllipticalShiftWindowMSA.attend_windows`, where the elliptical maths
+of :class:`~.core.EllipticalAttentionMixin` runs. So only mmseg's short
+``WindowMSA.forward`` is replaced (its maths must change anyway), none of the
+windowing is copied, and the elliptical state stays on ``SwinBlock.attn`` as
+for every other kind (the value chain, ``fused_attn`` and the attention
+records of the analysis tools find it there).
+"""
+from functools import partial
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
+from mmseg.registry import MODELS
+from ..conversion import elliptical_version_of, qualname, to_elliptical
+from .core import EllipticalAttentionMixin
+
+
+@elliptical_version_of(WindowMSA)
+class EllipticalWindowMSA(WindowMSA):
+    """mmseg's ``WindowMSA`` whose forward its owner supplies per call.
+
+    Inside :meth:`EllipticalShiftWindowMSA.forward` the windows go to the
+    owner's :meth:`~EllipticalShiftWindowMSA.attend_windows`; called on its
+    own it is mmseg's ``WindowMSA``. Same parameters as mmseg's class.
+    """
+    window_call = None  # set by the owner for the duration of its forward
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        if self.window_call is None:
+            return super().forward(x, mask)
+        return self.window_call(x, mask)
+
+    def relative_position_bias(self) -> Tensor:
+        """The relative position bias ``[H, Wt, Wt]`` (mmseg's lookup as one
+        ``index_select`` on the transposed table, as in
+        :meth:`~.beit.EllipticalBEiTAttention.relative_position_bias`)."""
+        T = self.window_size[0] * self.window_size[1]
+        return self.relative_position_bias_table.t().index_select(
+            1, self.relative_position_index.view(-1)).view(-1, T, T)
+
+
+@MODELS.register_module()
+@elliptical_version_of(ShiftWindowMSA)
+class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
+    """Swin's (shifted) window attention with elliptical scores.
+
+    Same parameters (``w_msa.qkv``, ``w_msa.proj``,
+    ``w_msa.relative_position_bias_table``) and arguments as mmseg's
+    ``ShiftWindowMSA``, plus ``elliptical``, ``reduction`` and ``eps`` (see
+    :class:`~.multihead.EllipticalAttention`). The values it hands on and
+    compares are in image layout, ``[B, H, h * w, d]`` over the real tokens
+    of the ``h x w`` feature map, so consecutive blocks match whatever their
+    shifts. ``qk_scale`` is honoured by both paths.
+
+    The fused path gives the relative position bias plus shift mask to
+    ``scaled_dot_product_attention`` as ``attn_mask`` (shifted blocks one
+    window row per call, see :meth:`attend_windows_of`). PyTorch's CPU
+    kernel then runs without window x window scores when the mask needs no
+    gradient (inference); in training the bias is a function of the learnt
+    table, and SDPA falls back to its math kernel, which materialises the
+    scores as mmseg's ``WindowMSA`` does (no more of them).
+    """
+
+    @classmethod
+    def check_convertible(cls, module: ShiftWindowMSA) -> None:
+        """Raise a ``TypeError`` unless ``module.w_msa`` is mmseg's class."""
+        if type(module.w_msa) not in (WindowMSA, EllipticalWindowMSA):
+            raise TypeError(
+                f'{type(module).__name__}.w_msa is a '
+                f'{qualname(type(module.w_msa))}; elliptical Swin attention '
+                'supports mmseg\'s WindowMSA exactly.')
+
+    def init_elliptical(self,
+                        elliptical: bool = True,
+                        reduction: str = 'mean',
+                        eps: float = 1e-6) -> None:
+        """Set the elliptical options and convert ``w_msa``."""
+        super().init_elliptical(elliptical, reduction, eps)
+        self.check_convertible(self)
+        if type(self.w_msa) is WindowMSA:
+            to_elliptical(self.w_msa)
+
+    @property
+    def num_heads(self) -> int:
+        return self.w_msa.num_heads
+
+    def forward(self, query: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """mmseg's forward, with the windows attended by
+        :meth:`attend_windows`.
+
+        Args:
+            query (Tensor): Normalised tokens ``[B, h * w, C]``.
+            hw_shape (Sequence[int]): ``(h, w)`` of the feature map.
+
+        Returns:
+            Tensor: ``[B, h * w, C]``.
+        """
+        self.w_msa.window_call = partial(
+            self.attend_windows, hw_shape=tuple(hw_shape))
+        try:
+            return super().forward(query, hw_shape)
+        finally:
+            self.w_msa.window_call = None
+
+    def window_grid(self, hw_shape: Sequence[int]) -> Tuple[int, int]:
+        """Windows along the height and width of the padded feature map."""
+        ws = self.window_size
+        return -(-hw_shape[0] // ws), -(-hw_shape[1] // ws)
+
+    def image_slots(self, hw_shape: Sequence[int],
+                    device: torch.device) -> Tensor:
+        """Where each real token of the feature map sits in the windows.
+
+        Follows mmseg's padding, cyclic shift and ``window_partition``.
+
+        Returns:
+            Tensor: For the ``h * w`` real tokens in row-major image order,
+            their slot ``window * Wt + position`` among an image's windows.
+        """
+        h, w = hw_shape
+        gh, gw = self.window_grid(hw_shape)
+        ws, shift = self.window_size, self.shift_size
+        padded = torch.arange(
+            gh * ws * gw * ws, device=device).view(1, gh * ws, gw * ws, 1)
+        if shift > 0:
+            padded = padded.roll((-shift, -shift), dims=(1, 2))
+        position = self.window_partition(padded).flatten()  # of each slot
+        slot = torch.empty_like(position)
+        slot[position] = torch.arange(position.numel(), device=device)
+        return slot.view(gh * ws, gw * ws)[:h, :w].flatten()
+
+    def to_image(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """Window-layout values ``[B * nW, H, Wt, d]`` to ``[B, H, h * w, d]``
+        (real tokens in image order, detached).
+
+        ``v`` is a view of the qkv projection's ``[B * nW, Wt, ...]`` rows,
+        so one ``index_select`` of whole token rows does it (an advanced
+        index on the ``[B, H, nW, Wt, d]`` view was 10x slower); the result
+        is a ``[B, H, h * w, d]`` view of ``[B, h * w, C]`` tokens.
+        """
+        rows, heads, T, d = v.shape
+        gh, gw = self.window_grid(hw_shape)
+        tokens = v.detach().transpose(1, 2).reshape(
+            rows // (gh * gw), gh * gw * T, heads * d)
+        tokens = tokens.index_select(1, self.image_slots(hw_shape, v.device))
+        return tokens.view(*tokens.shape[:2], heads, d).transpose(1, 2)
+
+    def attend_windows(self, x: Tensor, mask: Optional[Tensor],
+                       hw_shape: Tuple[int, int]) -> Tensor:
+        """``WindowMSA.forward`` with elliptical scores.
+
+        Args:
+            x (Tensor): Windows ``[B * nW, Wt, C]`` of the padded, shifted
+                feature map (mmseg's layout, the windows of an image
+                consecutive).
+            mask (Tensor, optional): mmseg's shift mask ``[nW, Wt, Wt]``.
+            hw_shape (tuple[int, int]): ``(h, w)`` of the feature map.
+
+        Returns:
+            Tensor: ``[B * nW, Wt, C]``.
+        """
+        w_msa = self.w_msa
+        rows, T, C = x.shape
+        grid = self.window_grid(hw_shape)
+        q, k, v, m = self.project(
+            x, x, w_msa.qkv.weight, w_msa.qkv.bias, groups=grid[0] * grid[1],
+            to_image=partial(self.to_image, hw_shape=hw_shape))
+        bias = w_msa.relative_position_bias()[None]  # [1, H, Wt, Wt]
+        out = self.attend_windows_of(q, k, v, m, bias, mask, grid)
+        return w_msa.proj_drop(
+            w_msa.proj(out.transpose(1, 2).reshape(rows, T, C)))
+
+    def attend_windows_of(self, q: Tensor, k: Tensor, v: Tensor,
+                          m: Optional[Tensor], bias: Tensor,
+                          mask: Optional[Tensor],
+                          grid: Tuple[int, int]) -> Tensor:
+        """:meth:`attend` over the windows of each image of the batch.
+
+        SDPA's fused CPU kernel needs a 4-D mask that broadcasts through
+        size-1 dimensions (not an expanded view), and mmseg's shift mask
+        differs between windows. But only the last window row and column
+        see the shift's seams: every window row but the last has the same
+        ``[gw, Wt, Wt]`` masks, so the fused path attends one window row
+        per call with one of two ``[gw, H, Wt, Wt]`` biases, instead of a
+        bias per window (as large as the scores at batch 1). The explicit
+        path adds the full bias (it materialises the probabilities anyway).
+
+        Args:
+            q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
+            m (Tensor, optional): ``[B * nW, H, 1, d]`` still to apply.
+            bias (Tensor): Relative position bias ``[1, H, Wt, Wt]``.
+            mask (Tensor, optional): mmseg's shift mask ``[nW, Wt, Wt]``.
+            grid (tuple[int, int]): Window rows and columns ``(gh, gw)``.
+
+        Returns:
+            Tensor: ``[B * nW, H, Wt, d]``.
+        """
+        w_msa = self.w_msa
+        options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
+        if mask is None:
+            return self.attend(q, k, v, m, bias, **options)
+        mask = mask[:, None].to(bias.dtype)
+        if not self.fused_attn:
+            images = q.shape[0] // mask.shape[0]
+            return self.attend(q, k, v, m,
+                               (bias + mask).repeat(images, 1, 1, 1),
+                               **options)
+        gh, gw = grid
+        inner, last = bias + mask[:gw], bias + mask[-gw:]
+        outs = []
+        for row in range(q.shape[0] // gw):
+            rows = slice(row * gw, (row + 1) * gw)
+            outs.append(
+                self.attend(q[rows], k[rows], v[rows],
+                            None if m is None else m[rows],
+                            last if row % gh == gh - 1 else inner,
+                            **options))
+        return torch.cat(outs)
