@@ -1,9 +1,9 @@
 """Every shipped config builds with nothing but its ``custom_imports`` and is
 mmseg's own config plus the keys that change."""
+import ast
 import glob
 import json
 import os.path as osp
-import re
 import subprocess
 import sys
 
@@ -64,7 +64,11 @@ def mmseg_base(path: str) -> str:
     """The ``mmseg::`` config a shipped config inherits (maybe through one of
     ours)."""
     with open(path, encoding='utf-8') as f:
-        bases = re.findall(r"""_base_ = \['([^']+)'\]""", f.read())
+        tree = ast.parse(f.read())
+    bases = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign)
+                 and node.targets[0].id == '_base_')
+    bases = [bases] if isinstance(bases, str) else bases
     assert len(bases) == 1, (path, bases)
     if bases[0].startswith('mmseg::'):
         return bases[0]
