@@ -10,6 +10,8 @@ import os.path as osp
 import socket
 import subprocess
 import sys
+import time
+from datetime import timedelta
 from typing import Dict, List, Tuple
 
 import pytest
@@ -89,7 +91,7 @@ def ddp_worker(rank: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
         'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
-        world_size=WORLD)
+        world_size=WORLD, timeout=timedelta(seconds=120))
     try:
         model = MMDistributedDataParallel(
             module=build_segmentor(), broadcast_buffers=False)
@@ -101,9 +103,18 @@ def ddp_worker(rank: int, port: int, out_dir: str) -> None:
 
 
 def test_two_processes_match_one_process(tmp_path) -> None:
-    # fork: the workers start with torch and mmseg already imported.
-    mp.start_processes(ddp_worker, args=(free_port(), str(tmp_path)),
-                       nprocs=WORLD, start_method='fork')
+    # spawn, not fork: a child forked from this process, whose OpenMP
+    # thread pool other tests have started, can deadlock in its first
+    # OpenMP call (seen once in a full run).
+    context = mp.start_processes(
+        ddp_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD,
+        start_method='spawn', join=False)
+    deadline = time.monotonic() + 300
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail('the DDP workers did not finish within 300 s')
     ref = step(build_segmentor(), *batch())
     assert 'backbone.layers.2.attn.attn.in_proj_weight' in ref
     assert 'decode_head.layers.1.attn.attn.in_proj_weight' in ref
