@@ -164,3 +164,25 @@ def test_test_loop_draws_and_reports(trained):
     log = _log(trained)
     assert 'Summary (test, iteration 4' in log
     assert osp.isfile(osp.join(trained.work_dir, 'predictions.png'))
+
+
+def test_summary_follows_the_last_validation(trained):
+    hook = SegSummaryHook(num_scenes=1, scale=1, with_labels=False,
+                          out_file='last.png')
+    dataset = trained.val_dataloader.dataset
+    trained.model.eval()
+    for j in (0, 1):
+        batch = pseudo_collate([dataset[j]])
+        hook.before_val_epoch(trained)
+        with torch.no_grad():
+            outputs = trained.model.val_step(batch)
+        hook.after_val_iter(trained, 0, batch, outputs)
+        hook.after_val_epoch(trained, {'mIoU': 10.0 + j, 'IoU.disc': 20.0 + j})
+    hook.after_train(trained)
+    log = _log(trained)
+    summary = log[log.rindex('Summary (validation'):]
+    assert re.search(r'\| mIoU +\| +11\.00 +\|', summary)
+    assert re.search(r'\| disc +\| +21\.00 +\|', summary)
+    picture = cv2.imread(osp.join(trained.work_dir, 'last.png'))
+    image = cv2.imread(dataset[1]['data_samples'].img_path)
+    assert np.array_equal(picture[:64], image)
