@@ -20,6 +20,7 @@ import os.path as osp
 import subprocess
 import sys
 import time
+import warnings
 from typing import Dict, List, Optional, Sequence
 
 TRAIN = ('from mmseg_elliptical.utils import run_mmseg_tool; '
@@ -63,7 +64,9 @@ def max_iters(config: str, cfg_options: Sequence[str] = ()) -> int:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     options = parser.parse_args(['--cfg-options', *cfg_options]
                                 if cfg_options else []).cfg_options
-    cfg = Config.fromfile(config)
+    with warnings.catch_warnings():  # the plugin's imports (pkg_resources)
+        warnings.simplefilter('ignore')
+        cfg = Config.fromfile(config)
     if options:
         cfg.merge_from_dict(options)
     return int(cfg.train_cfg.max_iters)
