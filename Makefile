@@ -15,8 +15,8 @@ PYTHON ?= python3
 VENV ?= .venv
 WHEELHOUSE ?=
 DEMO_THREADS ?= 1
-DEMO_CONFIG ?= configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-2k_demo-shapes-64x64.py
-DEMO_DOT_CONFIG ?= configs/demo/segmenter_vit-mini-p8_mask_1xb8-2k_demo-shapes-64x64.py
+DEMO_CONFIG ?= configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
+DEMO_DOT_CONFIG ?= configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
 SEEDS ?= 0 1 2
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)

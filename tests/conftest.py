@@ -8,9 +8,9 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = osp.join(ROOT, 'configs', 'demo')
 DEMO_ELLIPTICAL = osp.join(
     DEMO,
-    'segmenter_elliptical-vit-mini-p8_mask_1xb8-2k_demo-shapes-64x64.py')
+    'segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
 DEMO_DOT = osp.join(
-    DEMO, 'segmenter_vit-mini-p8_mask_1xb8-2k_demo-shapes-64x64.py')
+    DEMO, 'segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
 TINY_GENERATE = dict(num_train=8, num_val=4, img_size=64, seed=0)
 
 

@@ -135,7 +135,7 @@ def test_a_run_must_validate_at_its_last_iteration(
 
 
 def test_max_iters_reads_the_config_and_options():
-    assert compare.max_iters(DEMO_DOT) == 2000
+    assert compare.max_iters(DEMO_DOT) == 3000
     assert compare.max_iters(DEMO_DOT, ['train_cfg.max_iters=7']) == 7
 
 

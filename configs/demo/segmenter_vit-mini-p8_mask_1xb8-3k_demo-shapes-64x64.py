@@ -1,6 +1,6 @@
 # Dot-product twin of the demo: mmseg's own ViT + Segmenter mask head, trained
 # from scratch on the 64x64 demo shapes in a few minutes on a CPU. "ViT-mini":
-# 6 layers, 96 channels, 3 heads, patch 8 (an 8x8 grid of tokens per scene).
+# 6 layers, 64 channels, 2 heads, patch 8 (an 8x8 grid of tokens per scene).
 _base_ = [
     'mmseg::_base_/models/segmenter_vit-b16_mask.py',
     '../_base_/datasets/demo_shapes.py',
@@ -17,21 +17,21 @@ model = dict(
     backbone=dict(
         img_size=crop_size,
         patch_size=8,
-        embed_dims=96,
+        embed_dims=64,
         num_layers=6,
-        num_heads=3,
+        num_heads=2,
         drop_path_rate=0.0),
     decode_head=dict(
-        in_channels=96,
-        channels=96,
-        num_heads=3,
-        embed_dims=96,
+        in_channels=64,
+        channels=64,
+        num_heads=2,
+        embed_dims=64,
         drop_path_rate=0.0,
         num_classes=num_classes),
     test_cfg=dict(mode='whole'))
 
 # 200 warm-up iterations to lr 5e-4, then a linear decay to 0.
-max_iters = 2000
+max_iters = 3000
 warmup = 200
 optim_wrapper = dict(
     type='OptimWrapper',
