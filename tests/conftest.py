@@ -24,7 +24,7 @@ def demo_root(tmp_path_factory) -> str:
 
 
 def tiny_config(path: str, demo_root: str, work_dir: str, **overrides) -> Config:
-    """A demo config with a 3-layer, 48-dim model on the tiny demo dataset.
+    """A demo config with a 3-layer, 48-dim, 3-head model on the tiny dataset.
 
     Args:
         path (str): Demo config file.
@@ -37,6 +37,8 @@ def tiny_config(path: str, demo_root: str, work_dir: str, **overrides) -> Config
         'work_dir': work_dir,
         'model.backbone.num_layers': 3,
         'model.backbone.embed_dims': 48,
+        'model.backbone.num_heads': 3,
+        'model.decode_head.num_heads': 3,
         'model.decode_head.in_channels': 48,
         'model.decode_head.channels': 48,
         'model.decode_head.embed_dims': 48,

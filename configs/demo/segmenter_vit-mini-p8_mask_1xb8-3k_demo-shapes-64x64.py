@@ -51,7 +51,7 @@ test_cfg = dict(type='TestLoop')
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=500,
-                    max_keep_ckpts=1))
+                    max_keep_ckpts=2))
 # Ends the run with the per-class IoU table and a picture of predictions.
 custom_hooks = [dict(type='SegSummaryHook', num_scenes=6)]
 randomness = dict(seed=0)

@@ -1,7 +1,8 @@
 """A small synthetic dataset in ADE20K layout, generated on first use.
 
-Scenes hold one to three discs, squares, triangles and rings (most scenes fit
-one or two) on a noisy dark grey background. Objects are large next to a ViT
+Scenes hold up to three discs, squares, triangles and rings on a noisy dark
+grey background (an object is placed only where it fits: most scenes hold one,
+some two). Objects are large next to a ViT
 patch of 8 pixels (radius 22-34 % of the image side: 14-22 pixels at 64x64)
 and never touch. Every shape draws its colour from the same palette, so
 colour finds the objects but cannot tell their classes apart: a model has to
