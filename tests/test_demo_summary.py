@@ -91,6 +91,10 @@ def trained(demo_root, tmp_path_factory):
     hooks = [h for h in cfg.custom_hooks if h['type'] == 'SegSummaryHook']
     assert len(hooks) == 1  # the demo config ends with the summary
     hooks[0].update(num_scenes=SCENES, scale=SCALE, with_labels=False)
+    # Own logger and visualizer: mmengine reuses instances by name, and an
+    # earlier runner's would write this run's log and scalars elsewhere.
+    cfg.experiment_name = 'summary_test'
+    cfg.visualizer.name = 'summary_test'
     runner = Runner.from_cfg(cfg)
     runner.train()
     return runner
