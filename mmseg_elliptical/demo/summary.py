@@ -30,7 +30,9 @@ class SegSummaryHook(Hook):
     runner's visualizer (mmseg's ``SegLocalVisualizer.add_datasample``, the
     drawing of ``tools/test.py --show-dir``) into one picture, a column per
     scene with the image on top, the ground truth in the middle and the
-    prediction at the bottom, saved as ``work_dir/out_file``. When training
+    prediction at the bottom, saved as ``work_dir/out_file``. The image is the
+    one the model was given when it has the prediction's size (so a
+    corrupting transform shows), else the file at ``img_path``. When training
     ends (or a test), it prints the last metrics as a table: the IoU of every
     class when the evaluator returns ``IoU.<class>`` (as
     :class:`PerClassIoUMetric` does), then mIoU, aAcc and mAcc, the picture's
@@ -66,6 +68,8 @@ class SegSummaryHook(Hook):
         self.with_labels = with_labels
         self._outputs: List[Tuple[Optional[torch.Tensor], SegDataSample]] = []
         self._metrics: Optional[Dict[str, float]] = None
+        self._picture: Optional[str] = None
+        self._drawn = 0
         self._start = time.perf_counter()
 
     def before_run(self, runner) -> None:
@@ -112,7 +116,7 @@ class SegSummaryHook(Hook):
     @property
     def picture_path(self) -> Optional[str]:
         """Where the picture was last written (None before)."""
-        return getattr(self, '_picture', None)
+        return self._picture
 
     def _upscaled(self, seg: PixelData) -> PixelData:
         data = seg.data[None].float()
