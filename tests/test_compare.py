@@ -94,12 +94,15 @@ def fake_training(monkeypatch):
         return 1.0
 
     monkeypatch.setattr(compare, 'train', train)
-    monkeypatch.setattr(compare, 'max_iters', lambda config, options: 4)
-    return calls, fail
+    fingerprints = {}
+    monkeypatch.setattr(
+        compare, 'resolve',
+        lambda config, options: (4, fingerprints.get(config, 'sha')))
+    return calls, fail, fingerprints
 
 
 def test_runs_are_trained_once(tmp_path, fake_training):
-    calls, fail = fake_training
+    calls, fail, fingerprints = fake_training
     work = str(tmp_path / 'cmp')
     args = (['a.py', 'b.py'], ['x', 'y'], [0, 1], work, ['k=1'])
     first = compare.run_all(*args, log=lambda s: None)
@@ -119,14 +122,17 @@ def test_runs_are_trained_once(tmp_path, fake_training):
     with pytest.raises(RuntimeError, match='training failed'):
         compare.run_all(*args, log=lambda s: None)
     assert not osp.exists(osp.join(work, 'x', 'seed1', compare.RESULT))
-    # other settings in the same folder are refused
+    # other settings in the same folder are refused: options, config content
     with pytest.raises(ValueError, match='another --work-dir'):
         compare.run_all(*args[:4], ['k=2'], log=lambda s: None)
+    fingerprints['a.py'] = 'edited'
+    with pytest.raises(ValueError, match='another --work-dir'):
+        compare.run_all(*args, log=lambda s: None)
 
 
 def test_a_run_must_validate_at_its_last_iteration(
         tmp_path, monkeypatch, fake_training):
-    monkeypatch.setattr(compare, 'max_iters', lambda config, options: 6)
+    monkeypatch.setattr(compare, 'resolve', lambda config, options: (6, ''))
     with pytest.raises(RuntimeError, match='last iteration'):
         compare.run_all(['a.py'], ['x'], [0], str(tmp_path),
                         log=lambda s: None)
@@ -134,9 +140,14 @@ def test_a_run_must_validate_at_its_last_iteration(
                                    compare.RESULT))
 
 
-def test_max_iters_reads_the_config_and_options():
-    assert compare.max_iters(DEMO_DOT) == 3000
-    assert compare.max_iters(DEMO_DOT, ['train_cfg.max_iters=7']) == 7
+def test_resolve_reads_the_config_and_options():
+    last, digest = compare.resolve(DEMO_DOT)
+    assert last == 3000
+    seven, other = compare.resolve(DEMO_DOT, ['train_cfg.max_iters=7'])
+    assert seven == 7 and other != digest
+    # the twins differ in the backbone type only: other content
+    assert compare.resolve(DEMO_ELLIPTICAL)[1] != digest
+    assert compare.resolve(DEMO_DOT) == (last, digest)
 
 
 def test_arguments_are_checked():

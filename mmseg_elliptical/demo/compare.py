@@ -3,9 +3,11 @@
 Every (config, seed) run is mmseg's ``tools/train.py`` in a subprocess with
 ``--cfg-options randomness.seed=SEED``, in its own work dir
 ``WORK_DIR/NAME/seedSEED``. A finished run leaves ``result.json`` there and is
-skipped when the command is run again; an interrupted one is resumed from its
-last checkpoint (``--resume``). The validation history is read from the
-``vis_data/scalars.json`` files that mmengine's ``LocalVisBackend`` writes.
+skipped when the command is run again, unless its settings (config path and
+content, seed, options) changed, which is an error; an interrupted one is
+resumed from its last checkpoint (``--resume``). The validation history is
+read from the ``vis_data/scalars.json`` files that mmengine's
+``LocalVisBackend`` writes.
 
 Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.md`` (mean and standard deviation of the final metrics per model)
@@ -13,6 +15,7 @@ and ``compare.png`` (validation mIoU over iterations).
 """
 import argparse
 import glob
+import hashlib
 import json
 import math
 import os
@@ -21,7 +24,7 @@ import subprocess
 import sys
 import time
 import warnings
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 TRAIN = ('from mmseg_elliptical.utils import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
@@ -57,8 +60,18 @@ def read_history(work_dir: str, metric: str = 'mIoU') -> Dict[int, Dict]:
     return history
 
 
-def max_iters(config: str, cfg_options: Sequence[str] = ()) -> int:
-    """``train_cfg.max_iters`` of a config with ``key=value`` options."""
+def resolve(config: str,
+            cfg_options: Sequence[str] = ()) -> Tuple[int, str]:
+    """A config's ``train_cfg.max_iters`` and a fingerprint of its content.
+
+    Args:
+        config (str): Config file.
+        cfg_options (Sequence[str]): ``key=value`` options merged into it.
+
+    Returns:
+        tuple[int, str]: ``max_iters`` and the start of the SHA-256 of the
+        resolved config's text (bases and options included).
+    """
     from mmengine.config import Config, DictAction
     parser = argparse.ArgumentParser()
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
@@ -69,7 +82,8 @@ def max_iters(config: str, cfg_options: Sequence[str] = ()) -> int:
         cfg = Config.fromfile(config)
     if options:
         cfg.merge_from_dict(options)
-    return int(cfg.train_cfg.max_iters)
+    digest = hashlib.sha256(cfg.pretty_text.encode()).hexdigest()[:16]
+    return int(cfg.train_cfg.max_iters), digest
 
 
 def train(config: str, seed: int, work_dir: str,
@@ -122,13 +136,15 @@ def run_all(configs: Sequence[str], names: Sequence[str],
         ``cfg_options``, ``seconds`` (None when unknown), ``history``.
     """
     results = []
+    resolved = {c: resolve(c, cfg_options) for c in configs}
     todo = [(c, n, s) for c, n in zip(configs, names) for s in seeds]
     for i, (config, name, seed) in enumerate(todo, 1):
         run_dir = osp.join(work_dir, name, f'seed{seed}')
         path = osp.join(run_dir, RESULT)
+        last_iter, fingerprint = resolved[config]
         settings = dict(
             name=name, config=osp.abspath(config), seed=seed,
-            cfg_options=list(cfg_options))
+            cfg_options=list(cfg_options), config_sha256=fingerprint)
         if osp.isfile(path):
             with open(path) as f:
                 result = json.load(f)
@@ -144,7 +160,6 @@ def run_all(configs: Sequence[str], names: Sequence[str],
                 f'(log: {osp.join(run_dir, "train.log")})')
             seconds = train(config, seed, run_dir, cfg_options)
             history = read_history(run_dir)
-            last_iter = max_iters(config, cfg_options)
             if max(history, default=None) != last_iter:
                 raise RuntimeError(
                     f'{run_dir} holds no validation at the last iteration '
