@@ -1,29 +1,43 @@
 # Two commands do everything on a fresh machine (each installs what is missing
 # into .venv first, and skips what is already there):
-#   make demo   train the elliptical demo segmentor on the embedded demo data
+#   make demo   train the elliptical demo segmentor on the embedded demo data,
+#               then print its per-class IoU and the path of a picture
 #   make test   run the test suite
-#   make benchmark   ViT-T 512 backbone vs its dot-product baselines
-#                    (BENCHMARK_ARGS=... for other configs and options)
+# More: make demo-dot (the dot-product twin), make compare (both twins on 3
+# seeds: mean and standard deviation of mIoU, and a plot of mIoU over
+# iterations; runs that finished before are kept), make benchmark (the ViT-T
+# 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
+# other configs and options).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
+# DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
+# demo's matrices are small, and two threads competing with other processes
+# for two cores run many times slower than one.
 PYTHON ?= python3
 VENV ?= .venv
 WHEELHOUSE ?=
-DEMO_CONFIG ?= configs/demo/segmenter_elliptical-vit-t_mask_1xb8-600iter_demo-shapes-64x64.py
-DEMO_DOT_CONFIG ?= configs/demo/segmenter_vit-t_mask_1xb8-600iter_demo-shapes-64x64.py
+DEMO_THREADS ?= 1
+DEMO_CONFIG ?= configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
+DEMO_DOT_CONFIG ?= configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
+SEEDS ?= 0 1 2
 BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
+DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot test benchmark
+.PHONY: setup demo demo-dot compare test benchmark
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/setup_env.sh
 
 demo: setup
-	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir work_dirs/demo_elliptical
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_CONFIG) --work-dir work_dirs/demo_elliptical
 
 demo-dot: setup
-	$(PY) tools/train.py $(DEMO_DOT_CONFIG) --work-dir work_dirs/demo_dot
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_DOT_CONFIG) --work-dir work_dirs/demo_dot
+
+compare: setup
+	$(DEMO_ENV) $(PY) tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \
+		--names elliptical dot-product --seeds $(SEEDS) --work-dir work_dirs/compare
 
 test: setup
 	$(PY) -m pytest -q

@@ -10,7 +10,7 @@ variable ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` to keep mmengine's loader, or
 call :func:`mmseg_elliptical.utils.unregister_checkpoint_loader`; see
 :mod:`mmseg_elliptical.utils.checkpoint`.
 """
-from . import datasets, models, transforms  # noqa: F401
+from . import datasets, demo, models, transforms  # noqa: F401
 from .utils import register_checkpoint_loader
 
 __version__ = '0.1.0'

@@ -7,9 +7,10 @@ from mmengine.config import Config
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = osp.join(ROOT, 'configs', 'demo')
 DEMO_ELLIPTICAL = osp.join(
-    DEMO, 'segmenter_elliptical-vit-t_mask_1xb8-600iter_demo-shapes-64x64.py')
-DEMO_DOT = osp.join(DEMO,
-                    'segmenter_vit-t_mask_1xb8-600iter_demo-shapes-64x64.py')
+    DEMO,
+    'segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
+DEMO_DOT = osp.join(
+    DEMO, 'segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
 TINY_GENERATE = dict(num_train=8, num_val=4, img_size=64, seed=0)
 
 
@@ -23,7 +24,7 @@ def demo_root(tmp_path_factory) -> str:
 
 
 def tiny_config(path: str, demo_root: str, work_dir: str, **overrides) -> Config:
-    """A demo config with a 3-layer, 48-dim model on the tiny demo dataset.
+    """A demo config with a 3-layer, 48-dim, 3-head model on the tiny dataset.
 
     Args:
         path (str): Demo config file.
@@ -36,6 +37,8 @@ def tiny_config(path: str, demo_root: str, work_dir: str, **overrides) -> Config
         'work_dir': work_dir,
         'model.backbone.num_layers': 3,
         'model.backbone.embed_dims': 48,
+        'model.backbone.num_heads': 3,
+        'model.decode_head.num_heads': 3,
         'model.decode_head.in_channels': 48,
         'model.decode_head.channels': 48,
         'model.decode_head.embed_dims': 48,

@@ -148,3 +148,32 @@ def test_metafile_lists_every_config():
         assert model['Name'] == osp.basename(model['Config'])[:-3]
         for value in model.get('Results', {}).get('Metrics', {}).values():
             assert isinstance(value, float)
+
+
+def test_demo_schedule_is_consistent():
+    cfg = Config.fromfile(DEMO_ELLIPTICAL)
+    last = cfg.train_cfg.max_iters
+    warmup, decay = cfg.param_scheduler
+    assert warmup.begin == 0 and warmup.end == decay.begin
+    assert decay.end == last and decay.eta_min == 0
+    # validated (and checkpointed) at the last iteration
+    assert last % cfg.train_cfg.val_interval == 0
+    assert last % cfg.default_hooks.checkpoint.interval == 0
+    # the run ends with the summary, whose table needs per-class IoU
+    assert [h.type for h in cfg.custom_hooks] == ['SegSummaryHook']
+    assert cfg.val_evaluator.type == 'PerClassIoUMetric'
+    # a ViT on patches of 8 pixels over the whole 64x64 scene
+    assert cfg.model.backbone.patch_size == 8
+    assert tuple(cfg.model.backbone.img_size) == tuple(cfg.crop_size)
+    assert cfg.model.test_cfg.mode == 'whole'
+
+
+def test_makefile_demo_targets_name_the_demo_configs():
+    with open(osp.join(ROOT, 'Makefile')) as f:
+        text = f.read()
+    for var, path in (('DEMO_CONFIG', DEMO_ELLIPTICAL),
+                      ('DEMO_DOT_CONFIG', DEMO_DOT)):
+        line = [ln for ln in text.splitlines()
+                if ln.startswith(f'{var} ?= ')]
+        assert len(line) == 1, var
+        assert osp.join(ROOT, line[0].split('?=')[1].strip()) == path

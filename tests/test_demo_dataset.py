@@ -11,7 +11,9 @@ from mmseg.registry import DATASETS
 
 from conftest import TINY_GENERATE
 from mmseg_elliptical.datasets import DemoShapesDataset, generate_demo_shapes
-from mmseg_elliptical.datasets.demo_shapes import CLASSES, COLOURS, VERSION
+from mmseg_elliptical.datasets.demo_shapes import (CLASSES, COLOURS, GAP,
+                                                   RADIUS, VERSION,
+                                                   render_scene)
 
 
 def test_ade20k_layout(demo_root):
@@ -31,8 +33,8 @@ def test_deterministic(demo_root, tmp_path):
     generate_demo_shapes(other, **TINY_GENERATE)
     for sub in ('images/training', 'annotations/validation'):
         for name in os.listdir(osp.join(demo_root, sub)):
-            a = cv2.imread(osp.join(demo_root, sub, name), cv2.IMREAD_UNCHANGED)
-            b = cv2.imread(osp.join(other, sub, name), cv2.IMREAD_UNCHANGED)
+            a, b = (cv2.imread(osp.join(root, sub, name), cv2.IMREAD_UNCHANGED)
+                    for root in (demo_root, other))
             assert np.array_equal(a, b), name
 
 
@@ -91,6 +93,71 @@ def test_generated_on_first_use(tmp_path):
             img_path='images/training', seg_map_path='annotations/training'))
     assert len(dataset) == 3
     assert not [p for p in os.listdir(tmp_path) if p.startswith('.demo')]
+
+
+# Area of each class's shape of radius r (continuous geometry): disc, square
+# of side 2r, triangle of base and height 2r, ring with a hole of radius r/2.
+AREA = {
+    1: lambda r: np.pi * r * r,
+    2: lambda r: (2 * r + 1)**2,
+    3: lambda r: (2 * r + 1)**2 / 2,
+    4: lambda r: np.pi * (r * r - (r // 2)**2),
+}
+
+
+def _objects(seg):
+    """(label, mask) of every 8-connected foreground region of a scene."""
+    n, regions = cv2.connectedComponents((seg > 0).astype(np.uint8),
+                                         connectivity=8)
+    return [(np.unique(seg[regions == i]), regions == i)
+            for i in range(1, n)]
+
+
+def test_objects_are_whole_shapes_apart_and_patch_sized():
+    size = 64
+    lo, hi = (round(f * size) for f in RADIUS)
+    counts = {c: 0 for c in AREA}
+    scenes = [render_scene(size, np.random.default_rng([9, i]))[1]
+              for i in range(60)]
+    for seg in scenes:
+        objects = _objects(seg)
+        assert objects, 'a scene without objects'
+        for labels, mask in objects:
+            # one class per region: objects never touch, so never merge
+            assert len(labels) == 1, labels
+            label = int(labels[0])
+            counts[label] += 1
+            ys, xs = np.nonzero(mask)
+            h, w = np.ptp(ys) + 1, np.ptp(xs) + 1
+            assert h == w and 2 * lo + 1 <= w <= 2 * hi + 1, (label, h, w)
+            area = AREA[label]((w - 1) // 2)
+            assert abs(mask.sum() / area - 1) < 0.05, (label, mask.sum(), area)
+            # at least GAP background pixels to any other object
+            kernel = np.ones((2 * GAP + 1, 2 * GAP + 1), np.uint8)
+            near = cv2.dilate(mask.astype(np.uint8), kernel) > 0
+            assert not ((seg > 0) & near & ~mask).any()
+    assert all(counts.values()), counts
+    assert sum(len(_objects(s)) > 1 for s in scenes) > 0
+
+
+def test_ring_has_a_hole():
+    for i in range(40):
+        seg = render_scene(64, np.random.default_rng([5, i]))[1]
+        for labels, mask in _objects(seg):
+            contours, hierarchy = cv2.findContours(
+                mask.astype(np.uint8), cv2.RETR_CCOMP,
+                cv2.CHAIN_APPROX_SIMPLE)
+            holes = sum(h[3] >= 0 for h in hierarchy[0])
+            assert holes == (1 if labels[0] == 4 else 0), labels
+
+
+def test_stale_version_is_refused(tmp_path):
+    root = tmp_path / 'old'
+    root.mkdir()
+    (root / 'meta.json').write_text(
+        json.dumps(dict(TINY_GENERATE, version=VERSION - 1)))
+    with pytest.raises(ValueError, match='delete the folder'):
+        generate_demo_shapes(str(root), **TINY_GENERATE)
 
 
 def test_mismatched_or_foreign_folder(demo_root, tmp_path):

@@ -1,9 +1,13 @@
 """A small synthetic dataset in ADE20K layout, generated on first use.
 
-Scenes hold discs, squares, triangles and rings on a dark grey background.
-Every shape draws its colour from the same palette, so colour finds the
-objects but cannot tell their classes apart: a model has to use shape. Files are
-written once, deterministically from a seed, under ``data_root``::
+Scenes hold up to three discs, squares, triangles and rings on a noisy dark
+grey background (an object is placed only where it fits: most scenes hold one,
+some two). Objects are large next to a ViT
+patch of 8 pixels (radius 22-34 % of the image side: 14-22 pixels at 64x64)
+and never touch. Every shape draws its colour from the same palette, so
+colour finds the objects but cannot tell their classes apart: a model has to
+use shape. Files are written once, deterministically from a seed, under
+``data_root``::
 
     data_root/images/{training,validation}/demo_00000.jpg
     data_root/annotations/{training,validation}/demo_00000.png
@@ -30,38 +34,55 @@ COLOURS = np.array([[200, 60, 60], [60, 200, 60], [60, 60, 200],
                    dtype=np.int16)
 SPLITS = {'training': 'num_train', 'validation': 'num_val'}
 # Bumped whenever the scenes change, so stale folders are detected.
-VERSION = 4
+VERSION = 5
 GREY_LEVELS = (30, 90)  # range of the background's grey level
 NOISE = 10  # std of the pixel noise
+OBJECTS = (1, 3)  # fewest and most objects in a scene
+RADIUS = (0.22, 0.34)  # object radius range, as a fraction of the image side
+GAP = 2  # fewest background pixels between two objects
+TRIES = 20  # placements tried per object before it is left out
 
 
-def _draw_shape(img: np.ndarray, seg: np.ndarray, label: int,
-                rng: np.random.Generator) -> None:
-    size = img.shape[0]
-    r = int(rng.integers(size // 6, size // 3))
-    cx, cy = (int(c) for c in rng.integers(r, size - r, 2))
-    colour = [int(c) for c in COLOURS[rng.integers(len(COLOURS))]]
-    mask = np.zeros(seg.shape, np.uint8)
+def _shape_mask(label: int, size: int, cx: int, cy: int,
+                r: int) -> np.ndarray:
+    """Binary mask of one shape of "radius" ``r`` centred at (cx, cy)."""
+    mask = np.zeros((size, size), np.uint8)
     if label == 1:  # disc
         cv2.circle(mask, (cx, cy), r, 1, -1)
-    elif label == 2:  # square, axis-aligned
+    elif label == 2:  # square, axis-aligned, side 2r
         cv2.rectangle(mask, (cx - r, cy - r), (cx + r, cy + r), 1, -1)
-    elif label == 3:  # triangle pointing up
+    elif label == 3:  # triangle pointing up, base and height 2r
         pts = np.array([[cx, cy - r], [cx - r, cy + r], [cx + r, cy + r]])
         cv2.fillPoly(mask, [pts.astype(np.int32)], 1)
-    else:  # ring
-        cv2.circle(mask, (cx, cy), r, 1, max(2, r // 3))
-    img[mask > 0] = colour
-    seg[mask > 0] = label
+    else:  # ring: a disc with a hole of half its radius
+        cv2.circle(mask, (cx, cy), r, 1, -1)
+        cv2.circle(mask, (cx, cy), r // 2, 0, -1)
+    return mask
 
 
 def render_scene(size: int, rng: np.random.Generator):
-    """Render one ``(image BGR uint8, label uint8)`` pair."""
+    """Render one ``(image BGR uint8, label uint8)`` pair.
+
+    Objects never touch: each is placed at least ``GAP`` pixels away from
+    the others, or left out after ``TRIES`` attempts.
+    """
     img = np.empty((size, size, 3), np.int16)
     img[:] = rng.integers(*GREY_LEVELS)
     seg = np.zeros((size, size), np.uint8)
-    for label in rng.integers(1, len(CLASSES), int(rng.integers(2, 5))):
-        _draw_shape(img, seg, int(label), rng)
+    lo, hi = (max(2, round(f * size)) for f in RADIUS)
+    kernel = np.ones((2 * GAP + 1, 2 * GAP + 1), np.uint8)
+    for _ in range(int(rng.integers(OBJECTS[0], OBJECTS[1] + 1))):
+        label = int(rng.integers(1, len(CLASSES)))
+        r = int(rng.integers(lo, hi + 1))
+        colour = [int(c) for c in COLOURS[rng.integers(len(COLOURS))]]
+        taken = cv2.dilate((seg > 0).astype(np.uint8), kernel) > 0
+        for _ in range(TRIES):
+            cx, cy = (int(c) for c in rng.integers(r, size - r, 2))
+            mask = _shape_mask(label, size, cx, cy, r) > 0
+            if not (mask & taken).any():
+                img[mask] = colour
+                seg[mask] = label
+                break
     img += rng.normal(0, NOISE, img.shape).astype(np.int16)
     return np.clip(img, 0, 255).astype(np.uint8), seg
 

@@ -1,7 +1,7 @@
 # The embedded demo dataset: generated under data_root on first use.
 dataset_type = 'DemoShapesDataset'
 data_root = 'data/demo_shapes'
-demo_generate = dict(num_train=256, num_val=64, img_size=64, seed=0)
+demo_generate = dict(num_train=512, num_val=128, img_size=64, seed=0)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),
@@ -39,5 +39,6 @@ val_dataloader = dict(
             seg_map_path='annotations/validation'),
         pipeline=test_pipeline))
 test_dataloader = val_dataloader
-val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
+# mmseg's IoUMetric, with the per-class IoU among the logged metrics.
+val_evaluator = dict(type='PerClassIoUMetric', iou_metrics=['mIoU'])
 test_evaluator = val_evaluator

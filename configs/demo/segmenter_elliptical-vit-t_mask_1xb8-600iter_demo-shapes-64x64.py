@@ -1,4 +1,0 @@
-# The demo with elliptical attention in the backbone (layers 1..11): the only
-# change from its dot-product twin is the backbone type.
-_base_ = ['./segmenter_vit-t_mask_1xb8-600iter_demo-shapes-64x64.py']
-model = dict(backbone=dict(type='EllipticalVisionTransformer'))

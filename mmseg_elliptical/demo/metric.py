@@ -1,0 +1,41 @@
+"""mmseg's ``IoUMetric`` with the per-class IoU among its results."""
+from typing import Dict
+
+import numpy as np
+from mmseg.evaluation import IoUMetric
+from mmseg.registry import METRICS
+
+
+@METRICS.register_module()
+class PerClassIoUMetric(IoUMetric):
+    """``IoUMetric`` that also returns the IoU of every class.
+
+    mmseg's metric prints the per-class table but returns only the means
+    (``aAcc``, ``mIoU``, ``mAcc``, ...). This one adds ``IoU.<class>`` (in
+    percent, rounded as in mmseg's table; NaN for a class absent from both
+    labels and predictions), so the values reach the log, the
+    ``vis_data/scalars.json`` of mmengine's ``LocalVisBackend`` and the hooks.
+    Everything else, arguments included, is ``IoUMetric``'s.
+    """
+
+    def compute_metrics(self, results: list) -> Dict[str, float]:
+        """Compute mmseg's metrics and add the per-class IoU.
+
+        Args:
+            results (list): The processed results of each batch.
+
+        Returns:
+            Dict[str, float]: mmseg's metrics plus ``IoU.<class>``.
+        """
+        self._per_class = None
+        metrics = super().compute_metrics(results)
+        if self._per_class is not None and 'IoU' in self._per_class:
+            names = self.dataset_meta['classes']
+            for name, iou in zip(names, self._per_class['IoU']):
+                metrics[f'IoU.{name}'] = float(np.round(iou * 100, 2))
+        return metrics
+
+    def total_area_to_metrics(self, *args, **kwargs) -> dict:
+        """mmseg's computation; keeps the per-class values it returns."""
+        self._per_class = IoUMetric.total_area_to_metrics(*args, **kwargs)
+        return self._per_class

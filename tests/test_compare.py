@@ -1,0 +1,205 @@
+"""tools/compare_seeds.py: each seed trained once, resumable, mean ± std."""
+import json
+import os
+import os.path as osp
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE
+from mmseg_elliptical.demo import compare
+
+
+def _scalars(run_dir, stamp, records):
+    folder = osp.join(run_dir, stamp, 'vis_data')
+    os.makedirs(folder)
+    with open(osp.join(folder, 'scalars.json'), 'w') as f:
+        f.write(''.join(json.dumps(r) + '\n' for r in records))
+
+
+def test_read_history_merges_restarts(tmp_path):
+    run = str(tmp_path)
+    _scalars(run, '20240101_000000', [
+        dict(loss=1.0, lr=0.1, iter=1, step=1),  # training: not a validation
+        dict(mIoU=10.0, aAcc=50.0, time=0.1, data_time=0.01, step=2),
+        dict(mIoU=20.0, step=4),
+    ])
+    # a resumed run logs iteration 4 again, then goes on
+    _scalars(run, '20240101_010000', [dict(mIoU=25.0, step=4),
+                                      dict(mIoU=30.0, step=6)])
+    assert compare.read_history(run) == {
+        2: dict(mIoU=10.0, aAcc=50.0),
+        4: dict(mIoU=25.0),
+        6: dict(mIoU=30.0)
+    }
+
+
+def test_mean_std_is_the_sample_statistic():
+    values = [71.5, 80.25, 77.0, 69.125]
+    stats = compare.mean_std(values)
+    assert stats['mean'] == pytest.approx(np.mean(values))
+    assert stats['std'] == pytest.approx(np.std(values, ddof=1))
+    assert stats['n'] == 4
+    assert np.isnan(compare.mean_std([3.0])['std'])
+
+
+def _result(name, seed, finals, earlier=1.0):
+    return dict(name=name, seed=seed, seconds=60.0 * (seed + 1),
+                history={'2': {k: earlier for k in finals}, '4': finals})
+
+
+def test_summary_and_table_use_the_last_validation():
+    rng = np.random.default_rng(0)
+    results, finals = [], {}
+    for name in ('ell', 'dot'):
+        for seed in range(3):
+            values = {'mIoU': float(rng.uniform(50, 90)),
+                      'aAcc': 99.0,
+                      'IoU.disc': float(rng.uniform(50, 90)),
+                      'IoU.ring': float(rng.uniform(50, 90))}
+            finals.setdefault(name, []).append(values)
+            results.append(_result(name, seed, values))
+    summary = compare.summarise(results)
+    assert list(summary) == ['ell', 'dot']
+    table = compare.markdown(summary, results)
+    lines = table.splitlines()
+    assert lines[0] == ('| model | seeds | mIoU | disc | ring | min/run |')
+    for name, row in zip(('ell', 'dot'), lines[2:]):
+        assert list(summary[name]) == ['mIoU', 'IoU.disc', 'IoU.ring']
+        cells = [f'| {name} | 3 |']
+        for key in ('mIoU', 'IoU.disc', 'IoU.ring'):
+            values = [v[key] for v in finals[name]]
+            assert summary[name][key]['mean'] == pytest.approx(
+                np.mean(values))
+            assert summary[name][key]['std'] == pytest.approx(
+                np.std(values, ddof=1))
+            cells.append(f' {np.mean(values):.2f} ± '
+                         f'{np.std(values, ddof=1):.2f} |')
+        assert row == ''.join(cells) + ' 2.0 |'  # minutes: (1 + 2 + 3) / 3
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """``compare.train`` replaced by a logger of calls writing a history."""
+    calls, fail = [], set()
+
+    def train(config, seed, work_dir, cfg_options=()):
+        calls.append((osp.basename(config), seed))
+        if (osp.basename(config), seed) in fail:
+            raise RuntimeError('training failed')
+        _scalars(work_dir, f'2024_{len(calls)}',
+                 [dict(mIoU=seed + 0.5, step=2),
+                  dict(mIoU=seed + 1.5, step=4)])
+        return 1.0
+
+    monkeypatch.setattr(compare, 'train', train)
+    fingerprints = {}
+    monkeypatch.setattr(
+        compare, 'resolve',
+        lambda config, options: (4, fingerprints.get(config, 'sha')))
+    return calls, fail, fingerprints
+
+
+def test_runs_are_trained_once(tmp_path, fake_training):
+    calls, fail, fingerprints = fake_training
+    work = str(tmp_path / 'cmp')
+    args = (['a.py', 'b.py'], ['x', 'y'], [0, 1], work, ['k=1'])
+    first = compare.run_all(*args, log=lambda s: None)
+    assert calls == [('a.py', 0), ('a.py', 1), ('b.py', 0), ('b.py', 1)]
+    assert [r['history']['4']['mIoU'] for r in first] == [1.5, 2.5] * 2
+    calls.clear()
+    assert compare.run_all(*args, log=lambda s: None) == first
+    assert calls == []
+    # a run without its result (interrupted) is trained again, alone
+    os.remove(osp.join(work, 'y', 'seed0', compare.RESULT))
+    compare.run_all(*args, log=lambda s: None)
+    assert calls == [('b.py', 0)]
+    # a failed run leaves no result; the next command retries it
+    calls.clear()
+    os.remove(osp.join(work, 'x', 'seed1', compare.RESULT))
+    fail.add(('a.py', 1))
+    with pytest.raises(RuntimeError, match='training failed'):
+        compare.run_all(*args, log=lambda s: None)
+    assert not osp.exists(osp.join(work, 'x', 'seed1', compare.RESULT))
+    # other settings in the same folder are refused: options, config content
+    with pytest.raises(ValueError, match='another --work-dir'):
+        compare.run_all(*args[:4], ['k=2'], log=lambda s: None)
+    fingerprints['a.py'] = 'edited'
+    with pytest.raises(ValueError, match='another --work-dir'):
+        compare.run_all(*args, log=lambda s: None)
+
+
+def test_a_run_must_validate_at_its_last_iteration(
+        tmp_path, monkeypatch, fake_training):
+    monkeypatch.setattr(compare, 'resolve', lambda config, options: (6, ''))
+    with pytest.raises(RuntimeError, match='last iteration'):
+        compare.run_all(['a.py'], ['x'], [0], str(tmp_path),
+                        log=lambda s: None)
+    assert not osp.exists(osp.join(str(tmp_path), 'x', 'seed0',
+                                   compare.RESULT))
+
+
+def test_resolve_reads_the_config_and_options():
+    last, digest = compare.resolve(DEMO_DOT)
+    assert last == 3000
+    seven, other = compare.resolve(DEMO_DOT, ['train_cfg.max_iters=7'])
+    assert seven == 7 and other != digest
+    # the twins differ in the backbone type only: other content
+    assert compare.resolve(DEMO_ELLIPTICAL)[1] != digest
+    assert compare.resolve(DEMO_DOT) == (last, digest)
+
+
+def test_arguments_are_checked():
+    for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
+                 [DEMO_DOT, DEMO_DOT, '--names', 'a', 'a'],
+                 [DEMO_DOT, '--seeds', '1', '1']):
+        with pytest.raises(SystemExit):
+            compare.parse_args(argv)
+
+
+def _tiny_options(demo_root):
+    opts = [
+        'model.backbone.num_layers=2', 'model.backbone.embed_dims=48',
+        'model.decode_head.in_channels=48', 'model.decode_head.channels=48',
+        'model.decode_head.embed_dims=48', 'train_dataloader.batch_size=2',
+        'train_cfg.max_iters=2', 'train_cfg.val_interval=1',
+        'default_hooks.checkpoint.interval=2'
+    ]
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        opts.append(f'{loader}.dataset.data_root={demo_root}')
+        opts += [f'{loader}.dataset.generate.{k}={v}'
+                 for k, v in TINY_GENERATE.items()]
+    return opts
+
+
+def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    work = str(tmp_path / 'cmp')
+    argv = [DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3',
+            '--work-dir', work, '--cfg-options', *_tiny_options(demo_root)]
+    summary = compare.main(argv)
+    for seed in (0, 3):
+        run = osp.join(work, 'ell', f'seed{seed}')
+        with open(osp.join(run, compare.RESULT)) as f:
+            result = json.load(f)
+        assert sorted(result['history'], key=int) == ['1', '2']
+        dumped = [p for p in os.listdir(run) if p.endswith('.py')]
+        with open(osp.join(run, dumped[0])) as f:
+            assert f'randomness = dict(seed={seed})' in f.read()
+    with open(osp.join(work, 'compare.json')) as f:
+        runs = json.load(f)['runs']
+    finals = [r['history']['2']['mIoU'] for r in runs]
+    assert summary['ell']['mIoU']['mean'] == pytest.approx(np.mean(finals))
+    with open(osp.join(work, 'compare.md')) as f:
+        assert f.read().splitlines()[2].startswith('| ell | 2 | ')
+    with open(osp.join(work, 'compare.png'), 'rb') as f:
+        assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+    assert 'compare.md' in capsys.readouterr().out
+
+    def no_training(*args, **kwargs):
+        raise AssertionError('a finished run was trained again')
+
+    monkeypatch.setattr(subprocess, 'run', no_training)
+    again = compare.main(argv)
+    assert again['ell']['mIoU'] == summary['ell']['mIoU']

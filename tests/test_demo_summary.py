@@ -1,0 +1,192 @@
+"""The end of a demo run: per-class IoU metric, summary table and picture."""
+import glob
+import json
+import os.path as osp
+import re
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from mmengine.dataset import pseudo_collate
+from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
+
+from conftest import DEMO_ELLIPTICAL, tiny_config
+from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
+from mmseg_elliptical.demo import PerClassIoUMetric, SegSummaryHook
+from mmseg_elliptical.demo.summary import GAP, _image
+
+pytestmark = pytest.mark.usefixtures('single_thread')
+SCALE, SCENES = 2, 3
+
+
+def test_per_class_iou_matches_counting():
+    rng = np.random.default_rng(0)
+    metric = PerClassIoUMetric(iou_metrics=['mIoU'])
+    metric.dataset_meta = dict(classes=CLASSES, palette=PALETTE)
+    pairs = []
+    for _ in range(3):
+        # class 4 is in neither labels nor predictions: its IoU is NaN
+        gt = rng.integers(0, 4, (16, 16))
+        noise = rng.integers(0, 4, (16, 16))
+        pred = np.where(rng.random((16, 16)) < 0.6, gt, noise)
+        gt[0, :3] = 255  # ignored
+        pairs.append((pred, gt))
+        metric.process({}, [
+            dict(
+                pred_sem_seg=dict(data=torch.from_numpy(pred)[None]),
+                gt_sem_seg=dict(data=torch.from_numpy(gt)[None]))
+        ])
+    metrics = metric.evaluate(len(pairs))
+    expected = []
+    for c, name in enumerate(CLASSES):
+        inter = union = 0
+        for pred, gt in pairs:
+            valid = gt != 255
+            inter += ((pred == c) & (gt == c) & valid).sum()
+            union += (((pred == c) | (gt == c)) & valid).sum()
+        iou = 100 * inter / union if union else np.nan
+        expected.append(iou)
+        if np.isnan(iou):
+            assert np.isnan(metrics[f'IoU.{name}']), name
+        else:
+            assert metrics[f'IoU.{name}'] == pytest.approx(iou, abs=0.006)
+    assert metrics['mIoU'] == pytest.approx(np.nanmean(expected), abs=0.006)
+    assert {'aAcc', 'mAcc'} <= set(metrics)
+
+
+@pytest.mark.parametrize('kwargs', [
+    dict(num_scenes=0), dict(num_scenes=2.0), dict(scale=0),
+    dict(scale='2')
+])
+def test_hook_arguments_are_checked(kwargs):
+    with pytest.raises(ValueError, match='SegSummaryHook: '):
+        SegSummaryHook(**kwargs)
+
+
+def test_image_is_the_model_input_when_it_fits(tmp_path):
+    from mmseg.structures import SegDataSample
+    from mmengine.structures import PixelData
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 8, 3), np.uint8)
+    path = str(tmp_path / 'x.png')
+    cv2.imwrite(path, rgb[..., ::-1])
+    sample = SegDataSample(
+        pred_sem_seg=PixelData(data=torch.zeros(1, 6, 8, dtype=torch.long)))
+    sample.set_metainfo(dict(img_path=path))
+    other = 255 - rgb
+    fits = torch.from_numpy(other[..., ::-1].copy()).permute(2, 0, 1)
+    assert np.array_equal(_image(fits, sample), other)  # BGR input -> RGB
+    assert np.array_equal(_image(None, sample), rgb)  # the file
+    resized = torch.zeros(3, 12, 16, dtype=torch.uint8)
+    assert np.array_equal(_image(resized, sample), rgb)
+
+
+@pytest.fixture(scope='module')
+def trained(demo_root, tmp_path_factory):
+    """A tiny demo run (4 iterations) with the hook, and its runner."""
+    init_default_scope('mmseg')
+    work_dir = str(tmp_path_factory.mktemp('summary'))
+    cfg = tiny_config(DEMO_ELLIPTICAL, demo_root, work_dir)
+    hooks = [h for h in cfg.custom_hooks if h['type'] == 'SegSummaryHook']
+    assert len(hooks) == 1  # the demo config ends with the summary
+    hooks[0].update(num_scenes=SCENES, scale=SCALE, with_labels=False)
+    # Own logger and visualizer: mmengine reuses instances by name, and an
+    # earlier runner's would write this run's log and scalars elsewhere.
+    cfg.experiment_name = 'summary_test'
+    cfg.visualizer.name = 'summary_test'
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
+
+
+def _log(runner):
+    logs = glob.glob(osp.join(runner.work_dir, '*', '*.log'))
+    assert len(logs) == 1
+    with open(logs[0]) as f:
+        return f.read()
+
+
+def _last_val(runner):
+    path = glob.glob(
+        osp.join(runner.work_dir, '*', 'vis_data', 'scalars.json'))[0]
+    with open(path) as f:
+        records = [json.loads(line) for line in f]
+    return [r for r in records if 'mIoU' in r][-1]
+
+
+def test_summary_prints_the_last_validation(trained):
+    log = _log(trained)
+    summary = log[log.rindex('Summary (validation, iteration 4'):]
+    last = _last_val(trained)
+    assert last['step'] == 4
+    for name in CLASSES:
+        value = last[f'IoU.{name}']
+        shown = 'nan' if np.isnan(value) else f'{value:.2f}'
+        assert re.search(rf'\| {name} +\| +{shown} +\|', summary), name
+    for key in ('mIoU', 'aAcc', 'mAcc'):
+        assert re.search(rf'\| {key} +\| +{last[key]:.2f} \|', summary)
+    picture = osp.join(trained.work_dir, 'predictions.png')
+    assert picture in summary
+
+
+def _blend(rgb, seg, alpha):
+    """mmseg's drawing of a label map over an image, independently."""
+    colours = np.asarray(PALETTE, np.float64)[seg]
+    return (rgb * (1 - alpha) + colours * alpha).astype(np.uint8)
+
+
+def test_picture_shows_image_labels_and_predictions(trained):
+    picture = cv2.imread(osp.join(trained.work_dir, 'predictions.png'))
+    side = 64 * SCALE
+    assert picture.shape == (3 * side + 2 * GAP,
+                             SCENES * side + (SCENES - 1) * GAP, 3)
+    dataset = trained.val_dataloader.dataset
+    model = trained.model
+    model.eval()
+    alpha = trained.visualizer.alpha
+    for j in range(SCENES):
+        item = dataset[j]
+        with torch.no_grad():
+            pred = model.test_step(pseudo_collate([item]))[0]
+        rgb = cv2.imread(item['data_samples'].img_path)[..., ::-1]
+        gt = item['data_samples'].gt_sem_seg.data[0].numpy()
+        pred = pred.pred_sem_seg.data[0].numpy()
+        up = lambda a: np.repeat(np.repeat(a, SCALE, 0), SCALE, 1)  # noqa
+        x = j * (side + GAP)
+        blocks = [picture[i * (side + GAP):i * (side + GAP) + side,
+                          x:x + side, ::-1] for i in range(3)]
+        assert np.array_equal(blocks[0], up(rgb))
+        for block, seg in ((blocks[1], gt), (blocks[2], pred)):
+            expected = _blend(up(rgb).astype(np.float64), up(seg), alpha)
+            assert np.abs(block.astype(int) - expected).max() <= 1
+    assert (picture[side:side + GAP] == 255).all()  # white gaps
+
+
+def test_test_loop_draws_and_reports(trained):
+    trained.test()
+    log = _log(trained)
+    assert 'Summary (test, iteration 4' in log
+    assert osp.isfile(osp.join(trained.work_dir, 'predictions.png'))
+
+
+def test_summary_follows_the_last_validation(trained):
+    hook = SegSummaryHook(num_scenes=1, scale=1, with_labels=False,
+                          out_file='last.png')
+    dataset = trained.val_dataloader.dataset
+    trained.model.eval()
+    for j in (0, 1):
+        batch = pseudo_collate([dataset[j]])
+        hook.before_val_epoch(trained)
+        with torch.no_grad():
+            outputs = trained.model.val_step(batch)
+        hook.after_val_iter(trained, 0, batch, outputs)
+        hook.after_val_epoch(trained, {'mIoU': 10.0 + j, 'IoU.disc': 20.0 + j})
+    hook.after_train(trained)
+    log = _log(trained)
+    summary = log[log.rindex('Summary (validation'):]
+    assert re.search(r'\| mIoU +\| +11\.00 +\|', summary)
+    assert re.search(r'\| disc +\| +21\.00 +\|', summary)
+    picture = cv2.imread(osp.join(trained.work_dir, 'last.png'))
+    image = cv2.imread(dataset[1]['data_samples'].img_path)
+    assert np.array_equal(picture[:64], image)
