@@ -70,3 +70,46 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def grads(model) -> dict:
+    """Gradients of all parameters that received one, by name."""
+    return {n: p.grad.clone() for n, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def saved_bytes(fn):
+    """Bytes of the tensors autograd saves for the backward of ``fn()``,
+    and what ``fn`` returned."""
+    from torch.autograd.graph import saved_tensors_hooks
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    with saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(sizes), out
+
+
+def check_bf16(model, x, how: str) -> None:
+    """Under CPU bf16 autocast (forward and backward) or as a bf16 model
+    (``model.bfloat16()``): finite outputs and gradients, close to fp32's
+    but not equal (so bf16 was in effect). ``model`` is in eval mode."""
+    import torch
+    with torch.no_grad():
+        ref = model(x)[-1]
+    if how == 'autocast':
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = model(x)[-1]
+    else:
+        out = model.bfloat16()(x.bfloat16())[-1]
+        assert out.dtype == torch.bfloat16
+    assert torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
+               if p.grad is not None)
+    # bf16 keeps ~3 significant digits.
+    err = (out.float() - ref).abs().max() / ref.abs().max()
+    assert 0 < err < 0.1, err

@@ -17,7 +17,7 @@ from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 from torch.autograd.graph import saved_tensors_hooks
 
-from conftest import ROOT
+from conftest import ROOT, check_bf16
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiT,
                                      EllipticalBEiTAttention, EllipticalMAE,
                                      EllipticalMAEAttention, to_elliptical)
@@ -404,23 +404,7 @@ def test_bf16(kind, fused, how):
     for layer in model.layers:
         layer.attn.fused_attn = fused
     model.eval()
-    x = torch.randn(2, 3, 32, 24)
-    with torch.no_grad():
-        ref = model(x)[-1]
-    if how == 'autocast':
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            out = model(x)[-1]
-    else:
-        out = model.bfloat16()(x.bfloat16())[-1]
-        assert out.dtype == torch.bfloat16
-    assert torch.isfinite(out).all()
-    out.float().square().mean().backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-               if p.grad is not None)
-    # bf16 keeps ~3 significant digits: different from fp32 (bf16 was in
-    # effect) but close.
-    err = (out.float() - ref).abs().max() / ref.abs().max()
-    assert 0 < err < 0.1, err
+    check_bf16(model, torch.randn(2, 3, 32, 24), how)
 
 
 @pytest.mark.parametrize('kind', sorted(BACKBONES))

@@ -1,5 +1,4 @@
 """EllipticalMaskTransformerHead: mmseg compatibility and elliptical layers."""
-import pytest
 import torch
 from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 

@@ -6,11 +6,11 @@ layer by layer); the chain keeps nothing between forwards.
 """
 import pytest
 import torch
-from torch.autograd.graph import saved_tensors_hooks
 
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
+from conftest import grads, saved_bytes
 from test_backbone import ARCH, naive_forward
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -33,24 +33,6 @@ def images(seed: int, size: int = 32) -> torch.Tensor:
 
 def loss_of(model, x):
     return sum(f.square().mean() for f in model(x))
-
-
-def grads(model):
-    return {n: p.grad.clone() for n, p in model.named_parameters()
-            if p.grad is not None}
-
-
-def saved_bytes(fn) -> int:
-    """Bytes of the tensors autograd saves for the backward of ``fn()``."""
-    total = []
-
-    def pack(t):
-        total.append(t.numel() * t.element_size())
-        return t
-
-    with saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return sum(total), out
 
 
 @pytest.mark.parametrize('cls', [EllipticalVisionTransformer,

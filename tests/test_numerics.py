@@ -12,7 +12,7 @@ import torch
 from mmengine.structures import PixelData
 from torch import Tensor
 
-from conftest import DEMO_ELLIPTICAL, tiny_config
+from conftest import DEMO_ELLIPTICAL, grads, tiny_config
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 from mmseg.utils import register_all_modules
@@ -60,14 +60,6 @@ def total_loss(model: torch.nn.Module, x: Tensor) -> Tensor:
     """Sum of the segmentor's training losses on ``x``."""
     losses = model.loss(x, seg_samples(x.shape[0], *x.shape[-2:]))
     return sum(v for k, v in losses.items() if 'loss' in k)
-
-
-def grads(model: torch.nn.Module) -> Dict[str, Tensor]:
-    """Gradients of all parameters that received one."""
-    return {
-        n: p.grad.clone()
-        for n, p in model.named_parameters() if p.grad is not None
-    }
 
 
 def assert_all_finite(tensors: Dict[str, Tensor]) -> None:

@@ -20,7 +20,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from conftest import ROOT
+from conftest import ROOT, check_bf16, grads, saved_bytes
 from mmseg.registry import MODELS
 from mmseg_elliptical.models import (AttentionRecord,
                                      EllipticalSwinTransformer, to_elliptical)
@@ -417,40 +417,7 @@ def test_bf16(fused, how):
         if isinstance(module, EllipticalShiftWindowMSA):
             module.fused_attn = fused
     model.eval()  # no stochastic depth: fp32 and bf16 see the same model
-    x = torch.randn(2, 3, *IMAGE)
-    with torch.no_grad():
-        ref = model(x)[-1]
-    if how == 'autocast':
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            out = model(x)[-1]
-    else:
-        out = model.bfloat16()(x.bfloat16())[-1]
-        assert out.dtype == torch.bfloat16
-    assert torch.isfinite(out).all()
-    out.float().square().mean().backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-               if p.grad is not None)
-    # bf16 keeps ~3 significant digits: different from fp32 (bf16 was in
-    # effect) but close.
-    err = (out.float() - ref).abs().max() / ref.abs().max()
-    assert 0 < err < 0.1, err
-
-
-def grads(model):
-    return {n: p.grad.clone() for n, p in model.named_parameters()
-            if p.grad is not None}
-
-
-def saved_bytes(fn):
-    sizes = []
-
-    def pack(t):
-        sizes.append(t.numel() * t.element_size())
-        return t
-
-    with saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return sum(sizes), out
+    check_bf16(model, torch.randn(2, 3, *IMAGE), how)
 
 
 def test_with_cp_saves_less_and_gives_the_same_gradients():
