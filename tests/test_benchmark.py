@@ -20,7 +20,7 @@ from mmseg_elliptical.benchmark import (BenchModel, BenchmarkOptions,
                                         make_step, make_timer, paired_ratio,
                                         peak_rss_in_child, ratios,
                                         run_interleaved, saved_tensors_mb,
-                                        summarize, verdict)
+                                        summarize, tensor_peak_mb, verdict)
 from mmseg_elliptical.benchmark.runner import prepared_step, runner_of
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.models.layers import EllipticalTransformerMixin
@@ -156,6 +156,22 @@ def test_rss_peak_in_child_moves_with_a_large_tensor():
     small, _ = peak_rss_in_child(keep_large, 1)
     assert measure == 'VmHWM'
     assert large - small > 50
+
+
+def test_tensor_peak_counts_allocations_and_frees():
+    kept = []
+
+    def step():
+        a = torch.ones(4 * MIB // 4)
+        b = a * 2  # 8 MiB live
+        del a
+        kept.append(torch.cat([b, b]))  # b and the 8 MiB result: 12
+
+    assert tensor_peak_mb(step) == pytest.approx(12, abs=0.01)
+    # What existed before the step is not counted; a temporary is.
+    assert tensor_peak_mb(lambda: kept[0].sum()) < 0.01
+    assert tensor_peak_mb(lambda: (kept[0] + 1).sum()) == \
+        pytest.approx(8, abs=0.01)
 
 
 def test_saved_tensors_move_with_a_large_saved_tensor():

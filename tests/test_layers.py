@@ -7,6 +7,7 @@ layer by layer); the chain keeps nothing between forwards.
 import pytest
 import torch
 
+from mmseg_elliptical.benchmark.memory import tensor_peak_mb
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
@@ -86,6 +87,29 @@ def test_chain_keeps_nothing_between_forwards():
     assert [chain.keeps(i) for i in range(4)] == [True, True, True, False]
     plain = build(elliptical_layers=[]).layers[0].value_chain
     assert not any(plain.keeps(i) for i in range(4))
+
+
+def test_inference_holds_one_values_tensor_more():
+    """Without gradient, the layers' peak tensor memory exceeds that of
+    the dot-product layers by the previous layer's values only: kept as a
+    copy (not as a view that keeps the whole qkv projection alive), dropped
+    once read (not held through the next MLP), |v - v_prev| in place."""
+    tokens = torch.randn(2, 257, ARCH['embed_dims'])
+    peaks = {}
+    for layers in (None, []):
+        model = build(elliptical_layers=layers, mlp_ratio=4).eval()
+
+        def run_layers():
+            t = tokens
+            for layer in model.layers:
+                t = layer(t)
+
+        with torch.no_grad():
+            run_layers()  # warm-up
+            peaks[layers is None] = tensor_peak_mb(run_layers)
+    values = tokens.numel() * 4 / 2**20
+    extra = peaks[True] - peaks[False]
+    assert values <= extra < 1.1 * values, extra / values
 
 
 def test_each_stage_has_its_own_chain():

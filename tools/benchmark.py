@@ -79,11 +79,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    'timings erratic')
     p.add_argument('--clock', choices=['wall', 'process'], default='wall',
                    help='wall-clock, or process CPU time (CPU only)')
-    p.add_argument('--memory', choices=['inline', 'child', 'none'],
+    p.add_argument('--memory', choices=['inline', 'child', 'tensors', 'none'],
                    default='inline',
-                   help='CPU peak RSS increase of one step: in this process '
-                   'after the timing, or in a fresh child process per '
-                   'measurement (slower, isolated). CUDA: '
+                   help='CPU peak memory of one step: RSS increase in this '
+                   'process after the timing (inline) or in a fresh child '
+                   'process per measurement (slower, isolated), or the peak '
+                   'of tensor memory (exact, repeatable). CUDA: '
                    'max_memory_allocated')
     p.add_argument('--saved-tensors', action='store_true',
                    help='also measure the tensors a training forward saves '

@@ -10,7 +10,7 @@
 from .flops import count_flops, count_params
 from .layer import layer_benchmark, layer_markdown
 from .memory import (RssPeak, cuda_peak_mb, peak_rss_in_child,
-                     saved_tensors_mb, step_peak_mb)
+                     saved_tensors_mb, step_peak_mb, tensor_peak_mb)
 from .models import (DEFAULT_ROLES, ROLES, BenchModel, build_model,
                      derive_variants, elliptical_class, make_step)
 from .runner import TARGETS, BenchmarkOptions, ratios, run_benchmark
@@ -20,7 +20,8 @@ from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
 __all__ = [
     'count_flops', 'count_params', 'layer_benchmark', 'layer_markdown',
     'RssPeak', 'cuda_peak_mb', 'peak_rss_in_child', 'saved_tensors_mb',
-    'step_peak_mb', 'DEFAULT_ROLES', 'ROLES', 'BenchModel', 'build_model',
+    'step_peak_mb', 'tensor_peak_mb', 'DEFAULT_ROLES', 'ROLES', 'BenchModel',
+    'build_model',
     'derive_variants', 'elliptical_class', 'make_step', 'TARGETS',
     'BenchmarkOptions', 'ratios', 'run_benchmark', 'RatioStats',
     'make_timer', 'paired_ratio', 'run_interleaved', 'summarize', 'verdict'

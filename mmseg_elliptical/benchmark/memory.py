@@ -6,6 +6,10 @@
   the RSS before is read (``ru_maxrss`` where the mark cannot be reset).
 * :func:`peak_rss_in_child`: the same in a fresh process, isolated from the
   heap of everything else the benchmark built.
+* :func:`tensor_peak_mb`: the peak of the CPU memory held by tensors
+  allocated during the step, from every allocation and free the profiler
+  records (``profile_memory``): exact and repeatable, like CUDA's
+  ``max_memory_allocated``, where an RSS peak also moves with the heap.
 * :func:`cuda_peak_mb`: ``torch.cuda.max_memory_allocated`` above what was
   allocated before the step.
 * :func:`saved_tensors_mb`: the storages a forward saves for the backward
@@ -88,6 +92,34 @@ class RssPeak:
         self.mb = (peak - self.before) / 1024
 
 
+def tensor_peak_mb(step: Callable[[], None]) -> float:
+    """Peak CPU memory (MiB) held by the tensors one step allocates.
+
+    Every allocation and free of the CPU allocator during the step, in time
+    order, from ``torch.profiler`` (``profile_memory=True``); the peak of
+    their running sum. Tensors that existed before the step (parameters,
+    inputs) are not counted.
+
+    Args:
+        step (callable): The step (run once here).
+
+    Returns:
+        float: MiB.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        step()
+    events = sorted((e.start_ns(), e.nbytes())
+                    for e in p.profiler.kineto_results.events()
+                    if e.name() == '[memory]'
+                    and e.device_type().name == 'CPU')
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak / MB
+
+
 def cuda_peak_mb(step: Callable[[], None], device=None) -> float:
     """Peak allocated CUDA memory (MiB) of one step above what was there.
 
@@ -107,19 +139,25 @@ def cuda_peak_mb(step: Callable[[], None], device=None) -> float:
     return (torch.cuda.max_memory_allocated(device) - before) / MB
 
 
-def step_peak_mb(step: Callable[[], None], device: str) -> Tuple[float, str]:
+def step_peak_mb(step: Callable[[], None],
+                 device: str,
+                 tensors: bool = False) -> Tuple[float, str]:
     """Peak memory of one step in this process, and the measure used.
 
     Args:
         step (callable): The step (run once here).
         device (str): ``'cpu'`` (peak RSS increase) or a CUDA device.
+        tensors (bool): On the CPU, the peak of tensor memory
+            (:func:`tensor_peak_mb`) instead of RSS. Defaults to False.
 
     Returns:
-        tuple[float, str]: MiB and ``'max_memory_allocated'``, ``'VmHWM'``
-        or ``'ru_maxrss'``.
+        tuple[float, str]: MiB and ``'max_memory_allocated'``,
+        ``'tensors'``, ``'VmHWM'`` or ``'ru_maxrss'``.
     """
     if str(device).startswith('cuda'):
         return cuda_peak_mb(step, device), 'max_memory_allocated'
+    if tensors:
+        return tensor_peak_mb(step), 'tensors'
     with RssPeak() as peak:
         step()
     return peak.mb, peak.measure

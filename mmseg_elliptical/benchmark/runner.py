@@ -48,10 +48,11 @@ class BenchmarkOptions:
             ``'inductor'``); None: eager.
         threads (int): torch threads (0: torch's default).
         clock (str): ``'wall'`` or ``'process'`` (see :mod:`.timing`).
-        memory (str): Peak memory of one step: ``'inline'`` (in this
-            process, after the rounds), ``'child'`` (on the CPU: a fresh
-            process per measurement) or ``'none'``. On CUDA it is
-            ``max_memory_allocated``, in this process.
+        memory (str): Peak memory of one step: ``'inline'`` (RSS, in this
+            process, after the rounds), ``'child'`` (RSS on the CPU: a fresh
+            process per measurement), ``'tensors'`` (the peak of tensor
+            memory on the CPU, exact and repeatable) or ``'none'``. On CUDA
+            it is ``max_memory_allocated``, in this process.
         saved_tensors (bool): Also measure the tensors a training forward
             saves for the backward.
         flops_sizes (list[int]): Sizes at which FLOPs are counted.
@@ -143,10 +144,10 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
                    **summarize(rounds[spec.name], options.batch_size),
                    peak_mem_mb=None, memory_measure=None, saved_mb=None)
         model.zero_grad(set_to_none=True)
-        if options.memory == 'inline' or (options.memory == 'child'
-                                          and cuda):
+        if options.memory in ('inline', 'tensors') or (
+                options.memory == 'child' and cuda):
             row['peak_mem_mb'], row['memory_measure'] = step_peak_mb(
-                step, options.device)
+                step, options.device, tensors=options.memory == 'tensors')
             model.zero_grad(set_to_none=True)
         if options.saved_tensors and mode == 'train':
             autocast = torch.autocast(x.device.type, torch.bfloat16,

@@ -26,7 +26,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .attention.core import check_estimator_args
+from .attention.core import ChainCall, check_estimator_args
 from .conversion import to_elliptical
 
 
@@ -89,33 +89,41 @@ class EllipticalLayerMixin:
         chain = self.value_chain
         if chain is None:
             return super().forward(x, *args, **kwargs)
-        v_prev = chain.take(self.chain_index)
-        keep = chain.keeps(self.chain_index)
+        index = self.chain_index
+        keep = chain.keeps(index)
         if getattr(self, 'with_cp', False) and x.requires_grad:
             out, values = checkpoint(
-                self._forward_in_chain, x, v_prev, keep, *args,
+                self._checkpointed, x, chain.take(index), keep, *args,
                 use_reentrant=False, **kwargs)
         else:
-            out, values = self._forward_in_chain(x, v_prev, keep, *args,
-                                                 **kwargs)
-        chain.put(self.chain_index, values)
+            # Only the call holds the previous values (not an argument
+            # tuple), so that the attention drops them once read instead of
+            # keeping them through the MLP. mmseg's layers checkpoint only
+            # when x requires grad, so none does here.
+            call = self.attn.begin_call(chain.take(index), keep, owned=True)
+            out, values = self._forward_in_call(call, x, *args, **kwargs)
+        chain.put(index, values)
         return out
 
-    def _forward_in_chain(self, x: Tensor, v_prev: Optional[Tensor],
-                          keep: bool, *args, **kwargs):
-        # mmseg's forward, with the previous values given to the attention
-        # and without mmseg's own checkpoint (forward() checkpoints this).
-        # try/finally rather than context managers: torch.compile traces it.
+    def _checkpointed(self, x: Tensor, v_prev: Optional[Tensor], keep: bool,
+                      *args, **kwargs):
+        # The previous values are an input of the checkpointed function, so
+        # a recomputation in the backward sees those of its own forward.
+        # mmseg's own checkpoint is off inside; try/finally rather than
+        # context managers: torch.compile traces it.
         call = self.attn.begin_call(v_prev, keep)
-        with_cp = getattr(self, 'with_cp', False)
-        if with_cp:
-            self.with_cp = False
+        self.with_cp = False
+        try:
+            return self._forward_in_call(call, x, *args, **kwargs)
+        finally:
+            self.with_cp = True
+
+    def _forward_in_call(self, call: ChainCall, x: Tensor, *args, **kwargs):
+        # mmseg's forward inside the attention's chain call.
         try:
             out = super().forward(x, *args, **kwargs)
         finally:
             self.attn.end_call()
-            if with_cp:
-                self.with_cp = True
         return out, call.values
 
 

@@ -62,7 +62,8 @@ def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
 def relevance(v: Tensor,
               v_prev: Tensor,
               reduction: str = 'mean',
-              eps: float = 1e-6) -> Tensor:
+              eps: float = 1e-6,
+              overwrite: bool = False) -> Tensor:
     """Estimate the coordinate-wise relevance ``m`` of each head.
 
     Args:
@@ -73,6 +74,9 @@ def relevance(v: Tensor,
         eps (float): When ``max_d m_d <= eps`` (e.g. identical values) there is
             no evidence for any direction and ``m`` falls back to all ones,
             i.e. plain dot-product attention, instead of dividing by zero.
+        overwrite (bool): Compute ``|v - v_prev|`` in the memory of
+            ``v_prev`` (which is then lost) instead of a temporary, as the
+            value chain does in inference. Defaults to False.
 
     Returns:
         Tensor: ``m`` of shape ``[B, H, 1, d]`` in ``[0, 1]`` with max 1 per
@@ -84,9 +88,12 @@ def relevance(v: Tensor,
             f'the same shape as this layer\'s, got {tuple(v_prev.shape)} and '
             f'{tuple(v.shape)}: both layers must see the same tokens and '
             'heads.')
-    # One temporary (|v - v_prev|, computed in place) and one reduction that
-    # accumulates in fp32 without an fp32 copy of its input.
-    diff = torch.sub(v, v_prev).abs_()
+    # At most one temporary (|v - v_prev|, computed in place) and one
+    # reduction that accumulates in fp32 without an fp32 copy of its input.
+    if overwrite:
+        diff = v_prev.sub_(v).abs_()
+    else:
+        diff = torch.sub(v, v_prev).abs_()
     if reduction == 'mean':
         m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
     else:
@@ -145,11 +152,18 @@ class ChainCall:
         v_prev (Tensor, optional): The previous layer's values, in the layout
             the attention compares (``[B, H, N, d]``), or None.
         keep (bool): Whether the next layer reads this layer's values.
+        owned (bool): Whether ``v_prev`` belongs to the call (a value chain
+            hands it on and drops it): the first projection then releases it
+            once read, and without gradient computes ``|v - v_prev|`` in its
+            memory.
         values (Tensor, optional): This layer's values (detached), set by the
-            attention when ``keep``.
+            attention when ``keep``. Without gradient they are a copy when
+            ``v`` is a view of the qkv projection, which would otherwise stay
+            alive (q and k too) until the next layer has read them.
     """
     v_prev: Optional[Tensor] = None
     keep: bool = False
+    owned: bool = False
     values: Optional[Tensor] = None
 
 
@@ -225,7 +239,8 @@ class EllipticalAttentionMixin:
     @contextmanager
     def chained(self,
                 v_prev: Optional[Tensor] = None,
-                keep: bool = False) -> Iterator[ChainCall]:
+                keep: bool = False,
+                owned: bool = False) -> Iterator[ChainCall]:
         """Give the calls inside the previous values; collect this layer's.
 
         Example::
@@ -238,20 +253,24 @@ class EllipticalAttentionMixin:
             v_prev (Tensor, optional): The previous layer's values (None:
                 dot-product scoring).
             keep (bool): Collect this layer's values in ``call.values``.
+            owned (bool): ``v_prev`` may be overwritten (see
+                :class:`ChainCall`). Defaults to False.
 
         Yields:
             ChainCall: The call's state.
         """
-        call = self.begin_call(v_prev, keep)
+        call = self.begin_call(v_prev, keep, owned)
         try:
             yield call
         finally:
             self.end_call()
 
-    def begin_call(self, v_prev: Optional[Tensor] = None,
-                   keep: bool = False) -> ChainCall:
+    def begin_call(self,
+                   v_prev: Optional[Tensor] = None,
+                   keep: bool = False,
+                   owned: bool = False) -> ChainCall:
         """Start a chain call (what :meth:`chained` does on entry)."""
-        self._chain_call = ChainCall(v_prev, keep)
+        self._chain_call = ChainCall(v_prev, keep, owned)
         return self._chain_call
 
     def end_call(self) -> None:
@@ -310,11 +329,17 @@ class EllipticalAttentionMixin:
                 q, = split_heads(F.linear(x_q, w_q, b_q), 1, H)
         m = None
         if call is not None and (call.keep or elliptical):
+            grad = torch.is_grad_enabled()
             v_image = v if to_image is None else to_image(v)
-            if call.keep:
+            if call.keep:  # to_image's result is a tensor of its own
                 call.values = v_image.detach()
+                if not grad and to_image is None:
+                    call.values = call.values.clone()
             if elliptical:
-                m = relevance(v_image, call.v_prev, self.reduction, self.eps)
+                m = relevance(v_image, call.v_prev, self.reduction, self.eps,
+                              overwrite=call.owned and not grad)
+                if call.owned:  # read once: not kept through the MLP
+                    call.v_prev = None
                 if self.attention_record is not None:
                     self.attention_record.keep('relevance', m)
         if fold:
