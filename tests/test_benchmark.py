@@ -195,15 +195,14 @@ class Attention(nn.Module):
         def part(*shape):
             return x[0, :torch.Size(shape).numel()].reshape(shape)
 
-        return (F.scaled_dot_product_attention(
-            part(2, 3, 10, 8), part(2, 3, 12, 8), part(2, 3, 12, 4)),
-                torch.baddbmm(part(2, 5, 7), part(2, 5, 6), part(2, 6, 7)))
+        return F.scaled_dot_product_attention(
+            part(2, 3, 10, 8), part(2, 3, 12, 8), part(2, 3, 12, 4))
 
 
 def test_attention_flop_handles():
     flops, uncounted = count_flops(Attention(), torch.randn(1, 600))
-    # SDPA: B H N M (d + d_v) = 2*3*10*12*(8+4); baddbmm: 2*5*6*7.
-    assert flops == 2 * 3 * 10 * 12 * 12 + 2 * 5 * 6 * 7
+    # SDPA: B H N M (d + d_v) = 2*3*10*12*(8+4).
+    assert flops == 2 * 3 * 10 * 12 * 12
     assert not uncounted
 
 
@@ -412,7 +411,7 @@ def test_cli_two_configs_compiled_and_layer(tool, tmp_path):
     layer = tool.main(['--layer', '17', '24', '3', '--rounds', '2',
                        '--out-dir', str(tmp_path)])
     assert set(layer['results']) == {
-        'dot-product', 'elliptical no-grad', 'elliptical folded',
+        'dot-product', 'elliptical no-grad', 'elliptical grad',
         'elliptical explicit'}
     assert all(r['rounds'] == 2 for r in layer['ratios'].values())
-    assert '| elliptical folded |' in (tmp_path / 'layer.md').read_text()
+    assert '| elliptical grad |' in (tmp_path / 'layer.md').read_text()

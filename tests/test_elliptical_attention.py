@@ -2,8 +2,8 @@
 
 ``naive_attention`` below is the paper's formulation written out with loops
 over images and heads and ``q @ diag(m)``; it shares no code with the
-package. Every path of the package (fused with ``m`` folded into the query
-weight when gradients are on, fused with one qkv GEMM and an in-place
+package. Every path of the package (fused with q from its own GEMM and
+``q * m`` when gradients are on, fused with one qkv GEMM and an in-place
 ``q *= m`` under no-grad, explicit with materialised probabilities) must
 give its outputs, values and gradients.
 """
@@ -102,7 +102,7 @@ def num_kv(kind):
 @pytest.mark.parametrize('kind', KINDS)
 @pytest.mark.parametrize('fused', [True, False])
 @pytest.mark.parametrize('grad', [True, False])
-@pytest.mark.parametrize('batch', [1, B])  # 1: F.linear, 2: baddbmm
+@pytest.mark.parametrize('batch', [1, B])
 @pytest.mark.parametrize('bias', [True, False])
 def test_matches_naive(kind, fused, grad, batch, bias):
     attn = build(kind, bias)

@@ -7,7 +7,7 @@ layer by layer); the chain keeps nothing between forwards.
 import pytest
 import torch
 
-from mmseg_elliptical.benchmark.memory import tensor_peak_mb
+from mmseg_elliptical.benchmark.memory import saved_tensors_mb, tensor_peak_mb
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
@@ -110,6 +110,26 @@ def test_inference_holds_one_values_tensor_more():
     values = tokens.numel() * 4 / 2**20
     extra = peaks[True] - peaks[False]
     assert values <= extra < 1.1 * values, extra / values
+
+
+@pytest.mark.parametrize('cls', [EllipticalVisionTransformer,
+                                 EllipticalMixVisionTransformer])
+def test_training_saves_only_m_more(cls):
+    """With gradient, what the backward keeps exceeds the dot-product
+    model's by ``m`` ([B, C] per elliptical layer) only: q gets its own GEMM
+    and ``q * m`` keeps no unscaled q and no scaled weight."""
+    x = images(0)
+    saved = {}
+    for layers in ([], None):
+        model = build(cls, elliptical_layers=layers)
+        saved[layers is None] = saved_tensors_mb(
+            model, lambda: loss_of(model, x)) * 2**20
+    elliptical = [layer.attn for stage in model.layer_stages()
+                  for layer in stage if layer.attn.elliptical]
+    assert elliptical  # the model is the last built: the elliptical one
+    m_bytes = sum(x.shape[0] * a.embed_dims * 4 for a in elliptical)
+    assert saved[True] - saved[False] == m_bytes, \
+        (saved[True] - saved[False], m_bytes)
 
 
 def test_each_stage_has_its_own_chain():

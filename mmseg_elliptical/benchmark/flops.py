@@ -2,10 +2,8 @@
 
 mmengine's ``FlopAnalyzer`` (what ``get_model_complexity_info`` uses; one
 multiply-add counts as one FLOP, forward only) has no handle for
-``aten::scaled_dot_product_attention`` nor ``aten::baddbmm``: it would skip
-the two N x M matmuls of fused attention and the batched query projection of
-the elliptical training path. :func:`count_flops` adds both, from the traced
-shapes.
+``aten::scaled_dot_product_attention``: it would skip the two N x M matmuls
+of fused attention. :func:`count_flops` adds it, from the traced shapes.
 """
 from typing import Any, Dict, List, Tuple
 
@@ -26,15 +24,8 @@ def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
     return batch * q[-2] * k[-2] * (q[-1] + v[-1])
 
 
-def baddbmm_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
-    """Multiply-adds of ``baddbmm`` (the added input is not counted)."""
-    b1, b2 = get_shape(inputs[1]), get_shape(inputs[2])
-    return int(np.prod(b1)) * b2[-1]
-
-
 ATTENTION_HANDLES = {
     'aten::scaled_dot_product_attention': sdpa_flop_jit,
-    'aten::baddbmm': baddbmm_flop_jit,
 }
 
 

@@ -7,10 +7,9 @@ One :class:`~mmseg_elliptical.models.EllipticalAttention` (default: ViT-T's,
 * ``dot-product``: outside a value chain: one qkv GEMM and fused attention;
 * ``elliptical no-grad``: the inference path: one qkv GEMM, ``m`` estimated
   from the values, ``q *= m`` in place, fused attention;
-* ``elliptical folded``: the training path forced under
+* ``elliptical grad``: the training path, forced under
   ``torch.enable_grad()`` (parameters not requiring grad, so no graph is
-  kept): k and v from one GEMM, q from a second one with the per-image
-  scaled weight ``m W_q``;
+  kept): k and v from one GEMM, q from a second one, then ``q * m``;
 * ``elliptical explicit``: the paper's formulation, materialised
   probabilities (``fused_attn=False``), under no-grad.
 """
@@ -22,7 +21,7 @@ import torch
 from ..utils.report import markdown_table
 from .timing import make_timer, paired_ratio, run_interleaved, summarize
 
-PATHS = ('dot-product', 'elliptical no-grad', 'elliptical folded',
+PATHS = ('dot-product', 'elliptical no-grad', 'elliptical grad',
          'elliptical explicit')
 
 
@@ -68,7 +67,7 @@ def layer_steps(tokens: int = 1025,
     return {
         'dot-product': run(None, grad=False),
         'elliptical no-grad': run(v_prev, grad=False),
-        'elliptical folded': run(v_prev, grad=True),
+        'elliptical grad': run(v_prev, grad=True),
         'elliptical explicit': run(v_prev, grad=False, fused=False),
     }
 

@@ -110,40 +110,6 @@ def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
     return x.permute(2, 0, 3, 1, 4).unbind(0)
 
 
-def fold_query(x: Tensor, weight: Tensor, bias: Optional[Tensor], m: Tensor,
-               groups: int = 1) -> Tensor:
-    """``(x W^T + b) * m`` computed as ``x (m W)^T + m b``.
-
-    Scaling the C x C query weight per image costs O(C^2) instead of an
-    O(N C) pass over ``q``, and keeps a single query tensor alive for the
-    backward (an explicit ``q * m`` would be a second one).
-
-    Args:
-        x (Tensor): Tokens ``[B * groups, T, C_in]``; ``groups`` consecutive
-            rows (e.g. the windows of one image) share one ``m``.
-        weight (Tensor): Query weight ``[C, C_in]``.
-        bias (Tensor, optional): Query bias ``[C]``.
-        m (Tensor): Relevance ``[B, H, 1, d]`` with ``H * d = C``.
-        groups (int): Rows of ``x`` per image. Defaults to 1.
-
-    Returns:
-        Tensor: Scaled queries ``[B * groups, T, C]``.
-    """
-    B = m.shape[0]
-    rows, T, _ = x.shape
-    m = m.reshape(B, -1, 1)  # [B, C, 1]
-    w = weight * m  # [B, C, C_in]: row c of W scaled by m_c
-    b = None if bias is None else bias * m[..., 0]  # [B, C]
-    if B == 1:  # one GEMM with the bias, like the dot-product path
-        return F.linear(x, w[0], None if b is None else b[0])
-    x = x.reshape(B, groups * T, -1)
-    if b is None:
-        q = torch.bmm(x, w.transpose(1, 2))
-    else:
-        q = torch.baddbmm(b[:, None], x, w.transpose(1, 2))
-    return q.view(rows, T, -1)
-
-
 @dataclass
 class ChainCall:
     """One call of an attention inside a value chain.
@@ -292,9 +258,10 @@ class EllipticalAttentionMixin:
                 ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         """Project to q, k, v and estimate ``m`` from v and the previous v.
 
-        The fused path in training folds ``m`` into the query weight
-        (:func:`fold_query`); otherwise q comes from the same GEMM as k and v
-        (when ``x_kv is x_q``) and ``m`` is returned for :meth:`attend`.
+        q comes from the same GEMM as k and v (when ``x_kv is x_q``), except
+        when q will be scaled by ``m`` with gradient: then q gets its own
+        GEMM, so that ``q * m`` is the only query tensor the backward keeps
+        (a view of one qkv buffer would keep the unscaled q as well).
 
         Args:
             x_q (Tensor): Query tokens ``[B', N, C]``.
@@ -308,16 +275,15 @@ class EllipticalAttentionMixin:
                 on and the next layer compares with.
 
         Returns:
-            tuple: q, k, v ``[B', H, *, d]`` and the ``m`` :meth:`attend` must
-            still apply to q (``[B', H, 1, d]``; None when there is none or it
-            was folded).
+            tuple: q, k, v ``[B', H, *, d]`` and the ``m`` that :meth:`attend`
+            applies to q (``[B', H, 1, d]``; None for dot-product scores).
         """
         H = self.num_heads
         C = weight.shape[0] // 3
         call = self._chain_call
         elliptical = self.scores_elliptically()
-        fold = elliptical and self.fused_attn and torch.is_grad_enabled()
-        if x_kv is x_q and not fold:
+        grad = torch.is_grad_enabled()
+        if x_kv is x_q and not (elliptical and grad):
             q, k, v = split_heads(F.linear(x_q, weight, bias), 3, H)
         else:
             w_q, w_kv = weight.split([C, 2 * C])
@@ -325,11 +291,9 @@ class EllipticalAttentionMixin:
             if bias is not None:
                 b_q, b_kv = bias.split([C, 2 * C])
             k, v = split_heads(F.linear(x_kv, w_kv, b_kv), 2, H)
-            if not fold:
-                q, = split_heads(F.linear(x_q, w_q, b_q), 1, H)
+            q, = split_heads(F.linear(x_q, w_q, b_q), 1, H)
         m = None
         if call is not None and (call.keep or elliptical):
-            grad = torch.is_grad_enabled()
             v_image = v if to_image is None else to_image(v)
             if call.keep:  # to_image's result is a tensor of its own
                 call.values = v_image.detach()
@@ -342,9 +306,6 @@ class EllipticalAttentionMixin:
                     call.v_prev = None
                 if self.attention_record is not None:
                     self.attention_record.keep('relevance', m)
-        if fold:
-            q, = split_heads(fold_query(x_q, w_q, b_q, m, groups), 1, H)
-            return q, k, v, None
         if m is not None and groups > 1:
             m = m.repeat_interleave(groups, dim=0)
         return q, k, v, m
@@ -361,8 +322,9 @@ class EllipticalAttentionMixin:
 
         Args:
             q, k, v (Tensor): ``[B', H, N, d]``, ``[B', H, M, d]`` (twice).
-            m (Tensor, optional): Relevance ``[B', H, 1, d]`` still to apply
-                to q. Under no-grad in the fused path q is scaled in place.
+            m (Tensor, optional): Relevance ``[B', H, 1, d]`` to apply to
+                q: in place without gradient (fused path), else as ``q * m``,
+                whose backward keeps only ``m``.
             bias (Tensor, optional): Additive score bias broadcastable to
                 ``[B', H, N, M]`` (relative positions, shift masks).
             dropout_p (float): Dropout on the probabilities (training only).
