@@ -23,7 +23,8 @@ def demo_root(tmp_path_factory) -> str:
     return root
 
 
-def tiny_config(path: str, demo_root: str, work_dir: str, **overrides) -> Config:
+def tiny_config(path: str, demo_root: str, work_dir: str,
+                **overrides) -> Config:
     """A demo config with a 3-layer, 48-dim, 3-head model on the tiny dataset.
 
     Args:

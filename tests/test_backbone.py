@@ -38,7 +38,8 @@ def test_dot_product_mode_equals_mmseg(kwargs):
     ref.eval(), ours.eval()
     x = torch.randn(2, 3, 32, 32)
     for a, b in zip(ref(x), ours(x)):
-        for ta, tb in zip(*(t if isinstance(t, list) else [t] for t in (a, b))):
+        pairs = zip(*(t if isinstance(t, list) else [t] for t in (a, b)))
+        for ta, tb in pairs:
             torch.testing.assert_close(ta, tb, atol=1e-5, rtol=1e-5)
 
 

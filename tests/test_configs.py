@@ -127,8 +127,8 @@ def test_authors_recipe():
                  'segmenter_elliptical-deit-t_mask_8xb1-160k_'
                  'ade20k-512x512.py'))
     opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.momentum, opt.weight_decay) == ('SGD', 1e-3,
-                                                                 0.9, 0.0)
+    assert (opt.type, opt.lr, opt.momentum,
+            opt.weight_decay) == ('SGD', 1e-3, 0.9, 0.0)
     poly = cfg.param_scheduler[0]
     assert (poly.type, poly.power, poly.eta_min) == ('PolyLR', 0.9, 1e-5)
     assert cfg.model.test_cfg.mode == 'slide'

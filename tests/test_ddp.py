@@ -182,8 +182,8 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
     monkeypatch.setattr(dist, 'is_initialized', lambda: True)
     monkeypatch.setenv('RANK', '0')
     out = prepare_cpu_launch(argv + ['--cfg-options', 'a=1'], cuda=False)
-    assert out[-len(CPU_WRAPPER_OPTIONS) - 1:] == ['--cfg-options',
-                                                  *CPU_WRAPPER_OPTIONS]
+    assert out[-len(CPU_WRAPPER_OPTIONS) - 1:] == [
+        '--cfg-options', *CPU_WRAPPER_OPTIONS]
     assert 'model_wrapper_cfg.device_ids=None' in out
 
 

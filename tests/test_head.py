@@ -41,7 +41,7 @@ def test_elliptical_head_defaults_and_differs():
 
 
 def test_only_layer_two_elliptical_matches_manual_threading():
-    """Layer 2 scores with the values of layer 1; layers 0-1 are dot-product."""
+    """Layer 2 scores with the values of layer 1; layers 0-1 dot-product."""
     head = build(EllipticalMaskTransformerHead, elliptical_layers=[2])
     feats = torch.randn(2, 24, 5, 6)
     seen = []

@@ -1,4 +1,4 @@
-"""ImageCorruption: every corruption runs, is deterministic, keeps the image."""
+"""ImageCorruption: every corruption runs, deterministic, keeps the image."""
 import numpy as np
 import pytest
 
@@ -7,8 +7,8 @@ pytest.importorskip('imagecorruptions')
 from mmseg.registry import TRANSFORMS  # noqa: E402
 
 import mmseg_elliptical  # noqa: E402,F401
-from mmseg_elliptical.transforms import (CORRUPTIONS, ImageCorruption,  # noqa: E402
-                                         corrupt_image)
+from mmseg_elliptical.transforms import (  # noqa: E402
+    CORRUPTIONS, ImageCorruption, corrupt_image)
 
 
 def _image(h: int = 32, w: int = 32, seed: int = 0) -> np.ndarray:
@@ -70,7 +70,8 @@ def test_bgr_rgb_order_and_gray():
 
 
 @pytest.mark.parametrize('kwargs, match', [
-    (dict(corruption='rain', severity=1), 'Unknown corruption.*gaussian_noise'),
+    (dict(corruption='rain', severity=1),
+     'Unknown corruption.*gaussian_noise'),
     (dict(corruption='fog', severity=0), 'Unknown severity.*1, 2, 3, 4, 5'),
     (dict(corruption='fog', severity=6), 'Unknown severity'),
     (dict(corruption='fog', severity=True), 'Unknown severity'),

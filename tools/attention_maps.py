@@ -9,14 +9,16 @@ one row per model, one column per (layer, head). For models with elliptical
 attention it also plots the relevance ``m`` of every elliptical layer
 (heads x head coordinates).
 
-Example::
+Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
-    python tools/attention_maps.py data/demo_shapes/images/validation/demo_00003.jpg \\
-        configs/demo/segmenter_elliptical-vit-t_mask_1xb8-600iter_demo-shapes-64x64.py \\
-        work_dirs/elliptical/iter_600.pth \\
-        configs/demo/segmenter_vit-t_mask_1xb8-600iter_demo-shapes-64x64.py \\
-        work_dirs/dot/iter_600.pth --point 32 20 --layers 1 6 11
-"""
+    python tools/attention_maps.py \\
+        data/demo_shapes/images/validation/demo_00002.jpg \\
+        configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
+        work_dirs/demo_elliptical/iter_3000.pth \\
+        configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
+        work_dirs/demo_dot/iter_3000.pth \\
+        --names elliptical dot-product --point 28 48 --layers 1 3 5
+"""  # noqa: E501
 import argparse
 import os.path as osp
 from typing import Dict, List, Optional, Sequence

@@ -9,14 +9,15 @@ mean over heads and images): 0 means the metric is a sphere (dot product).
 Outputs (in ``--out-dir``): ``collapse.json``, ``collapse.md``,
 ``collapse.csv`` and ``collapse.png``.
 
-Example::
+Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
     python tools/collapse.py \\
-        configs/demo/segmenter_elliptical-vit-t_mask_1xb8-600iter_demo-shapes-64x64.py \\
-        work_dirs/elliptical/iter_600.pth \\
-        configs/demo/segmenter_vit-t_mask_1xb8-600iter_demo-shapes-64x64.py \\
-        work_dirs/dot/iter_600.pth --split val
-"""
+        configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
+        work_dirs/demo_elliptical/iter_3000.pth \\
+        configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
+        work_dirs/demo_dot/iter_3000.pth \\
+        --names elliptical dot-product --split val
+"""  # noqa: E501
 import argparse
 import os
 from typing import Dict, List, Optional, Sequence

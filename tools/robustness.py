@@ -7,15 +7,16 @@ to ``<work-dir>/robustness.json`` at once, so a rerun resumes. Outputs (in
 ``--work-dir``): ``robustness.json``, ``robustness.md``, ``robustness.csv``
 and ``robustness.png`` (heatmaps).
 
-Example::
+Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
     python tools/robustness.py \\
-        configs/demo/segmenter_elliptical-vit-t_mask_1xb8-600iter_demo-shapes-64x64.py \\
-        work_dirs/elliptical/iter_600.pth \\
-        configs/demo/segmenter_vit-t_mask_1xb8-600iter_demo-shapes-64x64.py \\
-        work_dirs/dot/iter_600.pth \\
-        --corruptions gaussian_noise fog --severities 1 5
-"""
+        configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
+        work_dirs/demo_elliptical/iter_3000.pth \\
+        configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
+        work_dirs/demo_dot/iter_3000.pth \\
+        --names elliptical dot-product --corruptions gaussian_noise fog \\
+        --severities 1 5
+"""  # noqa: E501
 import argparse
 import os
 from typing import Dict, Optional, Sequence

@@ -1,4 +1,4 @@
-"""Train a segmentor: mmseg's own `tools/train.py` with mmseg-elliptical loaded.
+"""Train a segmentor: mmseg's own `tools/train.py`, mmseg-elliptical loaded.
 
 Every flag of mmseg's script works unchanged; see `python tools/train.py -h`.
 """

@@ -105,7 +105,8 @@ def corrupt_image(img: np.ndarray,
     if channel_order not in ('bgr', 'rgb'):
         raise ValueError(f'channel_order={channel_order!r} must be "bgr" or '
                          '"rgb".')
-    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (1, 3)):
+    if img.ndim not in (2, 3) or (img.ndim == 3
+                                  and img.shape[2] not in (1, 3)):
         raise ValueError(f'ImageCorruption needs an H x W, H x W x 1 or '
                          f'H x W x 3 image, got shape {img.shape}.')
     if min(img.shape[:2]) < _MIN_SIDE:
