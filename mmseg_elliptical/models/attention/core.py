@@ -323,8 +323,10 @@ class EllipticalAttentionMixin:
         Args:
             q, k, v (Tensor): ``[B', H, N, d]``, ``[B', H, M, d]`` (twice).
             m (Tensor, optional): Relevance ``[B', H, 1, d]`` to apply to
-                q: in place without gradient (fused path), else as ``q * m``,
-                whose backward keeps only ``m``.
+                q. With gradient as ``q * m``, whose backward keeps only
+                ``m``; without (fused path) in place, on k instead of q when
+                there are fewer keys than queries, since
+                ``(q * m) . k = q . (k * m)``.
             bias (Tensor, optional): Additive score bias broadcastable to
                 ``[B', H, N, M]`` (relative positions, shift masks).
             dropout_p (float): Dropout on the probabilities (training only).
@@ -347,7 +349,14 @@ class EllipticalAttentionMixin:
                 self.attention_record.keep('probs', probs)
             return F.dropout(probs, dropout_p, self.training) @ v
         if m is not None:
-            q = q * m if torch.is_grad_enabled() else q.mul_(m)
+            if torch.is_grad_enabled():
+                q = q * m  # its backward keeps m only
+            elif k.shape[-2] < q.shape[-2]:
+                # (q * m) . k = q . (k * m): fewer keys than queries
+                # (spatial reduction) to scale
+                k = k.mul_(m)
+            else:
+                q = q.mul_(m)
         if bias is not None:
             bias = bias.to(q.dtype)
         return F.scaled_dot_product_attention(
