@@ -94,6 +94,23 @@ def saved_bytes(fn):
     return sum(sizes), out
 
 
+def saved_scores_bytes(model, x, n: int) -> int:
+    """Bytes of the distinct ``[..., n, n]`` tensors (attention scores or
+    probabilities) that a training forward of ``model`` saves."""
+    from torch.autograd.graph import saved_tensors_hooks
+    squares = {}
+
+    def pack(t):
+        if t.shape[-2:] == (n, n):
+            squares[t.untyped_storage().data_ptr()] = t.nbytes
+        return t
+
+    model.train()
+    with saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    return sum(squares.values())
+
+
 def check_bf16(model, x, how: str) -> None:
     """Under CPU bf16 autocast (forward and backward) or as a bf16 model
     (``model.bfloat16()``): finite outputs and gradients, close to fp32's
