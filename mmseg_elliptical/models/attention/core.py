@@ -324,9 +324,9 @@ class EllipticalAttentionMixin:
             q, k, v (Tensor): ``[B', H, N, d]``, ``[B', H, M, d]`` (twice).
             m (Tensor, optional): Relevance ``[B', H, 1, d]`` to apply to
                 q. With gradient as ``q * m``, whose backward keeps only
-                ``m``; without (fused path) in place, on k instead of q when
-                there are fewer keys than queries, since
-                ``(q * m) . k = q . (k * m)``.
+                ``m``; without (fused path) on k instead of q when there are
+                fewer keys than queries, since ``(q * m) . k = q . (k * m)``,
+                and in place unless compiled.
             bias (Tensor, optional): Additive score bias broadcastable to
                 ``[B', H, N, M]`` (relative positions, shift masks).
             dropout_p (float): Dropout on the probabilities (training only).
@@ -354,9 +354,11 @@ class EllipticalAttentionMixin:
             elif k.shape[-2] < q.shape[-2]:
                 # (q * m) . k = q . (k * m): fewer keys than queries
                 # (spatial reduction) to scale
-                k = k.mul_(m)
+                k = k * m if torch.compiler.is_compiling() else k.mul_(m)
             else:
-                q = q.mul_(m)
+                # Compiled, an in-place product on a view of the qkv
+                # projection would be functionalised into a copy of all of it.
+                q = q * m if torch.compiler.is_compiling() else q.mul_(m)
         if bias is not None:
             bias = bias.to(q.dtype)
         return F.scaled_dot_product_attention(
