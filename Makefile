@@ -7,7 +7,9 @@
 # seeds: mean and standard deviation of mIoU, and a plot of mIoU over
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
-# other configs and options).
+# other configs and options), make speed (the README's speed table: every
+# backbone family at 512, one benchmark run each, on one thread; about 30
+# min, into work_dirs/speed/NAME/benchmark.md).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
@@ -24,7 +26,7 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare test benchmark
+.PHONY: setup demo demo-dot compare test benchmark speed
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/setup_env.sh
@@ -44,3 +46,22 @@ test: setup
 
 benchmark: setup
 	$(PY) tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark
+
+SPEED := OMP_NUM_THREADS=1 $(PY) tools/benchmark.py --sizes 512 --memory tensors
+VIT_T := configs/segmenter/segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py
+
+speed: setup
+	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --saved-tensors --out-dir work_dirs/speed/vit-t_b1
+	$(SPEED) $(VIT_T) --names vit-t --batch-size 4 --rounds 10 --saved-tensors --out-dir work_dirs/speed/vit-t_b4
+	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --compile --out-dir work_dirs/speed/vit-t_b1_compile
+	$(SPEED) $(VIT_T) --names vit-t --batch-size 4 --rounds 10 --compile --out-dir work_dirs/speed/vit-t_b4_compile
+	$(SPEED) configs/segformer/segformer_elliptical-mit-b0_8xb2-160k_ade20k-512x512.py \
+		--names mit-b0 --rounds 20 --saved-tensors --out-dir work_dirs/speed/mit-b0
+	$(SPEED) configs/twins/twins_elliptical-pcpvt-s_uperhead_8xb4-160k_ade20k-512x512.py \
+		--names pcpvt-s --rounds 12 --saved-tensors --out-dir work_dirs/speed/pcpvt-s
+	$(SPEED) configs/swin/elliptical-swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py \
+		--names swin-t --rounds 8 --saved-tensors --out-dir work_dirs/speed/swin-t
+	$(SPEED) configs/beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py \
+		--names beit-b --rounds 6 --saved-tensors --cfg-options model.backbone.img_size=512 \
+		--out-dir work_dirs/speed/beit-b
+	OMP_NUM_THREADS=1 $(PY) tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
