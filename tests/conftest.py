@@ -94,6 +94,55 @@ def saved_bytes(fn):
     return sum(sizes), out
 
 
+def build_pair(ref_cls, cls, **args):
+    """mmseg's backbone ``ref_cls`` and its elliptical version ``cls`` in
+    dot-product mode (``elliptical_layers=[]``), each built and initialised
+    from seed 0."""
+    import torch
+    pair = []
+    for build, extra in ((ref_cls, {}), (cls, dict(elliptical_layers=[]))):
+        torch.manual_seed(0)
+        model = build(**extra, **args)
+        model.init_weights()
+        pair.append(model)
+    return pair
+
+
+def randomise(model) -> None:
+    """Relative position tables, q / v biases and qkv weights that matter
+    (the default initialisation makes every attention almost uniform)."""
+    import torch
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if 'relative_position_bias_table' in name or name.endswith(
+                    ('q_bias', 'v_bias')):
+                p.normal_()
+            elif 'qkv.weight' in name:
+                p.normal_(std=0.3)
+
+
+def check_with_cp(build, x) -> None:
+    """``build(with_cp)`` (a model in train mode): with ``with_cp=True`` the
+    forward saves less than half for the backward, and the loss and every
+    gradient are those without."""
+    import torch
+    results = {}
+    for with_cp in (False, True):
+        model = build(with_cp)
+        nbytes, loss = saved_bytes(
+            lambda: sum(o.square().mean() for o in model(x)))
+        loss.backward()
+        results[with_cp] = nbytes, loss.detach(), grads(model)
+    (plain_bytes, plain_loss, plain), (cp_bytes, cp_loss, cp) = \
+        results[False], results[True]
+    assert cp_bytes < plain_bytes / 2, (cp_bytes, plain_bytes)
+    torch.testing.assert_close(cp_loss, plain_loss, rtol=0, atol=0)
+    assert cp.keys() == plain.keys() and len(plain) > 0
+    for name in plain:
+        torch.testing.assert_close(cp[name], plain[name], rtol=0, atol=1e-6,
+                                   msg=name)
+
+
 def saved_scores_bytes(model, x, n: int) -> int:
     """Bytes of the distinct ``[..., n, n]`` tensors (attention scores or
     probabilities) that a training forward of ``model`` saves."""

@@ -4,22 +4,11 @@ import torch
 from mmseg.models.backbones import VisionTransformer
 
 from mmseg_elliptical.models import EllipticalVisionTransformer
+from conftest import build_pair
 from test_elliptical_attention import naive_relevance
 
 ARCH = dict(img_size=32, patch_size=8, embed_dims=24, num_heads=3,
             num_layers=4, mlp_ratio=2)
-
-
-def build_pair(**kwargs):
-    """mmseg's ViT and ours (dot-product mode) from the same seed."""
-    args = dict(ARCH, **kwargs)
-    torch.manual_seed(0)
-    ref = VisionTransformer(**args)
-    ref.init_weights()
-    torch.manual_seed(0)
-    ours = EllipticalVisionTransformer(elliptical_layers=[], **args)
-    ours.init_weights()
-    return ref, ours
 
 
 @pytest.mark.parametrize('kwargs', [
@@ -30,7 +19,8 @@ def build_pair(**kwargs):
     dict(out_origin=True, pre_norm=True, patch_norm=True, qkv_bias=False),
 ])
 def test_dot_product_mode_equals_mmseg(kwargs):
-    ref, ours = build_pair(**kwargs)
+    ref, ours = build_pair(VisionTransformer, EllipticalVisionTransformer,
+                           **dict(ARCH, **kwargs))
     # Same seed, same initial weights: the conversion consumes no RNG.
     for (k1, p1), (k2, p2) in zip(ref.state_dict().items(),
                                   ours.state_dict().items()):

@@ -16,7 +16,8 @@ from mmseg.models.backbones import BEiT, MAE
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 
-from conftest import ROOT, check_bf16, saved_scores_bytes
+from conftest import (ROOT, build_pair, check_bf16, randomise,
+                      saved_scores_bytes)
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiT,
                                      EllipticalBEiTAttention, EllipticalMAE,
                                      EllipticalMAEAttention, to_elliptical)
@@ -228,30 +229,6 @@ def test_fused_inference_materialises_no_scores():
 # The backbones
 
 
-def build_pair(kind, **kwargs):
-    """mmseg's backbone and ours (dot-product mode) from the same seed."""
-    ref_cls, cls = BACKBONES[kind]
-    args = dict(ARCH, **kwargs)
-    torch.manual_seed(0)
-    ref = ref_cls(**args)
-    ref.init_weights()
-    torch.manual_seed(0)
-    ours = cls(elliptical_layers=[], **args)
-    ours.init_weights()
-    return ref, ours
-
-
-def randomise(model):
-    """Relative position tables and qkv weights that matter."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if 'relative_position_bias_table' in name or name.endswith(
-                    ('q_bias', 'v_bias')):
-                p.normal_()
-            elif 'qkv.weight' in name:
-                p.normal_(std=0.3)
-
-
 def naive_forward(model, x):
     """BEiT / MAE written out layer by layer (layer scale included)."""
     tokens, hw = model.patch_embed(x)
@@ -284,7 +261,7 @@ def naive_forward(model, x):
 def test_dot_product_mode_equals_mmseg(kind, kwargs):
     if kind == 'mae':
         kwargs.pop('qv_bias', None)  # MAE always has a plain qkv bias
-    ref, ours = build_pair(kind, **kwargs)
+    ref, ours = build_pair(*BACKBONES[kind], **dict(ARCH, **kwargs))
     for (k1, p1), (k2, p2) in zip(ref.state_dict().items(),
                                   ours.state_dict().items()):
         assert k1 == k2 and torch.equal(p1, p2)

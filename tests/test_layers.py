@@ -11,7 +11,7 @@ from mmseg_elliptical.benchmark.memory import saved_tensors_mb, tensor_peak_mb
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
-from conftest import grads, saved_bytes
+from conftest import check_with_cp, grads
 from test_backbone import ARCH, naive_forward
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -40,21 +40,8 @@ def loss_of(model, x):
                                  EllipticalMixVisionTransformer])
 def test_with_cp_saves_less_and_gives_the_same_gradients(cls):
     size = 32 if cls is EllipticalVisionTransformer else 64
-    x = images(0, size)
-    results = {}
-    for with_cp in (False, True):
-        model = build(cls, with_cp=with_cp)
-        nbytes, loss = saved_bytes(lambda: loss_of(model, x))
-        loss.backward()
-        results[with_cp] = nbytes, loss.detach(), grads(model)
-    (plain_bytes, plain_loss, plain), (cp_bytes, cp_loss, cp) = \
-        results[False], results[True]
-    assert cp_bytes < plain_bytes / 2, (cp_bytes, plain_bytes)
-    torch.testing.assert_close(cp_loss, plain_loss, rtol=0, atol=0)
-    assert cp.keys() == plain.keys()
-    for name in plain:
-        torch.testing.assert_close(cp[name], plain[name], rtol=0, atol=1e-6,
-                                   msg=name)
+    check_with_cp(lambda with_cp: build(cls, with_cp=with_cp),
+                  images(0, size))
 
 
 @pytest.mark.parametrize('with_cp', [False, True])

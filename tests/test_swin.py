@@ -19,8 +19,8 @@ from mmseg.structures import SegDataSample
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from conftest import (ROOT, check_bf16, grads, saved_bytes,
-                      saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_bf16, check_with_cp,
+                      randomise, saved_scores_bytes)
 from mmseg.registry import MODELS
 from mmseg_elliptical.models import (AttentionRecord,
                                      EllipticalSwinTransformer, to_elliptical)
@@ -244,29 +244,6 @@ def test_conversion_checks_w_msa_type():
 # The backbone
 
 
-def build_pair(**kwargs):
-    """mmseg's Swin and ours (dot-product mode) from the same seed."""
-    args = dict(ARCH, **kwargs)
-    torch.manual_seed(0)
-    ref = SwinTransformer(**args)
-    ref.init_weights()
-    torch.manual_seed(0)
-    ours = EllipticalSwinTransformer(elliptical_layers=[], **args)
-    ours.init_weights()
-    return ref, ours
-
-
-def randomise(model):
-    """Relative position tables and qkv weights that matter (the default
-    initialisation makes every attention almost uniform)."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if 'relative_position_bias_table' in name:
-                p.normal_()
-            elif 'qkv.weight' in name:
-                p.normal_(std=0.3)
-
-
 def naive_forward(model, x):
     """The method written out stage by stage and block by block."""
     tokens, hw = model.patch_embed(x)
@@ -299,7 +276,8 @@ def naive_forward(model, x):
     dict(frozen_stages=1),
 ])
 def test_dot_product_mode_equals_mmseg(kwargs):
-    ref, ours = build_pair(**kwargs)
+    ref, ours = build_pair(SwinTransformer, EllipticalSwinTransformer,
+                           **dict(ARCH, **kwargs))
     for (k1, p1), (k2, p2) in zip(ref.state_dict().items(),
                                   ours.state_dict().items()):
         assert k1 == k2 and torch.equal(p1, p2)
@@ -421,25 +399,14 @@ def test_bf16(fused, how):
 
 
 def test_with_cp_saves_less_and_gives_the_same_gradients():
-    x = torch.randn(2, 3, *IMAGE)
-    results = {}
-    for with_cp in (False, True):
+
+    def build(with_cp):
         torch.manual_seed(0)
         model = EllipticalSwinTransformer(with_cp=with_cp, **ARCH)
         model.init_weights()
-        model.train()
-        nbytes, loss = saved_bytes(
-            lambda: sum(o.square().mean() for o in model(x)))
-        loss.backward()
-        results[with_cp] = nbytes, loss.detach(), grads(model)
-    (plain_bytes, plain_loss, plain), (cp_bytes, cp_loss, cp) = \
-        results[False], results[True]
-    assert cp_bytes < plain_bytes / 2, (cp_bytes, plain_bytes)
-    torch.testing.assert_close(cp_loss, plain_loss, rtol=0, atol=0)
-    assert cp.keys() == plain.keys() and len(plain) > 0
-    for name in plain:
-        torch.testing.assert_close(cp[name], plain[name], rtol=0, atol=1e-6,
-                                   msg=name)
+        return model.train()
+
+    check_with_cp(build, torch.randn(2, 3, *IMAGE))
 
 
 class ShapeSpy(TorchDispatchMode):
