@@ -26,6 +26,8 @@ import time
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..utils.report import markdown_table, pyplot, write_report
+
 TRAIN = ('from mmseg_elliptical.utils import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
 RESULT = 'result.json'
@@ -227,32 +229,30 @@ def markdown(summary: Dict[str, Dict], results: Sequence[Dict]) -> str:
     wall-clock time of a run.
     """
     metrics = list(next(iter(summary.values())))
-    head = ['model', 'seeds'] + [m.replace('IoU.', '') for m in metrics]
-    lines = ['| ' + ' | '.join(head + ['min/run']) + ' |',
-             '|---|---:|' + '---:|' * (len(metrics) + 1)]
+    head = (['model', 'seeds'] + [m.replace('IoU.', '') for m in metrics] +
+            ['min/run'])
+    rows = []
     for name, stats in summary.items():
         seconds = [r['seconds'] for r in results
                    if r['name'] == name and r.get('seconds')]
         minutes = f'{sum(seconds) / len(seconds) / 60:.1f}' if seconds else '-'
         cells = [f'{s["mean"]:.2f} ± {s["std"]:.2f}' for s in stats.values()]
         n = next(iter(stats.values()))['n']
-        lines.append('| ' + ' | '.join([name, str(n)] + cells + [minutes]) +
-                     ' |')
-    return '\n'.join(lines) + '\n'
+        rows.append([name, n] + cells + [minutes])
+    return markdown_table(head, rows)
 
 
-def plot(results: Sequence[Dict], path: str, metric: str = 'mIoU') -> None:
+def figure(results: Sequence[Dict], metric: str = 'mIoU'):
     """Validation ``metric`` over iterations: every seed, and the mean.
 
     Args:
         results (Sequence[dict]): Runs as :func:`run_all` returns them.
-        path (str): Output image.
         metric (str): Metric to plot.
-    """
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
 
+    Returns:
+        matplotlib.figure.Figure: The figure.
+    """
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     names = list(dict.fromkeys(r['name'] for r in results))
     for colour, name in zip(plt.rcParams['axes.prop_cycle'].by_key()['color'],
@@ -272,9 +272,7 @@ def plot(results: Sequence[Dict], path: str, metric: str = 'mIoU') -> None:
     ax.set_ylabel(f'validation {metric}')
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -320,14 +318,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
                       args.cfg_options, log=lambda s: print(s, flush=True))
     summary = summarise(results)
     table = markdown(summary, results)
-    with open(osp.join(args.work_dir, 'compare.json'), 'w') as f:
-        json.dump(dict(summary=summary, runs=results), f, indent=1)
-    with open(osp.join(args.work_dir, 'compare.md'), 'w') as f:
-        f.write(table)
-    plot(results, osp.join(args.work_dir, 'compare.png'))
+    written = write_report(args.work_dir, 'compare',
+                           data=dict(summary=summary, runs=results),
+                           markdown=table, figure=figure(results))
     print(f'\nFinal validation metrics, mean ± standard deviation over '
           f'seeds {" ".join(map(str, args.seeds))} '
           f'({(time.perf_counter() - start) / 60:.1f} min):\n\n{table}')
-    for name in ('compare.md', 'compare.json', 'compare.png'):
-        print(osp.join(args.work_dir, name))
+    print('\n'.join(written))
     return summary
