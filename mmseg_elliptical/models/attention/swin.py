@@ -28,7 +28,7 @@ from torch import Tensor
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.registry import MODELS
 from ..conversion import elliptical_version_of, qualname, to_elliptical
-from .core import EllipticalAttentionMixin
+from .core import EllipticalAttentionMixin, relative_position_bias
 
 
 @elliptical_version_of(WindowMSA)
@@ -47,12 +47,10 @@ class EllipticalWindowMSA(WindowMSA):
         return self.window_call(x, mask)
 
     def relative_position_bias(self) -> Tensor:
-        """The relative position bias ``[H, Wt, Wt]`` (mmseg's lookup as one
-        ``index_select`` on the transposed table, as in
-        :meth:`~.beit.EllipticalBEiTAttention.relative_position_bias`)."""
-        T = self.window_size[0] * self.window_size[1]
-        return self.relative_position_bias_table.t().index_select(
-            1, self.relative_position_index.view(-1)).view(-1, T, T)
+        """The relative position bias ``[H, Wt, Wt]``
+        (:func:`~.core.relative_position_bias`)."""
+        return relative_position_bias(self.relative_position_bias_table,
+                                      self.relative_position_index)
 
 
 @MODELS.register_module()
