@@ -9,7 +9,8 @@
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
 # other configs and options), make speed (the README's speed table: every
 # backbone family at 512, one benchmark run each, on one thread; about 30
-# min, into work_dirs/speed/NAME/benchmark.md).
+# min; each run's report in work_dirs/speed/NAME/, the table in
+# work_dirs/speed/overview.md).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
@@ -49,6 +50,7 @@ benchmark: setup
 
 SPEED := OMP_NUM_THREADS=1 $(PY) tools/benchmark.py --sizes 512 --memory tensors
 VIT_T := configs/segmenter/segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py
+SPEED_RUNS := vit-t_b1 vit-t_b4 vit-t_b1_compile vit-t_b4_compile mit-b0 pcpvt-s swin-t beit-b
 
 speed: setup
 	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --saved-tensors --out-dir work_dirs/speed/vit-t_b1
@@ -65,3 +67,5 @@ speed: setup
 		--names beit-b --rounds 6 --saved-tensors --cfg-options model.backbone.img_size=512 \
 		--out-dir work_dirs/speed/beit-b
 	OMP_NUM_THREADS=1 $(PY) tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
+	$(PY) tools/benchmark.py --out-dir work_dirs/speed --overview \
+		$(addprefix work_dirs/speed/,$(SPEED_RUNS))

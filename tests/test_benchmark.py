@@ -389,6 +389,26 @@ def test_cli_outputs(tool, tmp_path):
     header = (out / 'benchmark.csv').read_text().splitlines()[0]
     assert header.startswith('model,family,role,size,mode')
     assert (out / 'benchmark.png').stat().st_size > 0
+    # The overview of runs: a row per size and baseline, read from the JSON.
+    text = tool.main(['--overview', str(out), str(out), '--out-dir',
+                      str(tmp_path / 'overview')])
+    assert (tmp_path / 'overview' / 'overview.md').read_text() == text
+    rows = [line.strip('|').split(' | ') for line in text.splitlines()[2:]]
+    keys = {(r['size'], r['baseline']) for r in saved['ratios']}
+    assert len(rows) == 2 * len(keys) == 12  # each run given twice
+    by_key = {(r[0].strip(), r[1]): r for r in rows}
+    for ratio in saved['ratios']:
+        row = by_key[(f"{ratio['family']} at {ratio['size']}, batch 1",
+                      ratio['baseline'])]
+        time_cell = row[2 if ratio['mode'] == 'infer' else 3]
+        median, iqr = time_cell.split(' (')
+        q1, q3 = iqr.rstrip(')').split('-')
+        assert [float(median), float(q1), float(q3)] == pytest.approx(
+            [ratio['time'], ratio['time_q1'], ratio['time_q3']], abs=5e-4)
+        memory = row[4 if ratio['mode'] == 'infer' else 5].strip()
+        assert float(memory) == pytest.approx(ratio['memory'], abs=5e-4)
+    family = saved['ratios'][0]['family']
+    assert by_key[(f'{family} at 32, batch 1', 'fused-dot')][3] == '-'
 
 
 def test_cli_two_configs_compiled_and_layer(tool, tmp_path):

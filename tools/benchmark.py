@@ -12,15 +12,18 @@ elliptical to each baseline. Writes ``benchmark.{json,md,csv,png}``.
 Example::
 
     python tools/benchmark.py                       # ViT-T 512, batch 1
-    python tools/benchmark.py \
+    python tools/benchmark.py \\
         mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
     python tools/benchmark.py --layer               # one attention layer
+    python tools/benchmark.py --overview work_dirs/speed/vit-t_b1 \\
+        work_dirs/speed/mit-b0 --out-dir work_dirs/speed   # one table
 """
 import argparse
 import dataclasses
+import json
 import os.path as osp
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from mmengine.config import DictAction
@@ -31,7 +34,8 @@ from mmseg_elliptical.benchmark import (DEFAULT_ROLES, ROLES, BenchModel,
                                         layer_benchmark, layer_markdown,
                                         run_benchmark)
 from mmseg_elliptical.benchmark.models import supported_backbones
-from mmseg_elliptical.benchmark.report import csv_table, figure, markdown
+from mmseg_elliptical.benchmark.report import (csv_table, figure, markdown,
+                                               overview_table)
 from mmseg_elliptical.utils.cli import load_config, model_names
 from mmseg_elliptical.utils.report import write_report
 
@@ -92,6 +96,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--layer', nargs='*', type=int, metavar='N',
                    help='run the per-layer micro-benchmark instead: one '
                    'attention of TOKENS DIMS HEADS (default 1025 192 3)')
+    p.add_argument('--overview', nargs='+', metavar='DIR',
+                   help='measure nothing: one table of the benchmark.json '
+                   'in each DIR (earlier runs), into OUT_DIR/overview.md')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--out-dir', default='work_dirs/benchmark')
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -125,6 +132,18 @@ def run_layer(args: argparse.Namespace) -> Dict:
     return report
 
 
+def run_overview(args: argparse.Namespace) -> str:
+    """One table of earlier runs; writes ``overview.md``."""
+    reports = []
+    for folder in args.overview:
+        with open(osp.join(folder, 'benchmark.json')) as f:
+            reports.append(json.load(f))
+    text = overview_table(reports)
+    write_report(args.out_dir, 'overview', markdown=text)
+    print(text)
+    return text
+
+
 def model_list(args: argparse.Namespace) -> List[BenchModel]:
     """The models of every config: the derived variants, or the model."""
     specs = []
@@ -144,9 +163,12 @@ def model_list(args: argparse.Namespace) -> List[BenchModel]:
     return specs
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
-    """Run the benchmark; return the report (as in ``benchmark.json``)."""
+def main(argv: Optional[Sequence[str]] = None) -> Union[Dict, str]:
+    """Run the benchmark; return the report (as in ``benchmark.json``), or
+    the overview's markdown."""
     args = parse_args(argv)
+    if args.overview:
+        return run_overview(args)
     if args.layer is not None:
         return run_layer(args)
     specs = model_list(args)

@@ -1,5 +1,5 @@
 """The benchmark's report: markdown tables, CSV rows and a figure."""
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..utils.report import fmt, markdown_table, pyplot
 
@@ -39,6 +39,48 @@ def summary_tables(report: Dict) -> str:
                         'peak memory', 'saved tensors', 'time target',
                         'memory target'], rows, left=3))
     return '\n'.join(out)
+
+
+def overview_table(reports: Sequence[Dict]) -> str:
+    """One table over several runs: per config, elliptical / each baseline.
+
+    A row per (run, config, size, baseline) with the time ratios (median and
+    interquartile range of the per-round ratios) and the peak memory ratios
+    of the inference and the training step (the README's speed table).
+
+    Args:
+        reports (Sequence[dict]): As :func:`~.runner.run_benchmark` returns
+            them (the ``benchmark.json`` of each run).
+
+    Returns:
+        str: Markdown.
+    """
+
+    def time(r: Optional[Dict]) -> str:
+        if r is None:
+            return '-'
+        return f"{r['time']:.3f} ({r['time_q1']:.3f}-{r['time_q3']:.3f})"
+
+    rows = []
+    for report in reports:
+        opts = report['meta']['options']
+        run = f"batch {opts['batch_size']}" + (
+            ', compiled' if opts['compile'] else '')
+        ratios = {(r['family'], r['size'], r['baseline'], r['mode']): r
+                  for r in report['ratios']}
+        for family, size, baseline in dict.fromkeys(k[:3] for k in ratios):
+            infer = ratios.get((family, size, baseline, 'infer'))
+            train = ratios.get((family, size, baseline, 'train'))
+            rows.append([
+                f'{family} at {size}, {run}', baseline,
+                time(infer), time(train),
+                None if infer is None else infer['memory'],
+                None if train is None else train['memory']
+            ])
+    return markdown_table(
+        ['backbone', 'elliptical /', 'time inference', 'time training step',
+         'peak memory inference', 'peak memory training step'],
+        rows, left=2)
 
 
 def markdown(report: Dict) -> str:
