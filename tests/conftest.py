@@ -108,6 +108,19 @@ def build_pair(ref_cls, cls, **args):
     return pair
 
 
+def check_interchange(ref, ours) -> None:
+    """mmseg's model ``ref`` and the plugin's ``ours`` have the same
+    state-dict keys in the same order, load each other's weights strictly,
+    and hold the same tensors afterwards (``ref``'s)."""
+    import torch
+    assert list(ref.state_dict()) == list(ours.state_dict())
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    for (k, a), b in zip(ref.state_dict().items(),
+                         ours.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
 def randomise(model) -> None:
     """Relative position tables, q / v biases and qkv weights that matter
     (the default initialisation makes every attention almost uniform)."""

@@ -4,7 +4,7 @@ import torch
 from mmseg.models.backbones import VisionTransformer
 
 from mmseg_elliptical.models import EllipticalVisionTransformer
-from conftest import build_pair
+from conftest import build_pair, check_interchange
 from test_elliptical_attention import naive_relevance
 
 ARCH = dict(img_size=32, patch_size=8, embed_dims=24, num_heads=3,
@@ -89,11 +89,8 @@ def test_elliptical_layers_subset():
 
 def test_checkpoints_load_both_ways_strictly():
     torch.manual_seed(0)
-    ref = VisionTransformer(**ARCH)
-    ours = EllipticalVisionTransformer(**ARCH)
-    assert list(ref.state_dict()) == list(ours.state_dict())
-    ours.load_state_dict(ref.state_dict(), strict=True)
-    ref.load_state_dict(ours.state_dict(), strict=True)
+    check_interchange(VisionTransformer(**ARCH),
+                      EllipticalVisionTransformer(**ARCH))
 
 
 def test_pos_embed_resize_and_odd_inputs():

@@ -16,8 +16,8 @@ from mmseg.models.backbones import BEiT, MAE
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 
-from conftest import (ROOT, build_pair, check_bf16, randomise,
-                      saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_bf16, check_interchange,
+                      randomise, saved_scores_bytes)
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiT,
                                      EllipticalBEiTAttention, EllipticalMAE,
                                      EllipticalMAEAttention, to_elliptical)
@@ -300,14 +300,7 @@ def test_elliptical_forward_matches_naive(kind, layers):
 def test_checkpoints_load_both_ways_strictly(kind):
     ref_cls, cls = BACKBONES[kind]
     torch.manual_seed(0)
-    ref = ref_cls(**ARCH)
-    ours = cls(**ARCH)
-    assert list(ref.state_dict()) == list(ours.state_dict())
-    ours.load_state_dict(ref.state_dict(), strict=True)
-    ref.load_state_dict(ours.state_dict(), strict=True)
-    for (k, a), b in zip(ref.state_dict().items(),
-                         ours.state_dict().values()):
-        assert torch.equal(a, b), k
+    check_interchange(ref_cls(**ARCH), cls(**ARCH))
 
 
 @pytest.mark.parametrize('kind', sorted(BACKBONES))

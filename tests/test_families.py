@@ -18,7 +18,7 @@ from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 
-from conftest import ROOT
+from conftest import ROOT, check_interchange
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
@@ -129,8 +129,7 @@ def test_family_config(path):
     # output differs, and it trains (finite loss, every gradient there).
     model = build(ours_cfg)
     assert model.backbone.elliptical_layers
-    model.load_state_dict(mmseg_model.state_dict(), strict=True)
-    mmseg_model.load_state_dict(model.state_dict(), strict=True)
+    check_interchange(mmseg_model, model)
     model.eval()
     with torch.no_grad():
         assert not torch.allclose(model(x, mode='tensor'),

@@ -19,8 +19,8 @@ from mmseg.structures import SegDataSample
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from conftest import (ROOT, build_pair, check_bf16, check_with_cp,
-                      randomise, saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_bf16, check_interchange,
+                      check_with_cp, randomise, saved_scores_bytes)
 from mmseg.registry import MODELS
 from mmseg_elliptical.models import (AttentionRecord,
                                      EllipticalSwinTransformer, to_elliptical)
@@ -326,14 +326,8 @@ def test_elliptical_forward_matches_naive(layers, size):
 
 def test_checkpoints_load_both_ways_strictly():
     torch.manual_seed(0)
-    ref = SwinTransformer(**ARCH)
-    ours = EllipticalSwinTransformer(**ARCH)
-    assert list(ref.state_dict()) == list(ours.state_dict())
-    ours.load_state_dict(ref.state_dict(), strict=True)
-    ref.load_state_dict(ours.state_dict(), strict=True)
-    for (k, a), b in zip(ref.state_dict().items(),
-                         ours.state_dict().values()):
-        assert torch.equal(a, b), k
+    check_interchange(SwinTransformer(**ARCH),
+                      EllipticalSwinTransformer(**ARCH))
 
 
 @pytest.mark.parametrize('kwargs, error, match', [
