@@ -5,6 +5,8 @@ process with both images (DDP averages gradients; the loss is a mean over
 equally many pixels per image), and ``tools/dist_test.sh`` on 2 processes
 must report the metrics of a single-process test.
 """
+import faulthandler
+import logging
 import os
 import os.path as osp
 import socket
@@ -18,6 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import save_checkpoint
@@ -25,11 +28,13 @@ from mmengine.structures import PixelData
 from torch import Tensor
 
 from conftest import DEMO_ELLIPTICAL, ROOT, tiny_config
+from mmseg_elliptical.utils.dist import end_process_group
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 WORLD = 2
 NUM_CLASSES = 5
+WORKER_TIMEOUT_S = 180  # a worker takes ~10 s
 
 
 def free_port() -> int:
@@ -86,35 +91,77 @@ def step(model: torch.nn.Module, images: Tensor,
     }
 
 
+def rank_gradients(rank: int) -> Dict[str, Tensor]:
+    """One step of this rank's image through MMDistributedDataParallel."""
+    model = MMDistributedDataParallel(
+        module=build_segmentor(), broadcast_buffers=False)
+    images, samples = batch()
+    return step(model, images[rank:rank + 1], samples[rank:rank + 1])
+
+
 def ddp_worker(rank: int, port: int, out_dir: str) -> None:
-    """One rank: its own image through MMDistributedDataParallel."""
+    """One rank: its gradients saved to ``out_dir``, its output to a log.
+
+    The group ends as the tools end theirs (``end_process_group``), after
+    the DDP model has gone out of scope. A hang prints every thread's stack
+    to the log and ends the process.
+    """
+    log = open(osp.join(out_dir, f'rank{rank}.log'), 'w', buffering=1)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True, file=log)
+    MMLogger.get_current_instance().setLevel(logging.WARNING)  # init logs
     torch.set_num_threads(1)
     dist.init_process_group(
         'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
         world_size=WORLD, timeout=timedelta(seconds=120))
+    print(f'rank {rank}: group initialised', file=log)
     try:
-        model = MMDistributedDataParallel(
-            module=build_segmentor(), broadcast_buffers=False)
-        images, samples = batch()
-        grads = step(model, images[rank:rank + 1], samples[rank:rank + 1])
+        grads = rank_gradients(rank)
         torch.save(grads, osp.join(out_dir, f'rank{rank}.pt'))
+        print(f'rank {rank}: gradients saved', file=log)
     finally:
-        dist.destroy_process_group()
+        end_process_group()
+        print(f'rank {rank}: group ended', file=log)
 
 
-def test_two_processes_match_one_process(tmp_path) -> None:
+def run_workers(out_dir: str) -> None:
+    """Both ranks to the end; on a failure or hang, their logs' tails."""
+
+    def fail(why: str) -> None:
+        tails = []
+        for rank in range(WORLD):
+            path = osp.join(out_dir, f'rank{rank}.log')
+            text = open(path).read() if osp.exists(path) else '(no log)'
+            tails.append(f'--- rank {rank}, exit code '
+                         f'{context.processes[rank].exitcode}:\n'
+                         f'{text[-3000:]}')
+        pytest.fail('\n'.join([why, *tails]), pytrace=False)
+
     # spawn, not fork: a child forked from this process, whose OpenMP
     # thread pool other tests have started, can deadlock in its first
     # OpenMP call (seen once in a full run).
     context = mp.start_processes(
-        ddp_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD,
+        ddp_worker, args=(free_port(), out_dir), nprocs=WORLD,
         start_method='spawn', join=False)
-    deadline = time.monotonic() + 300
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail('the DDP workers did not finish within 300 s')
+    deadline = time.monotonic() + WORKER_TIMEOUT_S + 30
+    try:
+        while not context.join(timeout=2):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                    process.join()
+                fail(f'the DDP workers did not exit in '
+                     f'{WORKER_TIMEOUT_S + 30} s')
+    except (mp.ProcessExitedException, mp.ProcessRaisedException) as exc:
+        error = f'a DDP worker failed: {exc}'
+    else:
+        return
+    fail(error)
+
+
+def test_two_processes_match_one_process(tmp_path) -> None:
+    run_workers(str(tmp_path))
     ref = step(build_segmentor(), *batch())
     assert 'backbone.layers.2.attn.attn.in_proj_weight' in ref
     assert 'decode_head.layers.1.attn.attn.in_proj_weight' in ref
