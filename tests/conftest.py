@@ -193,3 +193,35 @@ def check_bf16(model, x, how: str) -> None:
     # bf16 keeps ~3 significant digits.
     err = (out.float() - ref).abs().max() / ref.abs().max()
     assert 0 < err < 0.1, err
+
+
+def check_compiled(model, x) -> None:
+    """``torch.compile(model, fullgraph=True)`` (backend ``aot_eager``: the
+    graph torch traces, without inductor's kernels) gives eager's outputs
+    and gradients in train mode, and eager's outputs in eval mode without
+    grad (the two ways the value chain runs). ``model`` has no dropout."""
+    import torch
+
+    def train_step(fn):
+        model.zero_grad()
+        outs = fn(x)
+        sum(o.square().mean() for o in outs).backward()
+        return [o.detach() for o in outs], grads(model)
+
+    torch._dynamo.reset()
+    try:
+        model.train()
+        compiled = torch.compile(model, backend='aot_eager', fullgraph=True)
+        (outs, g), (ref_outs, ref_g) = train_step(compiled), train_step(model)
+        model.eval()
+        with torch.no_grad():
+            outs += compiled(x)
+            ref_outs += model(x)
+    finally:
+        torch._dynamo.reset()
+    for a, b in zip(outs, ref_outs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert g.keys() == ref_g.keys() and len(g) > 0
+    for name in ref_g:
+        torch.testing.assert_close(g[name], ref_g[name], atol=1e-6,
+                                   rtol=1e-5, msg=name)

@@ -16,8 +16,8 @@ from mmseg.models.backbones import BEiT, MAE
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 
-from conftest import (ROOT, build_pair, check_bf16, check_interchange,
-                      randomise, saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_bf16, check_compiled,
+                      check_interchange, randomise, saved_scores_bytes)
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiT,
                                      EllipticalBEiTAttention, EllipticalMAE,
                                      EllipticalMAEAttention, to_elliptical)
@@ -294,6 +294,14 @@ def test_elliptical_forward_matches_naive(kind, layers):
         ref.load_state_dict(model.state_dict())
         ref.eval()
         assert not torch.allclose(outs[-1], ref(x)[-1], atol=1e-3)
+
+
+@pytest.mark.parametrize('kind', sorted(BACKBONES))
+def test_torch_compile_matches_eager(kind):
+    torch.manual_seed(0)
+    model = BACKBONES[kind][1](final_norm=True, **ARCH)
+    randomise(model)
+    check_compiled(model, torch.randn(2, 3, 32, 24))
 
 
 @pytest.mark.parametrize('kind', sorted(BACKBONES))

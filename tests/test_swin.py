@@ -19,8 +19,9 @@ from mmseg.structures import SegDataSample
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from conftest import (ROOT, build_pair, check_bf16, check_interchange,
-                      check_with_cp, randomise, saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_bf16, check_compiled,
+                      check_interchange, check_with_cp, randomise,
+                      saved_scores_bytes)
 from mmseg.registry import MODELS
 from mmseg_elliptical.models import (AttentionRecord,
                                      EllipticalSwinTransformer, to_elliptical)
@@ -322,6 +323,14 @@ def test_elliptical_forward_matches_naive(layers, size):
         ref.load_state_dict(model.state_dict())
         ref.eval()
         assert not torch.allclose(outs[-1], ref(x)[-1], atol=1e-3)
+
+
+def test_torch_compile_matches_eager():
+    torch.manual_seed(0)
+    model = EllipticalSwinTransformer(
+        **dict(ARCH, depths=(2, 2), drop_path_rate=0.0))
+    randomise(model)
+    check_compiled(model, torch.randn(2, 3, *IMAGE))
 
 
 def test_checkpoints_load_both_ways_strictly():
