@@ -1,5 +1,9 @@
 """Shared fixtures: the demo configs shrunk to test size, demo data in tmp."""
+import os
 import os.path as osp
+import subprocess
+import tempfile
+from typing import Dict, Optional, Sequence
 
 import pytest
 from mmengine.config import Config
@@ -225,3 +229,50 @@ def check_compiled(model, x) -> None:
     for name in ref_g:
         torch.testing.assert_close(g[name], ref_g[name], atol=1e-6,
                                    rtol=1e-5, msg=name)
+
+
+def run_command(args: Sequence[str], timeout: float = 300,
+                env: Optional[Dict[str, str]] = None
+                ) -> subprocess.CompletedProcess:
+    """Run ``args`` in the repository root to a zero exit status.
+
+    The test fails with the output's tail on another exit status, or when the
+    command has not finished after ``timeout`` seconds: it then gets SIGTERM
+    (torchrun stops its workers, which run in sessions of their own), and
+    SIGKILL 30 s later. The output goes through files, so processes left
+    behind cannot block the test on a pipe.
+
+    Args:
+        args (Sequence[str]): The command line.
+        timeout (float): Seconds. Defaults to 300.
+        env (dict, optional): The environment. Defaults to this process's
+            with ``OMP_NUM_THREADS=1``.
+
+    Returns:
+        subprocess.CompletedProcess: With ``stdout`` and ``stderr`` (str).
+    """
+    if env is None:
+        env = dict(os.environ, OMP_NUM_THREADS='1')
+    with tempfile.TemporaryFile('w+') as out, \
+            tempfile.TemporaryFile('w+') as err:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out,
+                                stderr=err, text=True)
+        try:
+            proc.wait(timeout)
+            failure = f'exit status {proc.returncode}' \
+                if proc.returncode else None
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            failure = f'not finished after {timeout} s'
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if failure:
+        pytest.fail(f'{" ".join(args)[-300:]}: {failure}\n'
+                    f'--- stdout:\n{stdout[-2000:]}\n'
+                    f'--- stderr:\n{stderr[-4000:]}', pytrace=False)
+    return subprocess.CompletedProcess(args, 0, stdout, stderr)

@@ -6,7 +6,6 @@ import os
 import os.path as osp
 import pickle
 import runpy
-import subprocess
 import sys
 from typing import Dict
 
@@ -17,7 +16,8 @@ from mmengine.runner import CheckpointLoader, Runner, load_checkpoint
 from mmengine.runner.checkpoint import save_checkpoint
 from torch import Tensor
 
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, tiny_config
+from conftest import (DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command,
+                      tiny_config)
 from mmseg.apis import init_model
 from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
@@ -297,10 +297,8 @@ def test_checkpoint_loader_switch(trained, switch) -> None:
     env.pop('MMSEG_ELLIPTICAL_CHECKPOINT_LOADER', None)
     if switch is not None:
         env['MMSEG_ELLIPTICAL_CHECKPOINT_LOADER'] = switch
-    proc = subprocess.run([sys.executable, '-c', LOADER_SWITCH, trained[1]],
-                          capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_command([sys.executable, '-c', LOADER_SWITCH, trained[1]],
+                       env=env)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     on = switch is None
     # [plugin loader installed, the mmengine checkpoint loads]

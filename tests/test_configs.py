@@ -4,13 +4,12 @@ import ast
 import glob
 import json
 import os.path as osp
-import subprocess
 import sys
 
 import pytest
 from mmengine.config import Config
 
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils import mmseg_config_path
 
@@ -76,9 +75,7 @@ def mmseg_base(path: str) -> str:
 
 
 def test_every_config_builds_through_custom_imports():
-    proc = subprocess.run([sys.executable, '-c', BUILD_ALL, *CONFIGS],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_command([sys.executable, '-c', BUILD_ALL, *CONFIGS])
     built = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(built) == set(CONFIGS)
     for path, (backbone, head) in built.items():

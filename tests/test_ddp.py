@@ -10,7 +10,6 @@ import logging
 import os
 import os.path as osp
 import socket
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -27,7 +26,7 @@ from mmengine.runner.checkpoint import save_checkpoint
 from mmengine.structures import PixelData
 from torch import Tensor
 
-from conftest import DEMO_ELLIPTICAL, ROOT, tiny_config
+from conftest import DEMO_ELLIPTICAL, run_command, tiny_config
 from mmseg_elliptical.utils.dist import end_process_group
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -193,12 +192,11 @@ def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
 
     env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()),
                OMP_NUM_THREADS='1')
-    proc = subprocess.run([
+    proc = run_command([
         'bash', 'tools/dist_test.sh', cfg_file, ckpt,
         str(WORLD), '--work-dir', str(tmp_path / 'dist')
-    ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    ], env=env)
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
     assert 'Distributed launcher: pytorch' in log
     # Each rank tested half of the 4 validation images...
     assert 'Iter(test) [2/2]' in log and 'Iter(test) [4/4]' not in log
@@ -262,11 +260,8 @@ end_process_group()              # no group: a no-op
 def test_end_process_group_joins_gloo_threads() -> None:
     # Gloo's threads outliving the tool meet interpreter shutdown and abort
     # the process ('terminate called without an active exception').
-    proc = subprocess.run(
-        [sys.executable, '-c', THREADS_AFTER_END % free_port()],
-        capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS='1'))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_command(
+        [sys.executable, '-c', THREADS_AFTER_END % free_port()])
     before, during, after, initialized = proc.stdout.splitlines()[-1].split()
     assert int(during) > int(before), 'gloo started no threads?'
     assert int(after) == int(before), (before, during, after)

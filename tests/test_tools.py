@@ -16,17 +16,15 @@ loading runs in the main process (``num_workers=0``). With worker processes
 the flips come from per-worker seeds derived from the seed, rank and worker
 id, which the skip replays too.
 """
-import os
 import os.path as osp
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 from mmengine.runner import Runner
 
-from conftest import DEMO_ELLIPTICAL, ROOT, tiny_config
+from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmseg_elliptical.utils import load_from_local, run_mmseg_tool
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -35,13 +33,9 @@ DETERMINISTIC = dict(seed=0, deterministic=True)
 
 
 def run_tool(script, *args):
-    proc = subprocess.run(
-        [sys.executable, osp.join(ROOT, 'tools', script), *args],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1'))
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
-    return log
+    proc = run_command(
+        [sys.executable, osp.join(ROOT, 'tools', script), *args], timeout=600)
+    return proc.stdout + proc.stderr
 
 
 def config_file(demo_root, tmp_path, work_dir, max_iters, name):
