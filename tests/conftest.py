@@ -1,6 +1,7 @@
 """Shared fixtures: the demo configs shrunk to test size, demo data in tmp."""
 import os
 import os.path as osp
+import signal
 import subprocess
 import tempfile
 from typing import Dict, Optional, Sequence
@@ -237,10 +238,12 @@ def run_command(args: Sequence[str], timeout: float = 300,
     """Run ``args`` in the repository root to a zero exit status.
 
     The test fails with the output's tail on another exit status, or when the
-    command has not finished after ``timeout`` seconds: it then gets SIGTERM
-    (torchrun stops its workers, which run in sessions of their own), and
-    SIGKILL 30 s later. The output goes through files, so processes left
-    behind cannot block the test on a pipe.
+    command has not finished after ``timeout`` seconds: its process group
+    (the command runs in a session of its own: a shell script and the
+    torchrun it starts) then gets SIGTERM, on which torchrun stops its
+    workers (they run in sessions of their own), and SIGKILL 30 s later.
+    The output goes through files, so a process left behind cannot block
+    the test on a pipe.
 
     Args:
         args (Sequence[str]): The command line.
@@ -256,17 +259,18 @@ def run_command(args: Sequence[str], timeout: float = 300,
     with tempfile.TemporaryFile('w+') as out, \
             tempfile.TemporaryFile('w+') as err:
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out,
-                                stderr=err, text=True)
+                                stderr=err, text=True,
+                                start_new_session=True)
         try:
             proc.wait(timeout)
             failure = f'exit status {proc.returncode}' \
                 if proc.returncode else None
         except subprocess.TimeoutExpired:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             failure = f'not finished after {timeout} s'
         out.seek(0), err.seek(0)

@@ -3,14 +3,16 @@
 # with torchrun and --launcher pytorch; dist_train.sh and dist_test.sh call it:
 #   tools/dist_launch.sh TOOL NPROC [TOOL args...]     (TOOL: train.py, test.py)
 # Env: NNODES, NODE_RANK, PORT, MASTER_ADDR as in mmseg's dist_*.sh; PYTHON.
-# Without CUDA the processes use the gloo backend on the CPU.
+# Without CUDA the processes use the gloo backend on the CPU. torchrun
+# replaces this shell (exec), so a signal sent to the job (kill, a scheduler)
+# reaches torchrun, which stops its workers.
 set -euo pipefail
 TOOL=$1
 NPROC=$2
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
-PYTHONPATH="$ROOT":${PYTHONPATH:-} \
-"${PYTHON:-python}" -m torch.distributed.run \
+export PYTHONPATH="$ROOT":${PYTHONPATH:-}
+exec "${PYTHON:-python}" -m torch.distributed.run \
     --nnodes="${NNODES:-1}" \
     --node_rank="${NODE_RANK:-0}" \
     --master_addr="${MASTER_ADDR:-127.0.0.1}" \
