@@ -9,7 +9,10 @@ import faulthandler
 import logging
 import os
 import os.path as osp
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -26,7 +29,7 @@ from mmengine.runner.checkpoint import save_checkpoint
 from mmengine.structures import PixelData
 from torch import Tensor
 
-from conftest import DEMO_ELLIPTICAL, run_command, tiny_config
+from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmseg_elliptical.utils.dist import end_process_group
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -205,6 +208,49 @@ def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
             and 'mIoU' in ln][-1]
     for key in ('aAcc', 'mIoU', 'mAcc'):
         assert f'{key}: {expected[key]:.4f}' in line, (key, expected, line)
+
+
+SLEEPER = """
+import os, sys, time
+open(os.path.join(sys.argv[-1], str(os.getpid())), 'w').close()
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(not osp.isdir('/proc/self'), reason='needs /proc')
+def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
+    # The real script, launching a tool that records its pid and sleeps.
+    tools = tmp_path / 'tools'
+    tools.mkdir()
+    shutil.copy(osp.join(ROOT, 'tools', 'dist_launch.sh'), tools)
+    (tools / 'sleep.py').write_text(SLEEPER)
+    pids = tmp_path / 'pids'
+    pids.mkdir()
+    env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()))
+    launcher = subprocess.Popen(
+        ['bash', str(tools / 'dist_launch.sh'), 'sleep.py', str(WORLD),
+         str(pids)], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(os.listdir(pids)) < WORLD:
+            assert time.monotonic() < deadline, 'the workers did not start'
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(60)
+        workers = [int(p) for p in os.listdir(pids)]
+        deadline = time.monotonic() + 30
+        while any(osp.exists(f'/proc/{pid}') for pid in workers):
+            assert time.monotonic() < deadline, 'workers left running'
+            time.sleep(0.2)
+    finally:  # whatever is left: torchrun's group, then each worker
+        for kill, pid in [(os.killpg, launcher.pid)] + [
+                (os.kill, int(p)) for p in os.listdir(pids)]:
+            try:
+                kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        launcher.wait()
 
 
 def test_prepare_cpu_launch_options(monkeypatch) -> None:
