@@ -161,6 +161,23 @@ def check_with_cp(build, x) -> None:
                                    msg=name)
 
 
+def check_attention_dropout(attn, run, clean) -> None:
+    """``run()`` calls the attention module ``attn`` (built with dropout 0.5
+    on the probabilities): in eval mode it gives ``clean`` (the oracle's
+    output, without dropout); in train mode other outputs, with fresh masks
+    at each call and the same ones under the same seed."""
+    import torch
+    attn.eval()
+    torch.testing.assert_close(run(), clean, atol=1e-5, rtol=1e-5)
+    attn.train()
+    torch.manual_seed(1)
+    first, second = run(), run()
+    assert not torch.allclose(first, clean, atol=1e-3)
+    assert not torch.allclose(first, second, atol=1e-3)
+    torch.manual_seed(1)
+    torch.testing.assert_close(run(), first)
+
+
 def saved_scores_bytes(model, x, n: int) -> int:
     """Bytes of the distinct ``[..., n, n]`` tensors (attention scores or
     probabilities) that a training forward of ``model`` saves."""

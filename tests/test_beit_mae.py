@@ -16,8 +16,9 @@ from mmseg.models.backbones import BEiT, MAE
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 
-from conftest import (ROOT, build_pair, check_bf16, check_compiled,
-                      check_interchange, randomise, saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_attention_dropout, check_bf16,
+                      check_compiled, check_interchange, randomise,
+                      saved_scores_bytes)
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiT,
                                      EllipticalBEiTAttention, EllipticalMAE,
                                      EllipticalMAEAttention, to_elliptical)
@@ -134,15 +135,8 @@ def test_attention_dropout_in_train_mode_only(fused):
     attn = build_attention(attn_drop_rate=0.5)
     attn.fused_attn = fused
     x, v_prev = torch.randn(2, N, C), torch.randn(2, HEADS, N, D)
-    clean = naive_attention(attn, x, v_prev)[0]
-    torch.testing.assert_close(call(attn, x, v_prev)[0], clean, atol=1e-5,
-                               rtol=1e-5)  # eval: no dropout
-    attn.train()
-    torch.manual_seed(1)
-    first = call(attn, x, v_prev)[0]
-    assert not torch.allclose(first, clean, atol=1e-3)
-    torch.manual_seed(1)
-    torch.testing.assert_close(call(attn, x, v_prev)[0], first)
+    check_attention_dropout(attn, lambda: call(attn, x, v_prev)[0],
+                            naive_attention(attn, x, v_prev)[0])
 
 
 @pytest.mark.parametrize('kind', ['beit', 'mae'])

@@ -16,6 +16,7 @@ from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 
+from conftest import check_attention_dropout
 from mmseg_elliptical.models import (AttentionRecord, EllipticalAttention,
                                      EllipticalEfficientMultiheadAttention,
                                      EllipticalGlobalSubsampledAttention,
@@ -230,17 +231,8 @@ def test_attention_dropout_in_train_mode_only(fused):
     attn = build('vit', attn_drop=0.5)
     attn.fused_attn = fused
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
-    clean = naive_attention(attn, x, v_prev)[0]
-    torch.testing.assert_close(call(attn, x, v_prev)[0], clean, atol=1e-5,
-                               rtol=1e-5)  # eval: no dropout
-    attn.train()
-    torch.manual_seed(1)
-    first = call(attn, x, v_prev)[0]
-    second = call(attn, x, v_prev)[0]
-    assert not torch.allclose(first, clean, atol=1e-3)
-    assert not torch.allclose(first, second, atol=1e-3)  # fresh masks
-    torch.manual_seed(1)
-    torch.testing.assert_close(call(attn, x, v_prev)[0], first)  # seeded
+    check_attention_dropout(attn, lambda: call(attn, x, v_prev)[0],
+                            naive_attention(attn, x, v_prev)[0])
 
 
 @pytest.mark.parametrize('kind', ['vit', 'mit'])

@@ -19,9 +19,9 @@ from mmseg.structures import SegDataSample
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from conftest import (ROOT, build_pair, check_bf16, check_compiled,
-                      check_interchange, check_with_cp, randomise,
-                      saved_scores_bytes)
+from conftest import (ROOT, build_pair, check_attention_dropout, check_bf16,
+                      check_compiled, check_interchange, check_with_cp,
+                      randomise, saved_scores_bytes)
 from mmseg.registry import MODELS
 from mmseg_elliptical.models import (AttentionRecord,
                                      EllipticalSwinTransformer, to_elliptical)
@@ -158,15 +158,8 @@ def test_attention_dropout_in_train_mode_only(fused):
     attn = build_attention(attn_drop_rate=0.5)
     attn.fused_attn = fused
     x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
-    clean = naive_window_attention(attn, x, HW, v_prev)[0]
-    torch.testing.assert_close(call(attn, x, v_prev)[0], clean, atol=1e-5,
-                               rtol=1e-5)  # eval: no dropout
-    attn.train()
-    torch.manual_seed(1)
-    first = call(attn, x, v_prev)[0]
-    assert not torch.allclose(first, clean, atol=1e-3)
-    torch.manual_seed(1)
-    torch.testing.assert_close(call(attn, x, v_prev)[0], first)
+    check_attention_dropout(attn, lambda: call(attn, x, v_prev)[0],
+                            naive_window_attention(attn, x, HW, v_prev)[0])
 
 
 @pytest.mark.parametrize('fused', [True, False])
