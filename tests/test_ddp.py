@@ -217,6 +217,15 @@ time.sleep(300)
 """
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.skipif(not osp.isdir('/proc/self'), reason='needs /proc')
 def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
     # The real script, launching a tool that records its pid and sleeps.
@@ -240,7 +249,7 @@ def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
         launcher.wait(60)
         workers = [int(p) for p in os.listdir(pids)]
         deadline = time.monotonic() + 30
-        while any(osp.exists(f'/proc/{pid}') for pid in workers):
+        while any(running(pid) for pid in workers):
             assert time.monotonic() < deadline, 'workers left running'
             time.sleep(0.2)
     finally:  # whatever is left: torchrun's group, then each worker
