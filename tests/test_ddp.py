@@ -262,6 +262,34 @@ def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
         launcher.wait()
 
 
+FAKE_SRUN = """#!/usr/bin/env bash
+echo "pid=$$"
+echo "PYTHONPATH=$PYTHONPATH"
+printf '%s\\n' "$@"
+"""
+
+
+def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
+    # A fake srun first on PATH prints its pid, PYTHONPATH and arguments.
+    srun = tmp_path / 'srun'
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}',
+               GPUS='8', PYTHON='py')
+    proc = subprocess.Popen(
+        ['bash', osp.join(ROOT, 'tools', 'slurm_train.sh'), 'part', 'job',
+         'cfg.py', '--resume'], env=env, stdout=subprocess.PIPE, text=True)
+    out = proc.communicate(timeout=60)[0].splitlines()
+    assert proc.returncode == 0
+    assert out[0] == f'pid={proc.pid}'  # exec: a signal reaches srun
+    assert out[1].startswith(f'PYTHONPATH={ROOT}:')
+    args = out[2:]
+    assert args[:2] == ['-p', 'part'] and '--job-name=job' in args
+    assert '--ntasks=8' in args and '--kill-on-bad-exit=1' in args
+    assert args[-6:] == ['py', '-u', osp.join(ROOT, 'tools', 'train.py'),
+                         '--launcher=slurm', 'cfg.py', '--resume']
+
+
 def test_prepare_cpu_launch_options(monkeypatch) -> None:
     from mmseg_elliptical.utils.dist import (CPU_WRAPPER_OPTIONS, launcher_of,
                                              prepare_cpu_launch)

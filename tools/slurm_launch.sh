@@ -15,8 +15,8 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-4}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 # shellcheck disable=SC2086  # SRUN_ARGS holds several flags
-PYTHONPATH="$ROOT":${PYTHONPATH:-} \
-srun -p "$PARTITION" \
+export PYTHONPATH="$ROOT":${PYTHONPATH:-}
+exec srun -p "$PARTITION" \
     --job-name="$JOB_NAME" \
     --gres=gpu:"$GPUS_PER_NODE" \
     --ntasks="$GPUS" \
