@@ -277,9 +277,12 @@ class EllipticalAttentionMixin:
         """Project to q, k, v and estimate ``m`` from v and the previous v.
 
         q comes from the same GEMM as k and v (when ``x_kv is x_q``), except
-        when q will be scaled by ``m`` with gradient: then q gets its own
-        GEMM, so that ``q * m`` is the only query tensor the backward keeps
-        (a view of one qkv buffer would keep the unscaled q as well).
+        when q will be scaled by ``m`` with gradient or under
+        ``torch.compile``: then q gets its own GEMM, so that ``q * m`` is the
+        only query tensor the backward keeps (a view of one qkv buffer would
+        keep the unscaled q as well), and compiled inference can write
+        ``q * m`` over q (an out-of-place product beside the whole qkv buffer
+        held one ``[B, N, C]`` tensor more at the peak).
 
         Args:
             x_q (Tensor): Query tokens ``[B', N, C]``.
@@ -301,7 +304,8 @@ class EllipticalAttentionMixin:
         call = self._chain_call
         elliptical = self.scores_elliptically()
         grad = torch.is_grad_enabled()
-        if x_kv is x_q and not (elliptical and grad):
+        if x_kv is x_q and not (elliptical and (
+                grad or torch.compiler.is_compiling())):
             q, k, v = split_heads(F.linear(x_q, weight, bias), 3, H)
         else:
             w_q, w_kv = weight.split([C, 2 * C])
