@@ -101,7 +101,7 @@ def rank_gradients(rank: int) -> Dict[str, Tensor]:
     return step(model, images[rank:rank + 1], samples[rank:rank + 1])
 
 
-def ddp_worker(rank: int, port: int, out_dir: str) -> None:
+def ddp_worker(rank: int, out_dir: str) -> None:
     """One rank: its gradients saved to ``out_dir``, its output to a log.
 
     The group ends as the tools end theirs (``end_process_group``), after
@@ -114,9 +114,11 @@ def ddp_worker(rank: int, port: int, out_dir: str) -> None:
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True, file=log)
     MMLogger.get_current_instance().setLevel(logging.WARNING)  # init logs
     torch.set_num_threads(1)
+    # A file store: no free port to race for, no store served by rank 0.
+    store = osp.join(out_dir, 'store')
     dist.init_process_group(
-        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
-        world_size=WORLD, timeout=timedelta(seconds=120))
+        'gloo', init_method=f'file://{store}', rank=rank, world_size=WORLD,
+        timeout=timedelta(seconds=120))
     print(f'rank {rank}: group initialised', file=log)
     try:
         grads = rank_gradients(rank)
@@ -144,7 +146,7 @@ def run_workers(out_dir: str) -> None:
     # thread pool other tests have started, can deadlock in its first
     # OpenMP call (seen once in a full run).
     context = mp.start_processes(
-        ddp_worker, args=(free_port(), out_dir), nprocs=WORLD,
+        ddp_worker, args=(out_dir, ), nprocs=WORLD,
         start_method='spawn', join=False)
     deadline = time.monotonic() + WORKER_TIMEOUT_S + 30
     try:
