@@ -217,11 +217,12 @@ def check_bf16(model, x, how: str) -> None:
     assert 0 < err < 0.1, err
 
 
-def check_compiled(model, x) -> None:
-    """``torch.compile(model, fullgraph=True)`` (backend ``aot_eager``: the
-    graph torch traces, without inductor's kernels) gives eager's outputs
-    and gradients in train mode, and eager's outputs in eval mode without
-    grad (the two ways the value chain runs). ``model`` has no dropout."""
+def check_compiled(model, x, fullgraph: bool = True) -> list:
+    """``torch.compile(model)`` (backend ``aot_eager``: the graph torch
+    traces, without inductor's kernels) gives eager's outputs and gradients
+    in train mode, and eager's outputs in eval mode without grad (the two
+    ways the value chain runs). ``model`` has no dropout. ``fullgraph``:
+    one graph, no breaks. Returns the compiled outputs of the train step."""
     import torch
 
     def train_step(fn):
@@ -233,8 +234,10 @@ def check_compiled(model, x) -> None:
     torch._dynamo.reset()
     try:
         model.train()
-        compiled = torch.compile(model, backend='aot_eager', fullgraph=True)
+        compiled = torch.compile(model, backend='aot_eager',
+                                 fullgraph=fullgraph)
         (outs, g), (ref_outs, ref_g) = train_step(compiled), train_step(model)
+        train_outs = list(outs)
         model.eval()
         with torch.no_grad():
             outs += compiled(x)
@@ -247,6 +250,7 @@ def check_compiled(model, x) -> None:
     for name in ref_g:
         torch.testing.assert_close(g[name], ref_g[name], atol=1e-6,
                                    rtol=1e-5, msg=name)
+    return train_outs
 
 
 def run_command(args: Sequence[str], timeout: float = 300,
