@@ -378,8 +378,9 @@ class EllipticalAttentionMixin:
                 # (spatial reduction) to scale
                 k = k * m if torch.compiler.is_compiling() else k.mul_(m)
             else:
-                # Compiled, an in-place product on a view of the qkv
-                # projection would be functionalised into a copy of all of it.
+                # Compiled, q has its own GEMM (see project) and inductor
+                # writes the product over it; an in-place product on a view
+                # would be functionalised into a copy.
                 q = q * m if torch.compiler.is_compiling() else q.mul_(m)
         if bias is not None:
             bias = bias.to(q.dtype)
