@@ -2,7 +2,7 @@
 # into .venv first, and skips what is already there):
 #   make demo   train the elliptical demo segmentor on the embedded demo data,
 #               then print its per-class IoU and the path of a picture
-#   make test   run the test suite
+#   make test   check the code style (make lint), then run the test suite
 # More: make demo-dot (the dot-product twin), make compare (both twins on 3
 # seeds: mean and standard deviation of mIoU, and a plot of mIoU over
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
@@ -27,10 +27,10 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare test benchmark speed
+.PHONY: setup demo demo-dot compare lint test benchmark speed
 
 setup:
-	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/setup_env.sh
+	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
 
 demo: setup
 	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_CONFIG) --work-dir work_dirs/demo_elliptical
@@ -39,16 +39,23 @@ demo-dot: setup
 	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_DOT_CONFIG) --work-dir work_dirs/demo_dot
 
 compare: setup
-	$(DEMO_ENV) $(PY) tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \
+	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \
 		--names elliptical dot-product --seeds $(SEEDS) --work-dir work_dirs/compare
 
-test: setup
+LINT_PATHS := mmseg_elliptical tools tests configs setup.py
+
+lint: setup
+	$(PY) -m flake8 $(LINT_PATHS)
+	$(PY) -m isort --check-only --diff $(LINT_PATHS)
+	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
+
+test: setup lint
 	$(PY) -m pytest -q
 
 benchmark: setup
-	$(PY) tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark
+	$(PY) tools/analysis_tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark
 
-SPEED := OMP_NUM_THREADS=1 $(PY) tools/benchmark.py --sizes 512 --memory tensors
+SPEED := OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --sizes 512 --memory tensors
 VIT_T := configs/segmenter/segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py
 SPEED_RUNS := vit-t_b1 vit-t_b4 vit-t_b1_compile vit-t_b4_compile mit-b0 pcpvt-s swin-t beit-b
 
@@ -66,6 +73,6 @@ speed: setup
 	$(SPEED) configs/beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py \
 		--names beit-b --rounds 6 --saved-tensors --cfg-options model.backbone.img_size=512 \
 		--out-dir work_dirs/speed/beit-b
-	OMP_NUM_THREADS=1 $(PY) tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
-	$(PY) tools/benchmark.py --out-dir work_dirs/speed --overview \
+	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
+	$(PY) tools/analysis_tools/benchmark.py --out-dir work_dirs/speed --overview \
 		$(addprefix work_dirs/speed/,$(SPEED_RUNS))

@@ -30,6 +30,7 @@ setup(
     extras_require={
         'tests': ['pytest>=7', 'pytest-timeout'],
         'robustness': ['imagecorruptions-imaug>=1.1.5'],
+        'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
     },
     zip_safe=False,
 )

@@ -301,3 +301,15 @@ def run_command(args: Sequence[str], timeout: float = 300,
                     f'--- stdout:\n{stdout[-2000:]}\n'
                     f'--- stderr:\n{stderr[-4000:]}', pytrace=False)
     return subprocess.CompletedProcess(args, 0, stdout, stderr)
+
+
+def load_tool(path: str):
+    """The module of a command-line tool, e.g.
+    ``load_tool('analysis_tools/collapse.py')`` (under ``tools/``)."""
+    import importlib.util
+    name = 'tool_' + osp.splitext(path)[0].replace('/', '_')
+    spec = importlib.util.spec_from_file_location(
+        name, osp.join(ROOT, 'tools', path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -7,7 +7,7 @@ from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401
-from mmseg_elliptical.analysis import (LayerRecorder, as_elliptical,
+from mmseg_elliptical.analysis import (LayerRecorder,
                                        mean_pairwise_cosine, relevance_spread,
                                        transformer_layers)
 from mmseg_elliptical.models import EllipticalAttentionMixin
@@ -69,12 +69,12 @@ def test_recorder_captures_and_leaves_no_trace(path, demo_root, tmp_path):
     assert len(found.layers) == 3 and found.patch_slice == slice(1, None)
     elliptical = path == DEMO_ELLIPTICAL
     if not elliptical:
-        with pytest.raises(TypeError, match='as_elliptical'):
+        with pytest.raises(TypeError, match='convert=True'):
             LayerRecorder(found.layers, probs=True)
     img = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         before = model.backbone(img)[0]
-        assert as_elliptical(model.backbone) is model.backbone
+        found = transformer_layers(model, convert=True)
         with LayerRecorder(found.layers, probs=True, relevance=True,
                            patch_embed=found.patch_embed) as rec:
             assert not any(layer.attn.fused_attn for layer in found.layers)
@@ -121,7 +121,7 @@ def test_dot_product_probs_match_torch(demo_root, tmp_path):
         ref = layer.attn.attn(  # mmcv keeps nn.MultiheadAttention seq-first
             x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1),
             need_weights=True, average_attn_weights=False)[1]
-        as_elliptical(model.backbone)
+        transformer_layers(model, convert=True)
         assert isinstance(layer.attn, EllipticalAttentionMixin)
         with LayerRecorder([layer], tokens=False, probs=True) as rec:
             layer.attn(x)

@@ -20,11 +20,11 @@ from mmseg_elliptical.benchmark import (BenchModel, BenchmarkOptions,
                                         make_step, make_timer, paired_ratio,
                                         peak_rss_in_child, ratios,
                                         run_interleaved, saved_tensors_mb,
-                                        summarize, tensor_peak_mb, verdict)
+                                        summarise, tensor_peak_mb, verdict)
 from mmseg_elliptical.benchmark.runner import prepared_step, runner_of
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
-from mmseg_elliptical.models.layers import EllipticalTransformerMixin
-from mmseg_elliptical.utils.cli import load_config
+from mmseg_elliptical.models import EllipticalTransformerMixin
+from mmseg_elliptical.utils.config import load_config
 from conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -68,11 +68,11 @@ def test_paired_ratio_known_numbers():
         paired_ratio([1.], [0.])
 
 
-def test_summarize_known_numbers():
+def test_summarise_known_numbers():
     # Three rounds; the last timed two runs in one block of 2 steps each.
     rounds = [measurement([1e-3]), measurement([3e-3]),
               measurement([4e-3, 20e-3], number=2)]
-    s = summarize(rounds, batch_size=4)
+    s = summarise(rounds, batch_size=4)
     assert s['times_ms'] == pytest.approx([1, 3, 2, 10])
     assert s['round_ms'] == pytest.approx([1, 3, 6])
     assert s['median_ms'] == pytest.approx(2.5)  # the mean would be 4
@@ -351,7 +351,7 @@ def test_prepared_step_in_child_and_eager_compile():
 
 @pytest.fixture(scope='module')
 def tool():
-    path = osp.join(ROOT, 'tools', 'benchmark.py')
+    path = osp.join(ROOT, 'tools', 'analysis_tools', 'benchmark.py')
     spec = importlib.util.spec_from_file_location('benchmark_tool', path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -23,8 +23,8 @@ from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
 from mmseg.utils import register_all_modules
 from mmseg_elliptical.models import EllipticalVisionTransformer
-from mmseg_elliptical.utils import load_from_local
-from mmseg_elliptical.utils.convert import convert_deit
+from mmseg_elliptical.engine import load_from_local
+from mmseg_elliptical.converters import convert_deit
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -108,7 +108,7 @@ def timm_forward(sd: Dict[str, Tensor], img: Tensor) -> Tensor:
 
 def run_converter(monkeypatch, *args: str) -> None:
     monkeypatch.setattr(sys, 'argv', ['convert_deit.py', *args])
-    runpy.run_path(osp.join(ROOT, 'tools', 'convert_deit.py'),
+    runpy.run_path(osp.join(ROOT, 'tools', 'model_converters', 'deit2mmseg.py'),
                    run_name='__main__')
 
 
@@ -270,7 +270,7 @@ LOADER_SWITCH = r'''
 import json, pickle, sys
 from mmengine.runner.checkpoint import CheckpointLoader
 import mmseg_elliptical
-from mmseg_elliptical.utils import (load_from_local,
+from mmseg_elliptical.engine import (load_from_local,
                                     register_checkpoint_loader,
                                     unregister_checkpoint_loader)
 

@@ -1,4 +1,4 @@
-"""tools/compare_seeds.py: each seed trained once, resumable, mean ± std."""
+"""tools/analysis_tools/compare_seeds.py: each seed trained once, resumable, mean ± std."""
 import json
 import os
 import os.path as osp
@@ -7,8 +7,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE
-from mmseg_elliptical.demo import compare
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
+from mmseg_elliptical.analysis import seed_sweep as compare
 
 
 def _scalars(run_dir, stamp, records):
@@ -155,7 +155,7 @@ def test_arguments_are_checked():
                  [DEMO_DOT, DEMO_DOT, '--names', 'a', 'a'],
                  [DEMO_DOT, '--seeds', '1', '1']):
         with pytest.raises(SystemExit):
-            compare.parse_args(argv)
+            load_tool('analysis_tools/compare_seeds.py').main(argv)
 
 
 def _tiny_options(demo_root):
@@ -178,7 +178,7 @@ def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
     work = str(tmp_path / 'cmp')
     argv = [DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3',
             '--work-dir', work, '--cfg-options', *_tiny_options(demo_root)]
-    summary = compare.main(argv)
+    summary = load_tool('analysis_tools/compare_seeds.py').main(argv)
     for seed in (0, 3):
         run = osp.join(work, 'ell', f'seed{seed}')
         with open(osp.join(run, compare.RESULT)) as f:
@@ -201,5 +201,5 @@ def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
         raise AssertionError('a finished run was trained again')
 
     monkeypatch.setattr(subprocess, 'run', no_training)
-    again = compare.main(argv)
+    again = load_tool('analysis_tools/compare_seeds.py').main(argv)
     assert again['ell']['mIoU'] == summary['ell']['mIoU']

@@ -30,7 +30,7 @@ from mmengine.structures import PixelData
 from torch import Tensor
 
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
-from mmseg_elliptical.utils.dist import end_process_group
+from mmseg_elliptical.engine.launch import end_process_group
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -293,7 +293,7 @@ def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
 
 
 def test_prepare_cpu_launch_options(monkeypatch) -> None:
-    from mmseg_elliptical.utils.dist import (CPU_WRAPPER_OPTIONS, launcher_of,
+    from mmseg_elliptical.engine.launch import (CPU_WRAPPER_OPTIONS, launcher_of,
                                              prepare_cpu_launch)
     argv = ['train.py', 'cfg.py', '--launcher', 'pytorch']
     assert launcher_of(argv) == 'pytorch'
@@ -321,7 +321,7 @@ THREADS_AFTER_END = r'''
 import os, sys
 import torch, torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
-from mmseg_elliptical.utils.dist import end_process_group
+from mmseg_elliptical.engine.launch import end_process_group
 
 def native_threads():
     return len(os.listdir('/proc/self/task'))
@@ -354,10 +354,10 @@ def test_end_process_group_joins_gloo_threads() -> None:
 
 
 def test_run_mmseg_tool_ends_the_group_on_error(monkeypatch) -> None:
-    from mmseg_elliptical.utils import mmseg_tools
+    from mmseg_elliptical.engine import launch as mmseg_tools
 
     calls = []
-    monkeypatch.setattr('mmseg_elliptical.utils.dist.end_process_group',
+    monkeypatch.setattr('mmseg_elliptical.engine.launch.end_process_group',
                         lambda: calls.append('end'))
 
     def failing_tool(path, run_name):

@@ -14,8 +14,9 @@ from mmengine.runner import Runner
 
 from conftest import DEMO_ELLIPTICAL, tiny_config
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
-from mmseg_elliptical.demo import PerClassIoUMetric, SegSummaryHook
-from mmseg_elliptical.demo.summary import GAP, _image
+from mmseg_elliptical.engine import SegSummaryHook
+from mmseg_elliptical.evaluation import PerClassIoUMetric
+from mmseg_elliptical.engine.hooks.seg_summary_hook import GAP, _image
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 SCALE, SCENES = 2, 3

@@ -20,7 +20,8 @@ from conftest import check_attention_dropout
 from mmseg_elliptical.models import (AttentionRecord, EllipticalAttention,
                                      EllipticalEfficientMultiheadAttention,
                                      EllipticalGlobalSubsampledAttention,
-                                     relevance, to_elliptical)
+                                     ConversionError, relevance,
+                                     to_elliptical)
 
 B, HW, C, H = 2, (4, 6), 24, 3
 N = HW[0] * HW[1]
@@ -126,7 +127,7 @@ def test_matches_naive(kind, fused, grad, batch, bias):
 
 @pytest.mark.parametrize('reduction', ['mean', 'median'])
 def test_median_reduction(reduction):
-    attn = build('vit', reduction=reduction)
+    attn = build('vit', relevance_reduction=reduction)
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
     torch.testing.assert_close(
         call(attn, x, v_prev)[0],
@@ -260,7 +261,7 @@ def test_conversion_keeps_parameters_and_rng():
     mha = EfficientMultiheadAttention(C, H, sr_ratio=2, qkv_bias=True)
     params = dict(mha.named_parameters())
     state = torch.get_rng_state()
-    new = to_elliptical(mha, reduction='median')
+    new = to_elliptical(mha, relevance_reduction='median')
     assert new is mha and type(new) is EllipticalEfficientMultiheadAttention
     assert torch.equal(torch.get_rng_state(), state)
     assert dict(new.named_parameters()) == params  # the same tensors
@@ -268,7 +269,7 @@ def test_conversion_keeps_parameters_and_rng():
     assert sum(p.numel() for p in new.parameters()) == sum(
         p.numel() for p in params.values())
     assert 'sr.weight' in params and 'norm.weight' in params
-    assert new.reduction == 'median' and new.elliptical
+    assert new.relevance_reduction == 'median' and new.elliptical
     twins = to_elliptical(GlobalSubsampledAttention(C, H, sr_ratio=2))
     assert type(twins) is EllipticalGlobalSubsampledAttention
 
@@ -281,9 +282,10 @@ def test_conversion_checks_the_exact_type():
                        r'MyAttention has no elliptical version \(the type '
                        'must match exactly'):
         to_elliptical(MyAttention(C, H, batch_first=True))
-    with pytest.raises(TypeError, match='Linear has no elliptical version'):
+    with pytest.raises(ConversionError,
+                       match='Linear has no elliptical version'):
         to_elliptical(nn.Linear(2, 2))
-    with pytest.raises(ValueError, match='batch_first=True only'):
+    with pytest.raises(ConversionError, match='batch_first=True only'):
         to_elliptical(MultiheadAttention(C, H, batch_first=False))
 
 

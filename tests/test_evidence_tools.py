@@ -1,5 +1,4 @@
 """The evidence tools end to end on tiny random checkpoints and demo data."""
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -14,11 +13,11 @@ from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.utils.cli import model_names, model_specs
+from mmseg_elliptical.utils.config import model_names, model_specs
 from mmseg_elliptical.utils.report import (markdown_table, pyplot,
                                            write_report)
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, tiny_config
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, load_tool, tiny_config
 
 pytest.importorskip('imagecorruptions')
 
@@ -26,11 +25,7 @@ pytestmark = pytest.mark.usefixtures('single_thread')
 
 
 def _tool(name: str):
-    spec = importlib.util.spec_from_file_location(
-        f'evidence_{name}', osp.join(ROOT, 'tools', f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(f'analysis_tools/{name}.py')
 
 
 @pytest.fixture(scope='module')
@@ -305,6 +300,6 @@ def test_attention_maps_tool(tiny_models, demo_root, tmp_path):
     assert osp.getsize(tmp_path / 'attention_relevance.png') > 0
     with pytest.raises(SystemExit, match='outside'):
         tool.main([image] + tiny_models + ['--point', '64', '0', '--out', out])
-    with pytest.raises(SystemExit, match='--layers'):
+    with pytest.raises(SystemExit, match=r'layers \[3\] out of range'):
         tool.main([image] + tiny_models +
                   ['--point', '1', '1', '--layers', '3', '--out', out])

@@ -25,7 +25,7 @@ import torch
 from mmengine.runner import Runner
 
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
-from mmseg_elliptical.utils import load_from_local, run_mmseg_tool
+from mmseg_elliptical.engine import load_from_local, run_mmseg_tool
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 

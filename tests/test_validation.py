@@ -15,7 +15,7 @@ import torch
 
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command
 from mmseg.registry import MODELS
-from mmseg_elliptical.models import (EllipticalAttention,
+from mmseg_elliptical.models import (ConversionError, EllipticalAttention,
                                      EllipticalMaskTransformerHead,
                                      EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
@@ -129,7 +129,8 @@ def test_bad_relevance_eps(which: str, value) -> None:
 def test_good_relevance_eps(which: str, value) -> None:
     module = build(which, relevance_eps=value, relevance_reduction='median')
     attn = module.layers[1].attn
-    assert attn.eps == value and attn.reduction == 'median'
+    assert attn.relevance_eps == value \
+        and attn.relevance_reduction == 'median'
 
 
 def test_error_survives_the_registry() -> None:
@@ -241,14 +242,18 @@ def test_misspelt_keyword_names_the_plugin_class(cls, arch, wrong,
 
 
 @pytest.mark.parametrize('kwargs, match', [
-    (dict(reduction='max'), 'relevance_reduction'),
-    (dict(eps=0), 'relevance_eps'),
-    (dict(eps=float('nan')), 'relevance_eps'),
-    (dict(batch_first=False), 'batch_first=True only'),
+    (dict(relevance_reduction='max'), 'relevance_reduction'),
+    (dict(relevance_eps=0), 'relevance_eps'),
+    (dict(relevance_eps=float('nan')), 'relevance_eps'),
 ])
 def test_bad_attention_arguments(kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
         EllipticalAttention(24, 3, **kwargs)
+
+
+def test_unconvertible_attention_settings() -> None:
+    with pytest.raises(ConversionError, match='batch_first=True only'):
+        EllipticalAttention(24, 3, batch_first=False)
 
 
 @pytest.mark.parametrize('which', ['backbone', 'mit'])
@@ -262,7 +267,7 @@ def test_backbone_rejects_wrong_channels_and_non_finite_images(which):
     x = torch.zeros(2, 3, 32, 32)
     x[0, 1, 3, 4], x[1, 2, 0, 0] = float('nan'), float('inf')
     with pytest.raises(ValueError, match=r'the input contains 2 NaN or '
-                       r'infinite values .* set backbone.check_finite=False'):
+                       r'infinite values .* set backbone.check_finite=.never.'):
         model(x)
     out = cls(check_finite=False, **arch)(x)  # the check is an option
     assert not all(torch.isfinite(o).all() for o in out)
@@ -273,6 +278,6 @@ def test_head_rejects_non_finite_features() -> None:
     feats = torch.randn(1, 24, 4, 4)
     feats[0, 0, 0, 0] = float('nan')
     with pytest.raises(ValueError, match='features contain NaN or infinite '
-                       'values.*decode_head.check_finite=False'):
+                       'values.*decode_head.check_finite=.never.'):
         head([feats])
     assert build('head', check_finite=False)([feats]).isnan().any()

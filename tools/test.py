@@ -2,7 +2,7 @@
 
 Every flag of mmseg's script works unchanged; see `python tools/test.py -h`.
 """
-from mmseg_elliptical.utils import run_mmseg_tool
+from mmseg_elliptical.engine import run_mmseg_tool
 
 if __name__ == '__main__':
     run_mmseg_tool('test.py')

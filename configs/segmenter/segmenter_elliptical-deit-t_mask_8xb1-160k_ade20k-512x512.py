@@ -6,7 +6,7 @@
 #
 # DeiT-Tiny weights: download deit_tiny_patch16_224-a1311bcf.pth from the DeiT
 # release and convert them to mmseg's layout:
-#   python tools/convert_deit.py deit_tiny_patch16_224-a1311bcf.pth \
+#   python tools/model_converters/deit2mmseg.py deit_tiny_patch16_224-a1311bcf.pth \
 #       pretrain/deit_tiny_patch16_224-mmseg.pth
 _base_ = ['./segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py']
 

@@ -12,17 +12,17 @@ from .layer import layer_benchmark, layer_markdown
 from .memory import (RssPeak, cuda_peak_mb, peak_rss_in_child,
                      saved_tensors_mb, step_peak_mb, tensor_peak_mb)
 from .models import (DEFAULT_ROLES, ROLES, BenchModel, build_model,
-                     derive_variants, elliptical_class, make_step)
+                     derive_variants, elliptical_transformer, make_step)
 from .runner import TARGETS, BenchmarkOptions, ratios, run_benchmark
 from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
-                     summarize, verdict)
+                     summarise, verdict)
 
 __all__ = [
     'count_flops', 'count_params', 'layer_benchmark', 'layer_markdown',
     'RssPeak', 'cuda_peak_mb', 'peak_rss_in_child', 'saved_tensors_mb',
     'step_peak_mb', 'tensor_peak_mb', 'DEFAULT_ROLES', 'ROLES', 'BenchModel',
     'build_model',
-    'derive_variants', 'elliptical_class', 'make_step', 'TARGETS',
+    'derive_variants', 'elliptical_transformer', 'make_step', 'TARGETS',
     'BenchmarkOptions', 'ratios', 'run_benchmark', 'RatioStats',
-    'make_timer', 'paired_ratio', 'run_interleaved', 'summarize', 'verdict'
+    'make_timer', 'paired_ratio', 'run_interleaved', 'summarise', 'verdict'
 ]

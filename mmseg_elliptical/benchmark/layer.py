@@ -19,7 +19,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from ..utils.report import markdown_table
-from .timing import make_timer, paired_ratio, run_interleaved, summarize
+from .timing import make_timer, paired_ratio, run_interleaved, summarise
 
 PATHS = ('dot-product', 'elliptical no-grad', 'elliptical grad',
          'elliptical explicit')
@@ -104,7 +104,7 @@ def layer_benchmark(tokens: int = 1025,
     for step in steps.values():
         step()
     rounds_ = run_interleaved(timers, rounds, min_run_time, seed)
-    results = {n: summarize(r, batch_size) for n, r in rounds_.items()}
+    results = {n: summarise(r, batch_size) for n, r in rounds_.items()}
     base = results['dot-product']['round_ms']
     ratios = {n: vars(paired_ratio(r['round_ms'], base))
               for n, r in results.items() if n != 'dot-product'}

@@ -76,33 +76,34 @@ def _type_of(cls: type):
     return cls
 
 
-def elliptical_class(type_) -> Optional[type]:
-    """The plugin's elliptical class for a backbone or head type, or None.
+def elliptical_transformer(type_) -> Optional[type]:
+    """The plugin's elliptical backbone or head class for a config type.
 
     Args:
         type_ (str or type): A config ``type``: an elliptical class of the
             plugin or an mmseg class that has one.
 
     Returns:
-        type, optional: A subclass of
-        :class:`~mmseg_elliptical.models.layers.EllipticalTransformerMixin`.
+        type, optional: Its
+        :func:`~mmseg_elliptical.models.conversion.elliptical_version` when
+        that is an
+        :class:`~mmseg_elliptical.models.transformer.EllipticalTransformerMixin`,
+        else None.
     """
-    from ..models.conversion import ELLIPTICAL_VERSIONS
-    from ..models.layers import EllipticalTransformerMixin
+    from ..models import EllipticalTransformerMixin, elliptical_version
     cls = _class_of(type_)
-    if cls is None:
-        return None
-    cls = ELLIPTICAL_VERSIONS.get(cls, cls)
-    if isinstance(cls, type) and issubclass(cls, EllipticalTransformerMixin):
+    cls = None if not isinstance(cls, type) else elliptical_version(cls)
+    if cls is not None and issubclass(cls, EllipticalTransformerMixin):
         return cls
     return None
 
 
 def supported_backbones() -> List[str]:
     """Names of the mmseg backbones the plugin has an elliptical version of."""
-    from ..models.conversion import ELLIPTICAL_VERSIONS
-    from ..models.layers import EllipticalTransformerMixin
     from mmseg.models.backbones import __all__ as backbones
+
+    from ..models import EllipticalTransformerMixin
+    from ..models.conversion import ELLIPTICAL_VERSIONS
     return sorted(src.__name__ for src, cls in ELLIPTICAL_VERSIONS.items()
                   if issubclass(cls, EllipticalTransformerMixin)
                   and src.__name__ in backbones)
@@ -130,17 +131,17 @@ def derive_variants(family: str,
     if bad or not roles:
         raise ValueError(f'Unknown roles {bad}; choose among {ROLES}.')
     model_cfg = copy.deepcopy(dict(model_cfg))
-    if elliptical_class(model_cfg['backbone']['type']) is None:
+    if elliptical_transformer(model_cfg['backbone']['type']) is None:
         return [BenchModel(family, family, 'model', config, model_cfg,
                            whole_model)]
     ell = copy.deepcopy(model_cfg)
     ell['backbone']['type'] = _type_of(
-        elliptical_class(model_cfg['backbone']['type']))
+        elliptical_transformer(model_cfg['backbone']['type']))
     # Parts that are elliptical in the subject: the backbone, and the decode
     # head where the config makes it elliptical.
     parts = [p for p in PARTS if isinstance(ell.get(p), dict)
              and ell[p].get('type') is not None
-             and elliptical_class(ell[p]['type']) is _class_of(
+             and elliptical_transformer(ell[p]['type']) is _class_of(
                  ell[p]['type'])]
     variants = dict(elliptical=ell, **{'paper-ref': ell})
     variants['fused-dot'] = copy.deepcopy(ell)

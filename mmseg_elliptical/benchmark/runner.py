@@ -19,7 +19,7 @@ from .flops import count_flops, count_params
 from .memory import peak_rss_in_child, saved_tensors_mb, step_peak_mb
 from .models import BenchModel, build_model, make_step, run_forward
 from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
-                     summarize, verdict)
+                     summarise, verdict)
 
 #: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline
 #: must be <= bound (< bound when strict).
@@ -141,7 +141,7 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
     for spec, model, step in zip(specs, models, steps):
         row = dict(model=spec.name, family=spec.family, role=spec.role,
                    size=size, mode=mode, batch_size=options.batch_size,
-                   **summarize(rounds[spec.name], options.batch_size),
+                   **summarise(rounds[spec.name], options.batch_size),
                    peak_mem_mb=None, memory_measure=None, saved_mb=None)
         model.zero_grad(set_to_none=True)
         if options.memory in ('inline', 'tensors') or (

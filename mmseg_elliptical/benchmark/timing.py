@@ -90,7 +90,7 @@ def run_interleaved(timers: Dict[str, Timer],
     return out
 
 
-def summarize(rounds: Sequence[Measurement], batch_size: int = 1) -> Dict:
+def summarise(rounds: Sequence[Measurement], batch_size: int = 1) -> Dict:
     """Median, IQR and throughput of one model's rounds.
 
     The rounds are merged (``Measurement.merge``) into one measurement of

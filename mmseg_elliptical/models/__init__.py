@@ -1,3 +1,5 @@
+"""The elliptical attentions, backbones and heads (registered in mmseg's
+``MODELS``), the value chain and the in-place conversion."""
 from .attention import (AttentionRecord, EllipticalAttention,
                         EllipticalAttentionMixin, EllipticalBEiTAttention,
                         EllipticalEfficientMultiheadAttention,
@@ -8,9 +10,10 @@ from .backbones import (EllipticalBEiT, EllipticalMAE,
                         EllipticalMixVisionTransformer, EllipticalPCPVT,
                         EllipticalSwinTransformer,
                         EllipticalVisionTransformer)
-from .conversion import to_elliptical
+from .chain import EllipticalLayerMixin, ValueChain
+from .conversion import ConversionError, elliptical_version, to_elliptical
 from .decode_heads import EllipticalMaskTransformerHead
-from .layers import ValueChain, make_elliptical
+from .transformer import EllipticalTransformerMixin, chain_stages
 
 __all__ = [
     'AttentionRecord', 'EllipticalAttention', 'EllipticalAttentionMixin',
@@ -19,6 +22,7 @@ __all__ = [
     'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'relevance',
     'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
     'EllipticalPCPVT', 'EllipticalSwinTransformer', 'EllipticalBEiT',
-    'EllipticalMAE', 'EllipticalMaskTransformerHead', 'ValueChain',
-    'make_elliptical', 'to_elliptical'
+    'EllipticalMAE', 'EllipticalMaskTransformerHead', 'EllipticalLayerMixin',
+    'ValueChain', 'ConversionError', 'elliptical_version', 'to_elliptical',
+    'EllipticalTransformerMixin', 'chain_stages'
 ]

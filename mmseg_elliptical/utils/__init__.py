@@ -1,10 +1,11 @@
-from .checkpoint import (load_from_local, mmengine_safe_globals,
-                         register_checkpoint_loader,
-                         unregister_checkpoint_loader)
-from .mmseg_tools import mmseg_config_path, mmseg_tool_path, run_mmseg_tool
+"""Helpers of the tools and the package: configs, mmseg's files, reports."""
+from .config import (ModelSpec, load_config, model_names, model_specs,
+                     split_loader)
+from .mmseg_files import mmseg_config_path, mmseg_tool_path
+from .report import markdown_table, pyplot, save_figure, write_report
 
 __all__ = [
-    'load_from_local', 'mmengine_safe_globals', 'register_checkpoint_loader',
-    'unregister_checkpoint_loader',
-    'mmseg_config_path', 'mmseg_tool_path', 'run_mmseg_tool'
+    'ModelSpec', 'load_config', 'model_names', 'model_specs', 'split_loader',
+    'mmseg_config_path', 'mmseg_tool_path', 'markdown_table', 'pyplot',
+    'save_figure', 'write_report'
 ]

@@ -25,14 +25,15 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
 
     Same parameters (``qkv``, ``q_bias``, ``v_bias``,
     ``relative_position_bias_table``, ``proj``) and arguments as mmseg's
-    class, plus ``elliptical``, ``reduction`` and ``eps`` (see
-    :class:`~.multihead.EllipticalAttention`).
+    class, plus ``elliptical``, ``relevance_reduction`` and
+    ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`).
 
-    The fused path gives the relative position bias to
-    ``scaled_dot_product_attention`` as ``attn_mask``; PyTorch's CPU kernel
-    runs without the N x N scores only when the mask needs no gradient
-    (inference); in training it falls back to its math kernel, which
-    materialises them as mmseg's ``BEiTAttention`` does.
+    The relative position bias reaches ``scaled_dot_product_attention`` as
+    ``attn_mask``; PyTorch's CPU kernel runs without the N x N scores when
+    the mask needs no gradient (inference); in training it falls back to its
+    math kernel, which materialises them as mmseg's ``BEiTAttention`` does
+    (or, for few tokens, the explicit path runs: see
+    :meth:`~.core.EllipticalAttentionMixin.fused_kernel`).
     """
 
     def packed_qkv_bias(self) -> Optional[Tensor]:

@@ -1,61 +1,43 @@
-"""The method, and what every elliptical attention kind shares.
+"""Elliptical Attention (Nielsen et al., NeurIPS 2024, arXiv 2406.13770).
 
-Elliptical Attention (Nielsen et al., NeurIPS 2024, arXiv 2406.13770) replaces
-the dot product ``q . k`` by ``(q * m) . k``, where ``m`` weights each head
-coordinate by how much the value vectors move along it between consecutive
-layers::
+The dot product ``q . k`` becomes ``(q * m) . k``, where ``m`` weights each
+head coordinate by how much the value vectors move along it between two
+consecutive layers::
 
     m_d = mean_n |v^l[n, d] - v^(l-1)[n, d]|      per image and head
     m   = m / max_d m_d                           (delta of the paper cancels)
     out = softmax((q * m) k^T / sqrt(d) + bias) v
 
 ``m`` is a constant for autograd and there are no new parameters. Because
-``(q * m) . k`` is still a dot product, the fused
-``scaled_dot_product_attention`` computes it without materialising the
-N x N score matrix.
+``(q * m) . k`` is still a dot product, ``scaled_dot_product_attention``
+computes it without an N x N score matrix.
 
-Every attention kind (:mod:`.multihead` for ViT, MiT and Twins, BEiT, Swin) is
-a subclass of the mmseg / mmcv class it replaces, mixed with
-:class:`EllipticalAttentionMixin`, and has two paths chosen by ``fused_attn``
-(as in timm): the fused one and an explicit one that materialises the
-probabilities (the paper's formulation, used for attention maps, the
-benchmark's paper reference and the tests). The previous layer's values reach
-an attention through :meth:`EllipticalAttentionMixin.chained`, which the
-layers of :mod:`..layers` call.
+Every attention kind (:mod:`.multihead`: ViT, MiT, Twins, the Segmenter and
+Mask2Former heads; :mod:`.swin`; :mod:`.beit`) subclasses the mmseg / mmcv
+class it replaces, mixed with :class:`EllipticalAttentionMixin`:
+:meth:`~EllipticalAttentionMixin.project` gives q, k, v and ``m``,
+:meth:`~EllipticalAttentionMixin.attend` the output, on one of two paths as
+in timm: the fused one (SDPA) and the explicit one, which materialises the
+probabilities (the paper's formulation: attention maps, the benchmark's
+paper reference, the tests' oracle). :func:`scaling` alone decides how ``m``
+meets q or k, :meth:`~EllipticalAttentionMixin.fused_kernel` alone which
+path runs. The previous layer's values reach an attention through
+:meth:`~EllipticalAttentionMixin.chained` (see :mod:`..chain`).
 """
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from numbers import Real
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-REDUCTIONS = ('mean', 'median')
+from ..checks import check_estimator_args
 
-
-def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
-    """Validate the estimator options; a ``ValueError`` names the bad one.
-
-    Args:
-        reduction (str): Reduction over tokens, one of ``REDUCTIONS``.
-        eps (float): Guard of the max-normalisation, a finite number > 0
-            (numpy scalars are accepted).
-        owner (str): Prefix naming the argument's owner in the message.
-
-    Returns:
-        float: ``eps`` as a Python float.
-    """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f'{owner}relevance_reduction={reduction!r} is not '
-                         f'supported; choose one of {REDUCTIONS}.')
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real) \
-            or not 0 < eps < float('inf'):
-        raise ValueError(f'{owner}relevance_eps={eps!r} must be a finite '
-                         'number > 0 (e.g. 1e-6).')
-    return float(eps)
+# On the CPU, SDPA has no fused kernel for a mask that needs a gradient or
+# for dropout; its math kernel is then slower than the explicit path up to
+# about this many keys (docs/benchmark.md), faster above.
+EXPLICIT_MAX_KEYS = 512
 
 
 @torch.no_grad()
@@ -64,23 +46,22 @@ def relevance(v: Tensor,
               reduction: str = 'mean',
               eps: float = 1e-6,
               overwrite: bool = False) -> Tensor:
-    """Estimate the coordinate-wise relevance ``m`` of each head.
+    """The coordinate-wise relevance ``m`` of each image and head.
 
     Args:
-        v (Tensor): Values of this layer, shape ``[B, H, N, d]``.
+        v (Tensor): Values of this layer, ``[B, H, N, d]``.
         v_prev (Tensor): Values of the previous layer, same shape.
         reduction (str): ``'mean'`` (the paper) or ``'median'`` (the authors'
             robust variant) of ``|v - v_prev|`` over the N tokens.
         eps (float): When ``max_d m_d <= eps`` (e.g. identical values) there is
-            no evidence for any direction and ``m`` falls back to all ones,
-            i.e. plain dot-product attention, instead of dividing by zero.
+            no evidence for any direction and ``m`` is all ones (plain
+            dot-product attention) instead of a division by zero.
         overwrite (bool): Compute ``|v - v_prev|`` in the memory of
-            ``v_prev`` (which is then lost) instead of a temporary, as the
-            value chain does in inference. Defaults to False.
+            ``v_prev``, which is then lost. Defaults to False.
 
     Returns:
-        Tensor: ``m`` of shape ``[B, H, 1, d]`` in ``[0, 1]`` with max 1 per
-        image and head, in ``v.dtype``; computed without gradient.
+        Tensor: ``m`` ``[B, H, 1, d]`` in ``[0, 1]``, max 1 per image and
+        head, in ``v.dtype``.
     """
     if v.shape != v_prev.shape:
         raise ValueError(
@@ -88,19 +69,63 @@ def relevance(v: Tensor,
             f'the same shape as this layer\'s, got {tuple(v_prev.shape)} and '
             f'{tuple(v.shape)}: both layers must see the same tokens and '
             'heads.')
-    # At most one temporary (|v - v_prev|, computed in place) and one
-    # reduction that accumulates in fp32 without an fp32 copy of its input.
-    if overwrite:
-        diff = v_prev.sub_(v).abs_()
-    else:
-        diff = torch.sub(v, v_prev).abs_()
-    if reduction == 'mean':
+    diff = (v_prev.sub_(v) if overwrite else torch.sub(v, v_prev)).abs_()
+    if reduction == 'mean':  # accumulates in fp32 without an fp32 copy
         m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
     else:
         m = diff.float().median(dim=-2, keepdim=True).values
     top = m.amax(dim=-1, keepdim=True)
     m = torch.where(top > eps, m / top.clamp_min(eps), 1.)
     return m.to(v.dtype)
+
+
+class Scaling(NamedTuple):
+    """How ``m`` enters one call's scores (``(q * m) . k = q . (k * m)``).
+
+    Attributes:
+        keys (bool): Scale k instead of q.
+        own_gemm (bool): q comes from its own GEMM, not from a view of the
+            packed qkv projection.
+        in_place (bool): Multiply in place.
+    """
+    keys: bool
+    own_gemm: bool
+    in_place: bool
+
+    def apply(self, q: Tensor, k: Tensor,
+              m: Tensor) -> Tuple[Tensor, Tensor]:
+        """q and k with ``m`` applied to one of them."""
+        if self.keys:
+            return q, (k.mul_(m) if self.in_place else k * m)
+        return (q.mul_(m) if self.in_place else q * m), k
+
+
+def scaling(num_queries: int, num_keys: int) -> Scaling:
+    """The one decision of where and how ``m`` is applied.
+
+    * With gradient: ``q * m`` after q's own GEMM, whose backward keeps only
+      ``m`` (a view of the qkv buffer would keep the unscaled q as well).
+    * Without, on the fewer of queries and keys (spatial reduction: k).
+    * Eager inference multiplies in place. Compiled, inductor writes an
+      out-of-place ``q * m`` over q when q has a buffer of its own (an
+      in-place product on a view is functionalised into a copy of the
+      whole projection).
+
+    Args:
+        num_queries (int): Query tokens.
+        num_keys (int): Key tokens.
+
+    Returns:
+        Scaling: The plan, used by :meth:`EllipticalAttentionMixin.project`
+        (which GEMM) and :meth:`EllipticalAttentionMixin.attend` (which
+        product).
+    """
+    if torch.is_grad_enabled():
+        return Scaling(keys=False, own_gemm=True, in_place=False)
+    compiled = torch.compiler.is_compiling()
+    if num_keys < num_queries:
+        return Scaling(keys=True, own_gemm=False, in_place=not compiled)
+    return Scaling(keys=False, own_gemm=compiled, in_place=not compiled)
 
 
 def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
@@ -113,10 +138,9 @@ def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
 def relative_position_bias(table: Tensor, index: Tensor) -> Tensor:
     """mmseg's relative position bias ``[H, N, N]`` of BEiT and Swin.
 
-    mmseg looks up rows of the ``[L, H]`` table, then permutes them (a
-    contiguous copy); one ``index_select`` on the transposed table gives one
-    N x N tensor instead of two, 2.5x faster (BEiT-B at 512: 80 -> 30 ms per
-    layer on one CPU thread).
+    One ``index_select`` on the transposed ``[L, H]`` table gives the
+    ``[H, N, N]`` bias in one tensor (mmseg looks rows up, then permutes
+    them into a second one).
 
     Args:
         table (Tensor): ``relative_position_bias_table`` ``[L, H]``.
@@ -136,14 +160,11 @@ class ChainCall:
         v_prev (Tensor, optional): The previous layer's values, in the layout
             the attention compares (``[B, H, N, d]``), or None.
         keep (bool): Whether the next layer reads this layer's values.
-        owned (bool): Whether ``v_prev`` belongs to the call (a value chain
-            hands it on and drops it): the first projection then releases it
-            once read, and without gradient computes ``|v - v_prev|`` in its
-            memory.
-        values (Tensor, optional): This layer's values (detached), set by the
-            attention when ``keep``. Without gradient they are a copy when
-            ``v`` is a view of the qkv projection, which would otherwise stay
-            alive (q and k too) until the next layer has read them.
+        owned (bool): ``v_prev`` belongs to the call: it is released once
+            read and, without gradient, overwritten by ``|v - v_prev|``.
+        values (Tensor, optional): This layer's values (detached), set when
+            ``keep``; without gradient a copy, so that the qkv projection
+            they would view is freed.
     """
     v_prev: Optional[Tensor] = None
     keep: bool = False
@@ -156,8 +177,8 @@ class AttentionRecord:
     """What an attention computed, recorded on demand (see ``analysis``).
 
     Attributes:
-        probs (list[Tensor]): Attention probabilities ``[B', H, N, M]`` of each
-            call, before dropout (explicit path only).
+        probs (list[Tensor]): Probabilities ``[B', H, N, M]`` of each call,
+            before dropout (explicit path only).
         relevance (list[Tensor]): ``m`` ``[B, H, 1, d]`` of each call that
             scored elliptically.
         to_cpu (bool): Move what is recorded to the CPU.
@@ -175,49 +196,54 @@ class AttentionRecord:
 class EllipticalAttentionMixin:
     """What every elliptical attention kind shares.
 
-    Mixed in before the mmseg / mmcv attention class it makes elliptical, so
-    parameter names, initialisation and checkpoints stay that class's. A
-    module becomes elliptical either by construction (the subclass takes the
-    parent's arguments plus ``elliptical``, ``reduction`` and ``eps``) or in
-    place, by :func:`mmseg_elliptical.models.layers.to_elliptical`.
+    Mixed in before the mmseg / mmcv attention class, so parameter names,
+    initialisation and checkpoints stay that class's. A module becomes
+    elliptical by construction (the parent's arguments plus
+    :attr:`OWN_ARGS`) or in place by
+    :func:`~mmseg_elliptical.models.conversion.to_elliptical`.
+
+    Args:
+        elliptical (bool): Score elliptically when the previous layer's values
+            are given; False: dot-product scores, values still handed on.
+        relevance_reduction (str): ``'mean'`` or ``'median'`` over tokens.
+        relevance_eps (float): Guard of the max-normalisation.
 
     Attributes:
-        elliptical (bool): Score elliptically when the previous layer's values
-            are given; False makes the module a dot-product attention that
-            still hands its values on.
-        reduction (str): ``'mean'`` or ``'median'`` over tokens.
-        eps (float): Guard of the max-normalisation.
-        fused_attn (bool): True (default): ``scaled_dot_product_attention``.
-            False: the explicit path, which materialises the probabilities.
+        fused_attn (bool): True (default): SDPA where it has a fast kernel
+            (:meth:`fused_kernel`). False: always the explicit path.
         attention_record (AttentionRecord, optional): When set, each call
             appends ``m`` and (explicit path) the probabilities to it.
     """
+    OWN_ARGS = ('elliptical', 'relevance_reduction', 'relevance_eps')
 
     def __init__(self,
                  *args,
                  elliptical: bool = True,
-                 reduction: str = 'mean',
-                 eps: float = 1e-6,
+                 relevance_reduction: str = 'mean',
+                 relevance_eps: float = 1e-6,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.init_elliptical(elliptical, reduction, eps)
+        self.init_elliptical(elliptical, relevance_reduction, relevance_eps)
 
     def init_elliptical(self,
                         elliptical: bool = True,
-                        reduction: str = 'mean',
-                        eps: float = 1e-6) -> None:
-        """Set the elliptical options (also after an in-place conversion)."""
-        self.eps = check_estimator_args(reduction, eps)
+                        relevance_reduction: str = 'mean',
+                        relevance_eps: float = 1e-6) -> None:
+        """Set the options; takes the class's own arguments
+        (:attr:`OWN_ARGS`), as every ``init_elliptical`` does."""
+        self.relevance_eps = check_estimator_args(relevance_reduction,
+                                                  relevance_eps)
+        self.relevance_reduction = relevance_reduction
         self.elliptical = bool(elliptical)
-        self.reduction = reduction
         self.fused_attn = True
         self.attention_record: Optional[AttentionRecord] = None
         self._chain_call: Optional[ChainCall] = None
 
     def extra_repr(self) -> str:
         parent = super().extra_repr()
-        mine = (f'elliptical={self.elliptical}, reduction={self.reduction!r}, '
-                f'eps={self.eps}, fused_attn={self.fused_attn}')
+        mine = (f'elliptical={self.elliptical}, relevance_reduction='
+                f'{self.relevance_reduction!r}, relevance_eps='
+                f'{self.relevance_eps}, fused_attn={self.fused_attn}')
         return f'{parent}, {mine}' if parent else mine
 
     @contextmanager
@@ -235,7 +261,7 @@ class EllipticalAttentionMixin:
 
         Args:
             v_prev (Tensor, optional): The previous layer's values (None:
-                dot-product scoring).
+                dot-product scores).
             keep (bool): Collect this layer's values in ``call.values``.
             owned (bool): ``v_prev`` may be overwritten (see
                 :class:`ChainCall`). Defaults to False.
@@ -276,14 +302,6 @@ class EllipticalAttentionMixin:
                 ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         """Project to q, k, v and estimate ``m`` from v and the previous v.
 
-        q comes from the same GEMM as k and v (when ``x_kv is x_q``), except
-        when q will be scaled by ``m`` with gradient or under
-        ``torch.compile``: then q gets its own GEMM, so that ``q * m`` is the
-        only query tensor the backward keeps (a view of one qkv buffer would
-        keep the unscaled q as well), and compiled inference can write
-        ``q * m`` over q (an out-of-place product beside the whole qkv buffer
-        held one ``[B, N, C]`` tensor more at the peak).
-
         Args:
             x_q (Tensor): Query tokens ``[B', N, C]``.
             x_kv (Tensor): Key/value tokens ``[B', M, C]`` (may be ``x_q``).
@@ -296,33 +314,34 @@ class EllipticalAttentionMixin:
                 on and the next layer compares with.
 
         Returns:
-            tuple: q, k, v ``[B', H, *, d]`` and the ``m`` that :meth:`attend`
-            applies to q (``[B', H, 1, d]``; None for dot-product scores).
+            tuple: q, k, v ``[B', H, *, d]`` and ``m`` ``[B', H, 1, d]`` for
+            :meth:`attend` (None for dot-product scores).
         """
         H = self.num_heads
         C = weight.shape[0] // 3
         call = self._chain_call
         elliptical = self.scores_elliptically()
-        grad = torch.is_grad_enabled()
-        if x_kv is x_q and not (elliptical and (
-                grad or torch.compiler.is_compiling())):
+        own_gemm = elliptical and scaling(x_q.shape[1],
+                                          x_kv.shape[1]).own_gemm
+        if x_kv is x_q and not own_gemm:
             q, k, v = split_heads(F.linear(x_q, weight, bias), 3, H)
         else:
             w_q, w_kv = weight.split([C, 2 * C])
-            b_q = b_kv = None
-            if bias is not None:
-                b_q, b_kv = bias.split([C, 2 * C])
+            b_q, b_kv = (None, None) if bias is None else bias.split(
+                [C, 2 * C])
             k, v = split_heads(F.linear(x_kv, w_kv, b_kv), 2, H)
             q, = split_heads(F.linear(x_q, w_q, b_q), 1, H)
         m = None
         if call is not None and (call.keep or elliptical):
+            grad = torch.is_grad_enabled()
             v_image = v if to_image is None else to_image(v)
             if call.keep:  # to_image's result is a tensor of its own
                 call.values = v_image.detach()
                 if not grad and to_image is None:
                     call.values = call.values.clone()
             if elliptical:
-                m = relevance(v_image, call.v_prev, self.reduction, self.eps,
+                m = relevance(v_image, call.v_prev, self.relevance_reduction,
+                              self.relevance_eps,
                               overwrite=call.owned and not grad)
                 if call.owned:  # read once: not kept through the MLP
                     call.v_prev = None
@@ -332,6 +351,23 @@ class EllipticalAttentionMixin:
             m = m.repeat_interleave(groups, dim=0)
         return q, k, v, m
 
+    def fused_kernel(self, q: Tensor, k: Tensor, bias: Optional[Tensor],
+                     dropout_p: float) -> bool:
+        """The one decision of the path: SDPA (True) or explicit (False).
+
+        SDPA, unless ``fused_attn`` is off, or on the CPU in training where
+        SDPA has no fused kernel (a bias that needs a gradient, dropout) and
+        its math kernel is slower than the explicit path
+        (:data:`EXPLICIT_MAX_KEYS`).
+        """
+        if not self.fused_attn:
+            return False
+        if q.device.type != 'cpu' or not torch.is_grad_enabled():
+            return True
+        math = (self.training and dropout_p > 0) or (bias is not None
+                                                     and bias.requires_grad)
+        return not (math and k.shape[-2] <= EXPLICIT_MAX_KEYS)
+
     def attend(self,
                q: Tensor,
                k: Tensor,
@@ -339,50 +375,51 @@ class EllipticalAttentionMixin:
                m: Optional[Tensor] = None,
                bias: Optional[Tensor] = None,
                dropout_p: float = 0.,
-               scale: Optional[float] = None) -> Tensor:
+               scale: Optional[float] = None,
+               window_mask: Optional[Tensor] = None) -> Tensor:
         """``softmax((q * m) k^T * scale + bias) v``, fused or explicit.
 
         Args:
             q, k, v (Tensor): ``[B', H, N, d]``, ``[B', H, M, d]`` (twice).
-            m (Tensor, optional): Relevance ``[B', H, 1, d]`` to apply to
-                q. With gradient as ``q * m``, whose backward keeps only
-                ``m``; without (fused path) on k instead of q when there are
-                fewer keys than queries, since ``(q * m) . k = q . (k * m)``,
-                and in place unless compiled.
+            m (Tensor, optional): Relevance ``[B', H, 1, d]``, applied as
+                :func:`scaling` says.
             bias (Tensor, optional): Additive score bias broadcastable to
-                ``[B', H, N, M]`` (relative positions, shift masks).
+                ``[B', H, N, M]`` (relative positions).
             dropout_p (float): Dropout on the probabilities (training only).
             scale (float, optional): Score scale; defaults to ``d ** -0.5``.
+            window_mask (Tensor, optional): ``[nW, N, M]`` additive mask of
+                each of the ``nW`` consecutive rows of every image (Swin's
+                shift mask).
 
         Returns:
             Tensor: ``[B', H, N, d]``.
         """
-        if not self.training:
-            dropout_p = 0.
-        if not self.fused_attn:  # the paper's formulation, probabilities kept
+        dropout_p = dropout_p if self.training else 0.
+        if bias is not None:
+            bias = bias.to(q.dtype)
+        if window_mask is not None:
+            window_mask = window_mask.to(q.dtype)[:, None]  # [nW, 1, N, M]
+        if not self.fused_kernel(q, k, bias, dropout_p):
+            # The paper's formulation, probabilities materialised.
             if m is not None:
                 q = q * m
             scores = (q @ k.transpose(-2, -1)) * (
                 q.shape[-1]**-0.5 if scale is None else scale)
             if bias is not None:
                 scores = scores + bias
+            if window_mask is not None:
+                shape = scores.shape
+                scores = (scores.view(-1, *window_mask.shape[:1], *shape[1:])
+                          + window_mask).view(shape)
             probs = scores.softmax(dim=-1)
             if self.attention_record is not None:
                 self.attention_record.keep('probs', probs)
             return F.dropout(probs, dropout_p, self.training) @ v
         if m is not None:
-            if torch.is_grad_enabled():
-                q = q * m  # its backward keeps m only
-            elif k.shape[-2] < q.shape[-2]:
-                # (q * m) . k = q . (k * m): fewer keys than queries
-                # (spatial reduction) to scale
-                k = k * m if torch.compiler.is_compiling() else k.mul_(m)
-            else:
-                # Compiled, q has its own GEMM (see project) and inductor
-                # writes the product over it; an in-place product on a view
-                # would be functionalised into a copy.
-                q = q * m if torch.compiler.is_compiling() else q.mul_(m)
-        if bias is not None:
-            bias = bias.to(q.dtype)
+            q, k = scaling(q.shape[-2], k.shape[-2]).apply(q, k, m)
+        if window_mask is not None:
+            images = q.shape[0] // window_mask.shape[0]
+            mask = window_mask if bias is None else window_mask + bias
+            bias = mask.repeat(images, 1, 1, 1) if images > 1 else mask
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)

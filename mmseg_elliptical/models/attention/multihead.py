@@ -14,7 +14,7 @@ from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from mmseg.registry import MODELS
-from ..conversion import elliptical_version_of
+from ..conversion import ConversionError, elliptical_version_of
 from .core import EllipticalAttentionMixin
 
 
@@ -31,8 +31,10 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
             defaults to True and must be True (``[B, N, C]`` tokens).
         elliptical (bool): Score elliptically when the previous layer's
             values are given. Defaults to True.
-        reduction (str): ``'mean'`` or ``'median'``. Defaults to ``'mean'``.
-        eps (float): Guard of the max-normalisation. Defaults to 1e-6.
+        relevance_reduction (str): ``'mean'`` or ``'median'``. Defaults to
+            ``'mean'``.
+        relevance_eps (float): Guard of the max-normalisation. Defaults to
+            1e-6.
         **kwargs: Keyword arguments of mmcv's ``MultiheadAttention``.
     """
 
@@ -42,21 +44,22 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
 
     @classmethod
     def check_convertible(cls, module: MultiheadAttention) -> None:
-        """Raise a ``ValueError`` for configurations this class does not run.
+        """Raise a :class:`~..conversion.ConversionError` for configurations
+        this class does not run.
 
         Args:
             module (MultiheadAttention): The module to convert.
         """
         name = type(module).__name__
         if not module.batch_first:
-            raise ValueError(f'{name}: elliptical attention supports '
+            raise ConversionError(f'{name}: elliptical attention supports '
                              'batch_first=True only ([B, N, C] tokens, as '
                              'mmseg\'s transformers use).')
         if not module.attn._qkv_same_embed_dim:
-            raise ValueError(f'{name}: elliptical attention needs the packed '
+            raise ConversionError(f'{name}: elliptical attention needs the packed '
                              'in_proj_weight (kdim = vdim = embed_dims).')
         if module.attn.bias_k is not None:
-            raise ValueError(f'{name}: add_bias_kv is not supported.')
+            raise ConversionError(f'{name}: add_bias_kv is not supported.')
 
     def forward(self,
                 query: Tensor,
@@ -102,8 +105,9 @@ class EllipticalEfficientMultiheadAttention(EllipticalAttention,
     Keys and values come from the tokens reduced by ``sr`` (a strided conv)
     and ``norm``; ``m`` compares the values of consecutive blocks over these
     reduced tokens. Same parameters and arguments as mmseg's
-    ``EfficientMultiheadAttention``, plus ``elliptical``, ``reduction`` and
-    ``eps`` (see :class:`EllipticalAttention`).
+    ``EfficientMultiheadAttention``, plus ``elliptical``,
+    ``relevance_reduction`` and ``relevance_eps`` (see
+    :class:`EllipticalAttention`).
     """
 
     def forward(self,

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.registry import MODELS
-from ..conversion import elliptical_version_of, qualname, to_elliptical
+from ..conversion import (ConversionError, elliptical_version_of, qualname,
+                          to_elliptical)
 from .core import EllipticalAttentionMixin, relative_position_bias
 
 
@@ -60,36 +61,33 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
 
     Same parameters (``w_msa.qkv``, ``w_msa.proj``,
     ``w_msa.relative_position_bias_table``) and arguments as mmseg's
-    ``ShiftWindowMSA``, plus ``elliptical``, ``reduction`` and ``eps`` (see
-    :class:`~.multihead.EllipticalAttention`). The values it hands on and
-    compares are in image layout, ``[B, H, h * w, d]`` over the real tokens
-    of the ``h x w`` feature map, so consecutive blocks match whatever their
-    shifts. ``qk_scale`` is honoured by both paths.
+    ``ShiftWindowMSA``, plus ``elliptical``, ``relevance_reduction`` and
+    ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`). The
+    values it hands on and compares are in image layout,
+    ``[B, H, h * w, d]`` over the real tokens of the ``h x w`` feature map,
+    so consecutive blocks match whatever their shifts. ``qk_scale`` is honoured by both paths.
 
-    The fused path gives the relative position bias plus shift mask to
-    ``scaled_dot_product_attention`` as ``attn_mask`` (shifted blocks one
-    window row per call, see :meth:`attend_windows_of`). PyTorch's CPU
-    kernel then runs without window x window scores when the mask needs no
-    gradient (inference); in training the bias is a function of the learnt
-    table, and SDPA falls back to its math kernel, which materialises the
-    scores as mmseg's ``WindowMSA`` does (no more of them).
+    The relative position bias plus shift mask reach
+    :meth:`~.core.EllipticalAttentionMixin.attend` as its bias and
+    ``window_mask`` (shifted blocks one window row per fused call, see
+    :meth:`attend_windows_of`). In inference PyTorch's CPU kernel then runs
+    without window x window scores; in training on the CPU (the bias needs a
+    gradient) the explicit path runs, as mmseg's ``WindowMSA`` does.
     """
 
     @classmethod
     def check_convertible(cls, module: ShiftWindowMSA) -> None:
-        """Raise a ``TypeError`` unless ``module.w_msa`` is mmseg's class."""
+        """Raise a :class:`~..conversion.ConversionError` unless
+        ``module.w_msa`` is mmseg's class."""
         if type(module.w_msa) not in (WindowMSA, EllipticalWindowMSA):
-            raise TypeError(
+            raise ConversionError(
                 f'{type(module).__name__}.w_msa is a '
                 f'{qualname(type(module.w_msa))}; elliptical Swin attention '
                 'supports mmseg\'s WindowMSA exactly.')
 
-    def init_elliptical(self,
-                        elliptical: bool = True,
-                        reduction: str = 'mean',
-                        eps: float = 1e-6) -> None:
+    def init_elliptical(self, *args, **kwargs) -> None:
         """Set the elliptical options and convert ``w_msa``."""
-        super().init_elliptical(elliptical, reduction, eps)
+        super().init_elliptical(*args, **kwargs)
         self.check_convertible(self)
         if type(self.w_msa) is WindowMSA:
             to_elliptical(self.w_msa)
@@ -147,10 +145,9 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """Window-layout values ``[B * nW, H, Wt, d]`` to ``[B, H, h * w, d]``
         (real tokens in image order, detached).
 
-        ``v`` is a view of the qkv projection's ``[B * nW, Wt, ...]`` rows,
-        so one ``index_select`` of whole token rows does it (an advanced
-        index on the ``[B, H, nW, Wt, d]`` view was 10x slower); the result
-        is a ``[B, H, h * w, d]`` view of ``[B, h * w, C]`` tokens.
+        One ``index_select`` of whole token rows of the qkv projection's
+        ``[B * nW, Wt, ...]`` rows; the result is a ``[B, H, h * w, d]`` view
+        of ``[B, h * w, C]`` tokens.
         """
         rows, heads, T, d = v.shape
         gh, gw = self.window_grid(hw_shape)
@@ -190,14 +187,15 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
                           grid: Tuple[int, int]) -> Tensor:
         """:meth:`attend` over the windows of each image of the batch.
 
-        SDPA's fused CPU kernel needs a 4-D mask that broadcasts through
-        size-1 dimensions (not an expanded view), and mmseg's shift mask
-        differs between windows. But only the last window row and column
-        see the shift's seams: every window row but the last has the same
-        ``[gw, Wt, Wt]`` masks, so the fused path attends one window row
-        per call with one of two ``[gw, H, Wt, Wt]`` biases, instead of a
-        bias per window (as large as the scores at batch 1). The explicit
-        path adds the full bias (it materialises the probabilities anyway).
+        The explicit path adds the shift mask per window in one call
+        (``window_mask``). SDPA's fused CPU kernel needs a 4-D mask that
+        broadcasts through size-1 dimensions (not an expanded view), and
+        mmseg's shift mask differs between windows; but only the last window
+        row and column see the shift's seams, so every window row but the
+        last has the same ``[gw, Wt, Wt]`` masks. The fused path therefore
+        attends one window row per call with one of two ``[gw, H, Wt, Wt]``
+        biases, instead of a bias per window (as large as the scores at
+        batch 1).
 
         Args:
             q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
@@ -211,15 +209,11 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         w_msa = self.w_msa
         options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
-        if mask is None:
-            return self.attend(q, k, v, m, bias, **options)
-        mask = mask[:, None].to(bias.dtype)
-        if not self.fused_attn:
-            images = q.shape[0] // mask.shape[0]
-            return self.attend(q, k, v, m,
-                               (bias + mask).repeat(images, 1, 1, 1),
-                               **options)
+        if mask is None or not self.fused_kernel(q, k, bias,
+                                                 options['dropout_p']):
+            return self.attend(q, k, v, m, bias, window_mask=mask, **options)
         gh, gw = grid
+        mask = mask[:, None].to(bias.dtype)
         inner, last = bias + mask[:gw], bias + mask[-gw:]
         outs = []
         for row in range(q.shape[0] // gw):

@@ -1,4 +1,5 @@
-from .beit import EllipticalBEiT, EllipticalMAE
+from .beit import EllipticalBEiT
+from .mae import EllipticalMAE
 from .mit import EllipticalMixVisionTransformer
 from .swin import EllipticalSwinTransformer
 from .twins import EllipticalPCPVT

@@ -1,24 +1,19 @@
-"""mmseg's BEiT and MAE backbones with elliptical attention."""
+"""mmseg's BEiT backbone with elliptical attention."""
 from typing import List, Sequence
 
 import torch.nn as nn
-from mmseg.models.backbones import BEiT, MAE
+from mmseg.models.backbones import BEiT
 from mmseg.models.backbones.beit import BEiTTransformerEncoderLayer
-from mmseg.models.backbones.mae import MAETransformerEncoderLayer
 
 from mmseg.registry import MODELS
 from ..conversion import elliptical_version_of
-from ..layers import EllipticalLayerMixin, EllipticalTransformerMixin
+from ..chain import EllipticalLayerMixin
+from ..transformer import EllipticalTransformerMixin
 
 
 @elliptical_version_of(BEiTTransformerEncoderLayer)
 class EllipticalBEiTLayer(EllipticalLayerMixin, BEiTTransformerEncoderLayer):
     """BEiT's encoder layer (layer scale kept) in a chain."""
-
-
-@elliptical_version_of(MAETransformerEncoderLayer)
-class EllipticalMAELayer(EllipticalLayerMixin, MAETransformerEncoderLayer):
-    """MAE's encoder layer in a chain."""
 
 
 @MODELS.register_module()
@@ -58,13 +53,3 @@ class EllipticalBEiT(EllipticalTransformerMixin, BEiT):
                 f'{tuple(inputs.shape[-2:])} ({grid[0]}x{grid[1]} patches); '
                 'set img_size to the crop size and test with '
                 "test_cfg=dict(mode='slide') at that crop size.")
-
-
-@MODELS.register_module()
-@elliptical_version_of(MAE)
-class EllipticalMAE(EllipticalBEiT, MAE):
-    """mmseg's ``MAE`` backbone whose layers use elliptical attention.
-
-    As :class:`EllipticalBEiT` (MAE is BEiT with a qkv bias, an absolute
-    position embedding and its own initialisation).
-    """

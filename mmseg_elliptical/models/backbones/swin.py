@@ -7,7 +7,8 @@ from mmseg.models.backbones.swin import SwinBlock
 
 from mmseg.registry import MODELS
 from ..conversion import elliptical_version_of
-from ..layers import EllipticalLayerMixin, EllipticalTransformerMixin
+from ..chain import EllipticalLayerMixin
+from ..transformer import EllipticalTransformerMixin
 
 
 @elliptical_version_of(SwinBlock)

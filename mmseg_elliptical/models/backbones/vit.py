@@ -8,7 +8,8 @@ from mmseg.models.backbones.vit import TransformerEncoderLayer
 
 from mmseg.registry import MODELS
 from ..conversion import elliptical_version_of
-from ..layers import EllipticalLayerMixin, EllipticalTransformerMixin
+from ..chain import EllipticalLayerMixin
+from ..transformer import EllipticalTransformerMixin
 
 
 @elliptical_version_of(TransformerEncoderLayer)

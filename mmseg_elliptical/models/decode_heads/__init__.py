@@ -1,3 +1,3 @@
-from .elliptical_mask_head import EllipticalMaskTransformerHead
+from .segmenter_mask_head import EllipticalMaskTransformerHead
 
 __all__ = ['EllipticalMaskTransformerHead']

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/convert_deit.py SRC DST [--unsafe-pickle]
+    python tools/model_converters/deit2mmseg.py SRC DST [--unsafe-pickle]
 
 SRC is a local file or URL holding a ViT state dict in timm layout
 (``blocks.i.attn.qkv.weight`` ...), bare or wrapped in ``{'model': ...}``,
@@ -17,10 +17,9 @@ import os
 import os.path as osp
 
 import torch
-from mmengine.runner import CheckpointLoader
 
 import mmseg_elliptical  # noqa: F401  (weights-only checkpoint loader)
-from mmseg_elliptical.utils.convert import convert_deit
+from mmseg_elliptical.converters import convert_deit, load_source
 
 
 def parse_args() -> argparse.Namespace:
@@ -37,25 +36,13 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def load(src: str, unsafe_pickle: bool) -> dict:
-    """Load SRC weights-only unless ``unsafe_pickle``."""
-    if unsafe_pickle:
-        return torch.load(src, map_location='cpu', weights_only=False)
-    try:
-        return CheckpointLoader.load_checkpoint(src, map_location='cpu')
-    except Exception as e:  # torch's UnpicklingError and friends
-        if 'weights_only' not in str(e) and 'Unsupported global' not in str(
-                e):
-            raise
-        raise SystemExit(
-            f'convert_deit: {src} holds pickled Python objects that the '
-            f'weights-only loader refuses ({str(e).splitlines()[0]}). '
-            'If you trust the file, rerun with --unsafe-pickle.') from e
-
-
 def main() -> None:
     args = parse_args()
-    state_dict, dropped = convert_deit(load(args.src, args.unsafe_pickle))
+    try:
+        source = load_source(args.src, args.unsafe_pickle)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    state_dict, dropped = convert_deit(source)
     if osp.dirname(args.dst):
         os.makedirs(osp.dirname(args.dst), exist_ok=True)
     torch.save(

@@ -8,7 +8,8 @@ from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 from mmseg.registry import MODELS
 from ..backbones.vit import EllipticalViTLayer  # noqa: F401  (registers it)
 from ..conversion import elliptical_version_of
-from ..layers import EllipticalTransformerMixin
+from ..checks import looks_at_values
+from ..transformer import EllipticalTransformerMixin
 
 
 @MODELS.register_module()
@@ -34,16 +35,22 @@ class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [self.layers]
 
+    def input_channels(self) -> int:
+        return self.in_channels
+
     def check_inputs(self, inputs) -> None:
+        """Reject a feature map of other channels, and (as the backbones'
+        ``check_finite`` says) non-finite features."""
         x = self._transform_inputs(inputs)
         if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(
                 f'{type(self).__name__}: in_channels={self.in_channels} but '
                 f'the input feature map has shape {tuple(x.shape)}; set '
                 'decode_head.in_channels to the backbone\'s embed_dims.')
-        if self.check_finite and not torch.compiler.is_compiling() \
+        if looks_at_values(x, self.check_finite) \
                 and not torch.isfinite(x).all():
             raise ValueError(
                 f'{type(self).__name__}: the backbone\'s features contain NaN '
                 'or infinite values; check the backbone and the input '
-                '(e.g. fp16 overflow), or set decode_head.check_finite=False.')
+                "(e.g. fp16 overflow), or set decode_head.check_finite='never'"
+                '.')

@@ -11,82 +11,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch.nn as nn
 from torch import Tensor
 
-from ..models import EllipticalAttentionMixin, to_elliptical
-from ..models.attention.core import AttentionRecord
-from ..models.layers import EllipticalTransformerMixin
-
-
-@dataclass
-class TransformerLayers:
-    """The transformer layers of one model part and where its patches are.
-
-    Attributes:
-        part (str): ``'backbone'`` or ``'decode_head'``.
-        layers (list[nn.Module]): mmseg ``TransformerEncoderLayer`` s, in
-            order.
-        patch_slice (slice): Token positions of the image patches in the
-            layers' ``[B, N, C]`` tokens (skips the backbone's cls token or
-            the head's class embeddings).
-        patch_embed (nn.Module, optional): The backbone's patch embedding,
-            whose output carries the patch grid shape.
-    """
-    part: str
-    layers: List[nn.Module]
-    patch_slice: slice
-    patch_embed: Optional[nn.Module] = None
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The segmentor inside a (distributed) data-parallel wrapper."""
-    return getattr(model, 'module', model)
-
-
-def transformer_layers(model: nn.Module,
-                       part: str = 'backbone') -> TransformerLayers:
-    """Find the transformer layers of a segmentor's backbone or decode head.
-
-    Works for mmseg's ``VisionTransformer`` / ``SegmenterMaskTransformerHead``
-    and their elliptical subclasses.
-
-    Args:
-        model (nn.Module): An mmseg segmentor (e.g. ``EncoderDecoder``).
-        part (str): ``'backbone'`` or ``'decode_head'``.
-
-    Returns:
-        TransformerLayers: The layers and the patch token positions.
-    """
-    model = unwrap(model)
-    if part not in ('backbone', 'decode_head'):
-        raise ValueError(f'part={part!r} must be "backbone" or "decode_head".')
-    module = getattr(model, part, None)
-    layers = getattr(module, 'layers', None)
-    if module is None or layers is None or not all(
-            hasattr(layer, 'attn') and hasattr(layer, 'ffn')
-            for layer in layers):
-        raise ValueError(
-            f'The model\'s {part} ({type(module).__name__}) has no '
-            'transformer layers with `attn` and `ffn`: these tools support '
-            'mmseg\'s VisionTransformer and SegmenterMaskTransformerHead and '
-            'their elliptical versions.')
-    if part == 'backbone':
-        patches = slice(1, None) if getattr(module, 'with_cls_token',
-                                            False) else slice(None)
-        return TransformerLayers(part, list(layers), patches,
-                                 getattr(module, 'patch_embed', None))
-    num_classes = getattr(module, 'num_classes')
-    return TransformerLayers(part, list(layers), slice(None, -num_classes))
-
-
-def as_elliptical(module: nn.Module) -> nn.Module:
-    """``module`` itself, converted in place to its elliptical version in
-    dot-product mode (``elliptical_layers=[]``) if it is mmseg's own.
-
-    The model computes the same; its attentions can now record their
-    probabilities through the explicit path.
-    """
-    if not isinstance(module, EllipticalTransformerMixin):
-        to_elliptical(module, elliptical_layers=[])
-    return module
+from ..models import AttentionRecord, EllipticalAttentionMixin
 
 
 @dataclass
@@ -108,7 +33,7 @@ class LayerRecorder:
 
     Example::
 
-        found = transformer_layers(model)
+        found = transformer_layers(model, convert=True)
         with LayerRecorder(found.layers, probs=True, relevance=True) as rec:
             model.test_step(batch)
         last_tokens = rec.records[-1].tokens[0]
@@ -116,7 +41,8 @@ class LayerRecorder:
     Args:
         layers (Sequence[nn.Module]): mmseg ``TransformerEncoderLayer`` s
             (with ``attn`` and ``ffn``); elliptical ones (see
-            :func:`as_elliptical`) for ``probs`` and ``relevance``.
+            :func:`~.layers.transformer_layers`) for ``probs`` and
+            ``relevance``.
         tokens (bool): Record every layer's output tokens. Defaults to True.
         probs (bool): Record the attention probabilities: the attentions run
             their explicit path inside the block. Defaults to False.
@@ -145,8 +71,8 @@ class LayerRecorder:
             if plain:
                 raise TypeError(
                     f'Recording probabilities or m needs elliptical '
-                    f'attentions, got {plain}; convert mmseg\'s model first '
-                    'with mmseg_elliptical.analysis.as_elliptical(backbone).')
+                    f'attentions, got {plain}; find the layers with '
+                    'transformer_layers(model, part, convert=True).')
         self.records: List[LayerRecord] = []
         self.hw_shapes: List[Tuple[int, int]] = []
         self._handles: List[Any] = []

@@ -1,7 +1,5 @@
 """Find and run what mmseg's wheel ships under ``mmseg/.mim``."""
 import os.path as osp
-import runpy
-import sys
 
 import mmseg
 
@@ -40,22 +38,3 @@ def mmseg_config_path(name: str) -> str:
         str: The absolute path.
     """
     return _mim_file('configs', name.split('::', 1)[-1])
-
-
-def run_mmseg_tool(name: str) -> None:
-    """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
-
-    Importing this package first registers the plugin's components and its
-    weights-only checkpoint loader. ``--launcher pytorch`` also works
-    without CUDA (gloo; see :func:`mmseg_elliptical.utils.dist.
-    prepare_cpu_launch`). The process group of a distributed run is
-    destroyed when the script ends, also on error, so the exit status is the
-    job's.
-    """
-    import mmseg_elliptical  # noqa: F401
-    from .dist import end_process_group, prepare_cpu_launch
-    sys.argv = prepare_cpu_launch(sys.argv)
-    try:
-        runpy.run_path(mmseg_tool_path(name), run_name='__main__')
-    finally:
-        end_process_group()

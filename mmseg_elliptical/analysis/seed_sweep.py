@@ -1,5 +1,8 @@
 """Train configs on several seeds and compare their validation metrics.
 
+``tools/analysis_tools/compare_seeds.py`` (``make compare``) is its command
+line.
+
 Every (config, seed) run is mmseg's ``tools/train.py`` in a subprocess with
 ``--cfg-options randomness.seed=SEED``, in its own work dir
 ``WORK_DIR/NAME/seedSEED``. A finished run leaves ``result.json`` there and is
@@ -13,7 +16,6 @@ Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.md`` (mean and standard deviation of the final metrics per model)
 and ``compare.png`` (validation mIoU over iterations).
 """
-import argparse
 import glob
 import hashlib
 import json
@@ -26,9 +28,10 @@ import time
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..utils.config import parse_cfg_options
 from ..utils.report import markdown_table, pyplot, write_report
 
-TRAIN = ('from mmseg_elliptical.utils import run_mmseg_tool; '
+TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
 RESULT = 'result.json'
 
@@ -74,11 +77,8 @@ def resolve(config: str,
         tuple[int, str]: ``max_iters`` and the start of the SHA-256 of the
         resolved config's text (bases and options included).
     """
-    from mmengine.config import Config, DictAction
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
-    options = parser.parse_args(['--cfg-options', *cfg_options]
-                                if cfg_options else []).cfg_options
+    from mmengine.config import Config
+    options = parse_cfg_options(cfg_options)
     with warnings.catch_warnings():  # the plugin's imports (pkg_resources)
         warnings.simplefilter('ignore')
         cfg = Config.fromfile(config)
@@ -275,54 +275,41 @@ def figure(results: Sequence[Dict], metric: str = 'mIoU'):
     return fig
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description='Train configs on several seeds (skipping runs that are '
-        'done) and compare their validation metrics: mean and standard '
-        'deviation per model, and mIoU over iterations.')
-    parser.add_argument('configs', nargs='+', help='config files')
-    parser.add_argument(
-        '--names', nargs='+',
-        help='one name per config (default: the config file names)')
-    parser.add_argument(
-        '--seeds', nargs='+', type=int, default=[0, 1, 2],
-        help='seeds of every config (default: 0 1 2)')
-    parser.add_argument(
-        '--work-dir', default='work_dirs/compare',
-        help='root of the runs and of the outputs')
-    parser.add_argument(
-        '--cfg-options', nargs='+', default=[],
-        help='key=value options of every run, as in tools/train.py')
-    args = parser.parse_args(argv)
-    if args.names is None:
-        args.names = [osp.splitext(osp.basename(c))[0] for c in args.configs]
-    if len(args.names) != len(args.configs):
-        parser.error(f'--names gives {len(args.names)} names for '
-                     f'{len(args.configs)} configs: give one per config.')
-    if len(set(args.names)) != len(args.names):
-        parser.error(f'--names {args.names} repeats a name: give each '
-                     'config its own.')
-    if len(set(args.seeds)) != len(args.seeds):
-        parser.error(f'--seeds {args.seeds} repeats a seed.')
-    for config in args.configs:
+def compare_seeds(configs: Sequence[str],
+                  names: Sequence[str],
+                  seeds: Sequence[int],
+                  work_dir: str,
+                  cfg_options: Sequence[str] = (),
+                  log=print) -> Tuple[Dict, List[Dict], str, List[str]]:
+    """Train what is missing, then write ``compare.{json,md,png}``.
+
+    Args:
+        configs (Sequence[str]): Config files.
+        names (Sequence[str]): One distinct name per config.
+        seeds (Sequence[int]): Distinct seeds of every config.
+        work_dir (str): Root of the runs and of the outputs.
+        cfg_options (Sequence[str]): ``key=value`` options of every run.
+        log (callable): Progress printer.
+
+    Returns:
+        tuple: The summary (:func:`summarise`), the runs (:func:`run_all`),
+        the markdown table and the files written.
+    """
+    if len(names) != len(configs):
+        raise ValueError(f'{len(names)} names for {len(configs)} configs: '
+                         'give one per config.')
+    if len(set(names)) != len(names):
+        raise ValueError(f'names {list(names)} repeat a name: give each '
+                         'config its own.')
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f'seeds {list(seeds)} repeat a seed.')
+    for config in configs:
         if not osp.isfile(config):
-            parser.error(f'config {config} does not exist.')
-    return args
-
-
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
-    """Command line entry point (``tools/compare_demo.py``)."""
-    args = parse_args(argv)
-    start = time.perf_counter()
-    results = run_all(args.configs, args.names, args.seeds, args.work_dir,
-                      args.cfg_options, log=lambda s: print(s, flush=True))
+            raise ValueError(f'config {config} does not exist.')
+    results = run_all(configs, names, seeds, work_dir, cfg_options, log=log)
     summary = summarise(results)
     table = markdown(summary, results)
-    written = write_report(args.work_dir, 'compare',
+    written = write_report(work_dir, 'compare',
                            data=dict(summary=summary, runs=results),
                            markdown=table, figure=figure(results))
-    print(f'\nFinal validation metrics, mean ± standard deviation over '
-          f'seeds {" ".join(map(str, args.seeds))} '
-          f'({(time.perf_counter() - start) / 60:.1f} min):\n\n{table}')
-    print('\n'.join(written))
-    return summary
+    return summary, results, table, written

@@ -1,16 +1,16 @@
-"""What the command-line tools share: model names and config loading.
+"""Configs and the models they describe: loading, naming, pairing.
 
-``tools/benchmark.py`` names models from config files, the evidence tools
-(``robustness``, ``collapse``, ``attention_maps``) from ``CONFIG
-CHECKPOINT`` pairs; both go through :func:`model_names`. Every tool reads a
-config with :func:`load_config` (``--cfg-options``, ``mmseg::`` paths).
+The benchmark names models from config files, the analyses (robustness,
+collapse, attention maps, the comparison report) from ``(config,
+checkpoint)`` pairs; both go through :func:`model_names`. Every config is
+read with :func:`load_config` (``cfg_options``, ``mmseg::`` paths).
 """
 import os.path as osp
 from typing import List, NamedTuple, Optional, Sequence
 
 from mmengine.config import Config
 
-from .mmseg_tools import mmseg_config_path
+from .mmseg_files import mmseg_config_path
 
 
 class ModelSpec(NamedTuple):
@@ -136,3 +136,17 @@ def split_loader(cfg: Config, split: str) -> dict:
         raise ValueError(f'The config has no {split}_dataloader; pick '
                          'another --split.')
     return loader
+
+
+def parse_cfg_options(options: Sequence[str]) -> dict:
+    """``key=value`` strings parsed as mmengine's ``DictAction`` parses
+    ``--cfg-options`` (lists, tuples, numbers, booleans)."""
+    from types import SimpleNamespace
+
+    from mmengine.config import DictAction
+    if not options:
+        return {}
+    namespace = SimpleNamespace()
+    DictAction(option_strings=[], dest='cfg_options')(None, namespace,
+                                                      list(options))
+    return namespace.cfg_options

@@ -9,7 +9,7 @@ and ``robustness.png`` (heatmaps).
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
-    python tools/robustness.py \\
+    python tools/analysis_tools/robustness.py \\
         configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
         work_dirs/demo_elliptical/iter_3000.pth \\
         configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py \\
@@ -26,7 +26,7 @@ from mmengine.config import DictAction
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.transforms import SEVERITIES
-from mmseg_elliptical.utils.cli import model_specs
+from mmseg_elliptical.utils import model_specs
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

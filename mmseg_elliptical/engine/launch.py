@@ -1,4 +1,7 @@
-"""Let mmseg's ``--launcher pytorch`` run on machines without CUDA.
+"""Run mmseg's tools with the plugin, also ``--launcher pytorch`` without CUDA.
+
+:func:`run_mmseg_tool` runs a script mmseg's wheel ships (``tools/train.py``
+and ``tools/test.py`` of this repository call it).
 
 mmengine 0.10's PyTorch launcher calls ``torch.cuda.set_device`` (an
 ``AttributeError`` on a CPU-only torch) before ``init_process_group`` with the
@@ -22,11 +25,14 @@ failed job.
 """
 import gc
 import os
+import runpy
 import sys
 from typing import List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+
+from ..utils.mmseg_files import mmseg_tool_path
 
 CPU_WRAPPER_OPTIONS = [
     'model_wrapper_cfg.type=MMDistributedDataParallel',
@@ -94,3 +100,20 @@ def end_process_group() -> None:
     # holds it, and the Runner that holds DDP sits in reference cycles: free
     # them now, so gloo joins its threads before interpreter shutdown.
     gc.collect()
+
+
+def run_mmseg_tool(name: str) -> None:
+    """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
+
+    Importing this package first registers the plugin's components and its
+    weights-only checkpoint loader. ``--launcher pytorch`` also works
+    without CUDA (gloo; see :func:`prepare_cpu_launch`). The process group
+    of a distributed run is destroyed when the script ends, also on error,
+    so the exit status is the job's.
+    """
+    import mmseg_elliptical  # noqa: F401
+    sys.argv = prepare_cpu_launch(sys.argv)
+    try:
+        runpy.run_path(mmseg_tool_path(name), run_name='__main__')
+    finally:
+        end_process_group()

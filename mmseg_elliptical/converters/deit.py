@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Mapping, Tuple
 
 from torch import Tensor
 
-from .mmseg_tools import mmseg_tool_path
+from ..utils.mmseg_files import mmseg_tool_path
 
 WRAPPERS = ('state_dict', 'model', 'module')
 # Source keys with no counterpart in a segmentation backbone.
@@ -49,7 +49,7 @@ def mmseg_convert_vit() -> Callable[[Mapping[str, Tensor]], OrderedDict]:
     return namespace['convert_vit']
 
 
-def unwrap(checkpoint: Mapping) -> Dict[str, Tensor]:
+def state_dict_of(checkpoint: Mapping) -> Dict[str, Tensor]:
     """The state dict inside a timm / DeiT / mmengine checkpoint.
 
     Args:
@@ -79,7 +79,7 @@ def convert_deit(
         ValueError: If the source is not a ViT with a class token, or keeps
             weights mmseg's ViT has no place for.
     """
-    src = unwrap(checkpoint)
+    src = state_dict_of(checkpoint)
     src = {k[len('module.'):] if k.startswith('module.') else k: v
            for k, v in src.items()}
     if 'cls_token' not in src or 'pos_embed' not in src:
@@ -101,3 +101,34 @@ def convert_deit(
             f'{unknown} (converted names); the source has a layout this '
             'converter does not know (e.g. LayerScale or fc_norm).')
     return out, sorted(dropped)
+
+
+def load_source(src: str, unsafe_pickle: bool = False) -> dict:
+    """Load a source checkpoint (path or URL) weights-only.
+
+    Args:
+        src (str): Local path or URL.
+        unsafe_pickle (bool): Load a local file with
+            ``torch.load(weights_only=False)`` instead, for training
+            checkpoints that pickle Python objects (only for trusted files).
+
+    Returns:
+        dict: The loaded checkpoint.
+
+    Raises:
+        ValueError: If the weights-only loader refuses the file.
+    """
+    import torch
+    from mmengine.runner import CheckpointLoader
+    if unsafe_pickle:
+        return torch.load(src, map_location='cpu', weights_only=False)
+    try:
+        return CheckpointLoader.load_checkpoint(src, map_location='cpu')
+    except Exception as e:  # torch's UnpicklingError and friends
+        if 'weights_only' not in str(e) and 'Unsupported global' not in str(
+                e):
+            raise
+        raise ValueError(
+            f'convert_deit: {src} holds pickled Python objects that the '
+            f'weights-only loader refuses ({str(e).splitlines()[0]}). '
+            'If you trust the file, rerun with --unsafe-pickle.') from e

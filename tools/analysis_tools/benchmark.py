@@ -11,11 +11,11 @@ elliptical to each baseline. Writes ``benchmark.{json,md,csv,png}``.
 
 Example::
 
-    python tools/benchmark.py                       # ViT-T 512, batch 1
-    python tools/benchmark.py \\
+    python tools/analysis_tools/benchmark.py                       # ViT-T 512, batch 1
+    python tools/analysis_tools/benchmark.py \\
         mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
-    python tools/benchmark.py --layer               # one attention layer
-    python tools/benchmark.py --overview work_dirs/speed/vit-t_b1 \\
+    python tools/analysis_tools/benchmark.py --layer               # one attention layer
+    python tools/analysis_tools/benchmark.py --overview work_dirs/speed/vit-t_b1 \\
         work_dirs/speed/mit-b0 --out-dir work_dirs/speed   # one table
 """
 import argparse
@@ -36,10 +36,9 @@ from mmseg_elliptical.benchmark import (DEFAULT_ROLES, ROLES, BenchModel,
 from mmseg_elliptical.benchmark.models import supported_backbones
 from mmseg_elliptical.benchmark.report import (csv_table, figure, markdown,
                                                overview_table)
-from mmseg_elliptical.utils.cli import load_config, model_names
-from mmseg_elliptical.utils.report import write_report
+from mmseg_elliptical.utils import load_config, model_names, write_report
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join(
     ROOT, 'configs', 'segmenter',
     'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
@@ -185,7 +184,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Union[Dict, str]:
     bar = ProgressBar(len(options.groups()) * len(specs) * args.rounds)
     report = run_benchmark(specs, options, bar.update)
     report['meta']['command'] = ' '.join(
-        ['python tools/benchmark.py', *(sys.argv[1:] if argv is None
+        ['python tools/analysis_tools/benchmark.py', *(sys.argv[1:] if argv is None
                                         else argv)])
     text = markdown(report)
     files = write_report(args.out_dir, 'benchmark', data=report,

@@ -1,0 +1,3 @@
+from .seg_summary_hook import SegSummaryHook
+
+__all__ = ['SegSummaryHook']

@@ -1,0 +1,3 @@
+from .metrics import PerClassIoUMetric
+
+__all__ = ['PerClassIoUMetric']

@@ -1,0 +1,3 @@
+from .per_class_iou_metric import PerClassIoUMetric
+
+__all__ = ['PerClassIoUMetric']

@@ -1,0 +1,23 @@
+"""mmseg's MAE backbone with elliptical attention."""
+from mmseg.models.backbones import MAE
+from mmseg.models.backbones.mae import MAETransformerEncoderLayer
+
+from mmseg.registry import MODELS
+from ..chain import EllipticalLayerMixin
+from ..conversion import elliptical_version_of
+from .beit import EllipticalBEiT
+
+
+@elliptical_version_of(MAETransformerEncoderLayer)
+class EllipticalMAELayer(EllipticalLayerMixin, MAETransformerEncoderLayer):
+    """MAE's encoder layer in a chain."""
+
+
+@MODELS.register_module()
+@elliptical_version_of(MAE)
+class EllipticalMAE(EllipticalBEiT, MAE):
+    """mmseg's ``MAE`` backbone whose layers use elliptical attention.
+
+    As :class:`EllipticalBEiT` (MAE is BEiT with a qkv bias, an absolute
+    position embedding and its own initialisation).
+    """

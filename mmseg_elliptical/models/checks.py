@@ -1,0 +1,193 @@
+"""Argument and input checks of the elliptical models.
+
+Everything that can be checked once is checked when a model is built
+(:func:`check_elliptical_layers`, :func:`check_estimator_args`,
+:func:`check_kwargs`); :func:`check_images` runs per forward and costs no
+host synchronisation unless asked to look at the values
+(:data:`CHECK_FINITE`).
+"""
+import difflib
+import inspect
+from collections.abc import Iterable, Mapping
+from numbers import Integral, Real
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+REDUCTIONS = ('mean', 'median')
+# When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)
+# on CPU tensors only, where the pass costs no host synchronisation;
+# 'always' also on GPUs (one synchronisation per forward); 'never'.
+CHECK_FINITE = ('cpu', 'always', 'never')
+
+
+def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
+    """Validate the estimator options; a ``ValueError`` names the bad one.
+
+    Args:
+        reduction (str): ``relevance_reduction``, one of :data:`REDUCTIONS`.
+        eps (float): ``relevance_eps``, a finite number > 0 (numpy scalars
+            are accepted).
+        owner (str): Prefix naming the argument's owner in the message.
+
+    Returns:
+        float: ``eps`` as a Python float.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f'{owner}relevance_reduction={reduction!r} is not '
+                         f'supported; choose one of {REDUCTIONS}.')
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real) \
+            or not 0 < eps < float('inf'):
+        raise ValueError(f'{owner}relevance_eps={eps!r} must be a finite '
+                         'number > 0 (e.g. 1e-6).')
+    return float(eps)
+
+
+def check_finite_mode(value: Union[bool, str], owner: str) -> str:
+    """Resolve ``check_finite`` to one of :data:`CHECK_FINITE`.
+
+    ``True`` means ``'always'`` and ``False`` ``'never'``, so configs written
+    for the boolean option keep their meaning.
+    """
+    if value is True or value is False:
+        return 'always' if value else 'never'
+    if value not in CHECK_FINITE:
+        raise ValueError(f'{owner}: check_finite={value!r} must be one of '
+                         f'{CHECK_FINITE} (or True / False).')
+    return value
+
+
+def check_elliptical_layers(elliptical_layers: Optional[Sequence[int]],
+                            stage_depths: Sequence[int],
+                            owner: str) -> Tuple[int, ...]:
+    """Validate ``elliptical_layers`` and resolve the default.
+
+    Args:
+        elliptical_layers (Sequence[int], optional): Global indices (0-based,
+            in forward order across stages) of the layers that score
+            elliptically; None means every layer but the first of each stage.
+        stage_depths (Sequence[int]): Number of layers of each stage.
+        owner (str): Class name, for the error message.
+
+    Returns:
+        tuple[int, ...]: Sorted layer indices.
+    """
+    starts = np.cumsum([0, *stage_depths[:-1]]).tolist()
+    total = int(sum(stage_depths))
+    allowed = [i for i in range(total) if i not in starts]
+    if len(stage_depths) == 1:
+        valid = (f'distinct integers in 1..{total - 1}' if total > 1 else
+                 'an empty list (a single layer has no previous values)')
+        first = 'layer 0 has no previous layer\'s values and stays dot-product'
+    else:
+        valid = f'distinct integers among {allowed}'
+        first = (f'the first layer of each stage ({starts}) has no previous '
+                 'layer\'s values in its stage and stays dot-product')
+    if elliptical_layers is None:
+        return tuple(allowed)
+    if not isinstance(elliptical_layers, Iterable) or isinstance(
+            elliptical_layers, (str, bytes, Mapping)):
+        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                         f'must be a list of {valid}.')
+    items = tuple(elliptical_layers)  # also a generator, read once
+    if not all(
+            isinstance(i, Integral) and not isinstance(i, (bool, np.bool_))
+            for i in items):
+        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                         f'must be a list of {valid}, not of '
+                         f'{sorted({type(i).__name__ for i in items})}.')
+    layers = [int(i) for i in items]  # numpy integers become ints
+    bad = [i for i in layers if i not in allowed]
+    if bad:
+        reason = f'{first}; ' if set(bad) & set(starts) else ''
+        raise ValueError(f'{owner}: elliptical_layers={layers!r} contains '
+                         f'{bad}: {reason}valid are {valid}.')
+    if len(set(layers)) != len(layers):
+        raise ValueError(f'{owner}: elliptical_layers={layers!r} has '
+                         f'duplicates; valid are {valid}.')
+    return tuple(sorted(layers))
+
+
+def check_images(inputs: Tensor,
+                 owner: str,
+                 channels: Optional[int] = None,
+                 check_finite: str = 'cpu') -> None:
+    """Reject input mmseg's forward would choke on, naming the problem.
+
+    The shape, dtype and channel checks read metadata only. The non-finite
+    check reads the values: on a GPU that is a host synchronisation, so it
+    runs there only with ``check_finite='always'``; it is skipped under
+    ``torch.compile`` (it would break the graph).
+
+    Args:
+        inputs (Tensor): The backbone's input.
+        owner (str): Class name, for the message.
+        channels (int, optional): The channels the model expects.
+        check_finite (str): One of :data:`CHECK_FINITE`.
+    """
+    if not isinstance(inputs, Tensor) or inputs.dim() != 4 \
+            or not inputs.is_floating_point():
+        shape = tuple(getattr(inputs, 'shape', ()))
+        raise ValueError(
+            f'{owner} expects a float batch of images [B, C, H, W], got shape '
+            f'{shape} and dtype {getattr(inputs, "dtype", type(inputs))} '
+            '(images are normalised to float by the data preprocessor).')
+    if channels is not None and inputs.shape[1] != channels:
+        raise ValueError(
+            f'{owner}: in_channels={channels} but the images have '
+            f'{inputs.shape[1]} channel(s) (shape {tuple(inputs.shape)}); '
+            'load them with that many channels (e.g. LoadImageFromFile('
+            "color_type='color') for RGB) or set backbone.in_channels="
+            f'{inputs.shape[1]}.')
+    if not looks_at_values(inputs, check_finite):
+        return
+    bad = inputs.numel() - int(torch.isfinite(inputs).sum())
+    if bad:
+        raise ValueError(
+            f'{owner}: the input contains {bad} NaN or infinite values '
+            f'(shape {tuple(inputs.shape)}); check the images and the '
+            'data preprocessor (mean/std), or set '
+            "backbone.check_finite='never' to skip this check.")
+
+
+def looks_at_values(x: Tensor, check_finite: str) -> bool:
+    """Whether the non-finite check reads ``x`` (see :func:`check_images`).
+    """
+    if check_finite == 'never' or torch.compiler.is_compiling():
+        return False
+    return check_finite == 'always' or x.device.type == 'cpu'
+
+
+def check_kwargs(cls: type, parent: type, kwargs: dict,
+                 own: Sequence[str]) -> None:
+    """Reject keyword arguments neither ``cls`` nor ``parent`` accepts.
+
+    Without this, a misspelt keyword reaches ``parent.__init__`` and Python's
+    ``TypeError`` names mmseg's class instead of the plugin's.
+
+    Args:
+        cls (type): The plugin class, for the message.
+        parent (type): The mmseg class whose ``__init__`` gets ``kwargs``.
+        kwargs (dict): The keyword arguments passed on to ``parent``.
+        own (Sequence[str]): The plugin class's own argument names.
+    """
+    valid = list(own)
+    for klass in parent.__mro__:  # follow **kwargs up to the class using them
+        if '__init__' not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        valid += [n for n, p in params.items() if n != 'self' and p.kind in (
+            p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    else:
+        return  # **kwargs all the way up: nothing to check against
+    for name in kwargs:
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else (
+                f'; valid are {sorted(set(valid))}.')
+            raise TypeError(f'{cls.__name__} got an unexpected keyword '
+                            f'argument {name!r}{hint}')
