@@ -21,7 +21,8 @@ setup(
         'mmcv>=2.0.0rc4,<2.2.0',
         'mmengine>=0.10.0,<1.0',
         'mmsegmentation>=1.2.0,<1.3',
-        'setuptools<81',  # mmengine resolves `mmseg::` configs through pkg_resources
+        # mmengine resolves `mmseg::` configs through pkg_resources
+        'setuptools<81',
         'ftfy',
         'regex',
         'numpy',

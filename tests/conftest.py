@@ -1,21 +1,19 @@
 """Shared fixtures: the demo configs shrunk to test size, demo data in tmp."""
 import os
 import os.path as osp
+import pytest
 import signal
 import subprocess
 import tempfile
-from typing import Dict, Optional, Sequence
-
-import pytest
 from mmengine.config import Config
+from typing import Dict, Optional, Sequence
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = osp.join(ROOT, 'configs', 'demo')
 DEMO_ELLIPTICAL = osp.join(
-    DEMO,
-    'segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
-DEMO_DOT = osp.join(
-    DEMO, 'segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
+    DEMO, 'segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
+DEMO_DOT = osp.join(DEMO,
+                    'segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
 TINY_GENERATE = dict(num_train=8, num_val=4, img_size=64, seed=0)
 
 
@@ -80,8 +78,10 @@ def single_thread():
 
 def grads(model) -> dict:
     """Gradients of all parameters that received one, by name."""
-    return {n: p.grad.clone() for n, p in model.named_parameters()
-            if p.grad is not None}
+    return {
+        n: p.grad.clone()
+        for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def saved_bytes(fn):
@@ -121,8 +121,7 @@ def check_interchange(ref, ours) -> None:
     assert list(ref.state_dict()) == list(ours.state_dict())
     ours.load_state_dict(ref.state_dict(), strict=True)
     ref.load_state_dict(ours.state_dict(), strict=True)
-    for (k, a), b in zip(ref.state_dict().items(),
-                         ours.state_dict().values()):
+    for (k, a), b in zip(ref.state_dict().items(), ours.state_dict().values()):
         assert torch.equal(a, b), k
 
 
@@ -132,8 +131,8 @@ def randomise(model) -> None:
     import torch
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if 'relative_position_bias_table' in name or name.endswith(
-                    ('q_bias', 'v_bias')):
+            table = 'relative_position_bias_table' in name
+            if table or name.endswith(('q_bias', 'v_bias')):
                 p.normal_()
             elif 'qkv.weight' in name:
                 p.normal_(std=0.3)
@@ -157,8 +156,8 @@ def check_with_cp(build, x) -> None:
     torch.testing.assert_close(cp_loss, plain_loss, rtol=0, atol=0)
     assert cp.keys() == plain.keys() and len(plain) > 0
     for name in plain:
-        torch.testing.assert_close(cp[name], plain[name], rtol=0, atol=1e-6,
-                                   msg=name)
+        torch.testing.assert_close(
+            cp[name], plain[name], rtol=0, atol=1e-6, msg=name)
 
 
 def check_attention_dropout(attn, run, clean) -> None:
@@ -210,8 +209,9 @@ def check_bf16(model, x, how: str) -> None:
         assert out.dtype == torch.bfloat16
     assert torch.isfinite(out).all()
     out.float().square().mean().backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-               if p.grad is not None)
+    assert all(
+        torch.isfinite(p.grad).all() for p in model.parameters()
+        if p.grad is not None)
     # bf16 keeps ~3 significant digits.
     err = (out.float() - ref).abs().max() / ref.abs().max()
     assert 0 < err < 0.1, err
@@ -234,8 +234,8 @@ def check_compiled(model, x, fullgraph: bool = True) -> list:
     torch._dynamo.reset()
     try:
         model.train()
-        compiled = torch.compile(model, backend='aot_eager',
-                                 fullgraph=fullgraph)
+        compiled = torch.compile(
+            model, backend='aot_eager', fullgraph=fullgraph)
         (outs, g), (ref_outs, ref_g) = train_step(compiled), train_step(model)
         train_outs = list(outs)
         model.eval()
@@ -248,14 +248,15 @@ def check_compiled(model, x, fullgraph: bool = True) -> list:
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert g.keys() == ref_g.keys() and len(g) > 0
     for name in ref_g:
-        torch.testing.assert_close(g[name], ref_g[name], atol=1e-6,
-                                   rtol=1e-5, msg=name)
+        torch.testing.assert_close(
+            g[name], ref_g[name], atol=1e-6, rtol=1e-5, msg=name)
     return train_outs
 
 
-def run_command(args: Sequence[str], timeout: float = 300,
-                env: Optional[Dict[str, str]] = None
-                ) -> subprocess.CompletedProcess:
+def run_command(
+        args: Sequence[str],
+        timeout: float = 300,
+        env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """Run ``args`` in the repository root to a zero exit status.
 
     The test fails with the output's tail on another exit status, or when the
@@ -279,9 +280,14 @@ def run_command(args: Sequence[str], timeout: float = 300,
         env = dict(os.environ, OMP_NUM_THREADS='1')
     with tempfile.TemporaryFile('w+') as out, \
             tempfile.TemporaryFile('w+') as err:
-        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out,
-                                stderr=err, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True)
         try:
             proc.wait(timeout)
             failure = f'exit status {proc.returncode}' \
@@ -297,9 +303,11 @@ def run_command(args: Sequence[str], timeout: float = 300,
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if failure:
-        pytest.fail(f'{" ".join(args)[-300:]}: {failure}\n'
-                    f'--- stdout:\n{stdout[-2000:]}\n'
-                    f'--- stderr:\n{stderr[-4000:]}', pytrace=False)
+        pytest.fail(
+            f'{" ".join(args)[-300:]}: {failure}\n'
+            f'--- stdout:\n{stdout[-2000:]}\n'
+            f'--- stderr:\n{stderr[-4000:]}',
+            pytrace=False)
     return subprocess.CompletedProcess(args, 0, stdout, stderr)
 
 

@@ -2,28 +2,26 @@
 import pytest
 import torch
 import torch.nn as nn
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
 from mmengine.registry import init_default_scope
-
 from mmseg.registry import MODELS
+from test_elliptical_attention import naive_relevance
 
 import mmseg_elliptical  # noqa: F401
-from mmseg_elliptical.analysis import (LayerRecorder,
-                                       mean_pairwise_cosine, relevance_spread,
-                                       transformer_layers)
+from mmseg_elliptical.analysis import (LayerRecorder, mean_pairwise_cosine,
+                                       relevance_spread, transformer_layers)
 from mmseg_elliptical.models import EllipticalAttentionMixin
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
-from test_elliptical_attention import naive_relevance
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 
 def test_mean_pairwise_cosine_extremes_and_brute_force():
     same = torch.randn(1, 1, 8).expand(2, 5, 8)
-    torch.testing.assert_close(mean_pairwise_cosine(same),
-                               torch.ones(2, dtype=torch.float64))
+    torch.testing.assert_close(
+        mean_pairwise_cosine(same), torch.ones(2, dtype=torch.float64))
     ortho = torch.eye(6).unsqueeze(0)
-    torch.testing.assert_close(mean_pairwise_cosine(ortho),
-                               torch.zeros(1, dtype=torch.float64))
+    torch.testing.assert_close(
+        mean_pairwise_cosine(ortho), torch.zeros(1, dtype=torch.float64))
     opposite = torch.tensor([[[1., 0.], [-1., 0.]]])
     assert mean_pairwise_cosine(opposite).item() == pytest.approx(-1)
     x = torch.randn(3, 7, 4)
@@ -75,8 +73,11 @@ def test_recorder_captures_and_leaves_no_trace(path, demo_root, tmp_path):
     with torch.no_grad():
         before = model.backbone(img)[0]
         found = transformer_layers(model, convert=True)
-        with LayerRecorder(found.layers, probs=True, relevance=True,
-                           patch_embed=found.patch_embed) as rec:
+        with LayerRecorder(
+                found.layers,
+                probs=True,
+                relevance=True,
+                patch_embed=found.patch_embed) as rec:
             assert not any(layer.attn.fused_attn for layer in found.layers)
             during = model.backbone(img)[0]
         after = model.backbone(img)[0]
@@ -87,9 +88,9 @@ def test_recorder_captures_and_leaves_no_trace(path, demo_root, tmp_path):
         assert layer.attn.fused_attn and layer.attn.attention_record is None
     assert rec.hw_shapes == [(8, 8)]
     inputs = [found.patch_embed(img)[0]]  # tokens entering each layer
-    inputs[0] = model.backbone._pos_embeding(torch.cat(
-        (model.backbone.cls_token.expand(2, -1, -1), inputs[0]), 1), (8, 8),
-        model.backbone.pos_embed)
+    inputs[0] = model.backbone._pos_embeding(
+        torch.cat((model.backbone.cls_token.expand(2, -1, -1), inputs[0]), 1),
+        (8, 8), model.backbone.pos_embed)
     for i, record in enumerate(rec.records):
         assert record.tokens[0].shape == (2, 65, 48)
         inputs.append(record.tokens[0])
@@ -98,9 +99,9 @@ def test_recorder_captures_and_leaves_no_trace(path, demo_root, tmp_path):
                                    torch.ones(2, 3, 65))
         if elliptical and i > 0:  # m of the recorded layers' values
             with torch.no_grad():
-                m = naive_relevance(values(found.layers[i], inputs[i]),
-                                    values(found.layers[i - 1],
-                                           inputs[i - 1]))
+                m = naive_relevance(
+                    values(found.layers[i], inputs[i]),
+                    values(found.layers[i - 1], inputs[i - 1]))
             torch.testing.assert_close(record.relevance[0], m)
         else:
             assert record.relevance == []
@@ -119,8 +120,11 @@ def test_dot_product_probs_match_torch(demo_root, tmp_path):
     x = torch.randn(2, 10, 48)
     with torch.no_grad():
         ref = layer.attn.attn(  # mmcv keeps nn.MultiheadAttention seq-first
-            x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1),
-            need_weights=True, average_attn_weights=False)[1]
+            x.transpose(0, 1),
+            x.transpose(0, 1),
+            x.transpose(0, 1),
+            need_weights=True,
+            average_attn_weights=False)[1]
         transformer_layers(model, convert=True)
         assert isinstance(layer.attn, EllipticalAttentionMixin)
         with LayerRecorder([layer], tokens=False, probs=True) as rec:
@@ -141,9 +145,10 @@ def test_decode_head_layers_and_bad_part(demo_root, tmp_path):
 
 def test_query_patch_known_points():
     from mmseg_elliptical.analysis import query_patch
+
     # 100 x 80 image resized to 64 x 51, 8 x 8 patches, 8 x 7 grid.
-    args = dict(ori_shape=(100, 80), img_shape=(64, 51), stride=(8, 8),
-                grid=(8, 7))
+    args = dict(
+        ori_shape=(100, 80), img_shape=(64, 51), stride=(8, 8), grid=(8, 7))
     # y=30 -> 19.2 input rows -> patch row 2; x=40 -> 25.5 -> column 3.
     assert query_patch((40, 30), **args) == (2, 3)
     assert query_patch((0, 0), **args) == (0, 0)

@@ -1,14 +1,19 @@
 """EllipticalVisionTransformer: mmseg compatibility and the threaded values."""
 import pytest
 import torch
-from mmseg.models.backbones import VisionTransformer
-
-from mmseg_elliptical.models import EllipticalVisionTransformer
 from conftest import build_pair, check_interchange
+from mmseg.models.backbones import VisionTransformer
 from test_elliptical_attention import naive_relevance
 
-ARCH = dict(img_size=32, patch_size=8, embed_dims=24, num_heads=3,
-            num_layers=4, mlp_ratio=2)
+from mmseg_elliptical.models import EllipticalVisionTransformer
+
+ARCH = dict(
+    img_size=32,
+    patch_size=8,
+    embed_dims=24,
+    num_heads=3,
+    num_layers=4,
+    mlp_ratio=2)
 
 
 @pytest.mark.parametrize('kwargs', [
@@ -44,8 +49,9 @@ def naive_forward(model, x):
         y = layer.norm1(tokens)
         q, k, v = (y @ layer.attn.attn.in_proj_weight.T +
                    layer.attn.attn.in_proj_bias).chunk(3, -1)
-        q, k, v = (t.reshape(*t.shape[:2], H, C // H).transpose(1, 2)
-                   for t in (q, k, v))
+        q, k, v = (
+            t.reshape(*t.shape[:2], H, C // H).transpose(1, 2)
+            for t in (q, k, v))
         if i in model.elliptical_layers:
             q = q * naive_relevance(v, v_prev)
         a = (q @ k.transpose(-2, -1) / (C // H)**0.5).softmax(-1) @ v
@@ -60,9 +66,8 @@ def test_elliptical_forward_matches_naive():
     torch.manual_seed(0)
     model = EllipticalVisionTransformer(**ARCH).eval()
     assert model.elliptical_layers == (1, 2, 3)
-    assert [layer.attn.elliptical for layer in model.layers] == [
-        False, True, True, True
-    ]
+    assert [layer.attn.elliptical
+            for layer in model.layers] == [False, True, True, True]
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(
@@ -77,20 +82,19 @@ def test_elliptical_layers_subset():
     torch.manual_seed(0)
     model = EllipticalVisionTransformer(elliptical_layers=[3, 2], **ARCH)
     assert model.elliptical_layers == (2, 3)
-    assert [layer.attn.elliptical for layer in model.layers] == [
-        False, False, True, True
-    ]
+    assert [layer.attn.elliptical
+            for layer in model.layers] == [False, False, True, True]
     model.eval()
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
-        torch.testing.assert_close(model(x)[0], naive_forward(model, x),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            model(x)[0], naive_forward(model, x), atol=1e-5, rtol=1e-5)
 
 
 def test_checkpoints_load_both_ways_strictly():
     torch.manual_seed(0)
-    check_interchange(VisionTransformer(**ARCH),
-                      EllipticalVisionTransformer(**ARCH))
+    check_interchange(
+        VisionTransformer(**ARCH), EllipticalVisionTransformer(**ARCH))
 
 
 def test_pos_embed_resize_and_odd_inputs():

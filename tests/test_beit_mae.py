@@ -7,31 +7,36 @@ score scale, and ``m`` from ``naive_relevance``. It shares no code with the
 package nor with mmseg's forward.
 """
 import os.path as osp
-
 import pytest
 import torch
-from mmengine.optim import build_optim_wrapper
-from mmengine.registry import DefaultScope
-from mmseg.models.backbones import BEiT, MAE
-from mmseg.models.backbones.beit import BEiTAttention
-from mmseg.models.backbones.mae import MAEAttention
-
 from conftest import (ROOT, build_pair, check_attention_dropout, check_bf16,
                       check_compiled, check_interchange, randomise,
                       saved_scores_bytes)
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import DefaultScope
+from mmseg.models.backbones import MAE, BEiT
+from mmseg.models.backbones.beit import BEiTAttention
+from mmseg.models.backbones.mae import MAEAttention
+from test_elliptical_attention import naive_relevance
+from test_swin import ShapeSpy, tiny_train_step
+
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiT,
                                      EllipticalBEiTAttention, EllipticalMAE,
                                      EllipticalMAEAttention, to_elliptical)
-from test_elliptical_attention import naive_relevance
-from test_swin import ShapeSpy, tiny_train_step
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 C, HEADS, GRID = 24, 3, (3, 4)
 D = C // HEADS
 N = GRID[0] * GRID[1] + 1
-ARCH = dict(img_size=(32, 24), patch_size=8, embed_dims=24, num_heads=3,
-            num_layers=4, mlp_ratio=2, out_indices=(1, 3))
+ARCH = dict(
+    img_size=(32, 24),
+    patch_size=8,
+    embed_dims=24,
+    num_heads=3,
+    num_layers=4,
+    mlp_ratio=2,
+    out_indices=(1, 3))
 BACKBONES = {'beit': (BEiT, EllipticalBEiT), 'mae': (MAE, EllipticalMAE)}
 
 
@@ -61,8 +66,9 @@ def naive_attention(attn, x, v_prev=None, scale=None, grid=GRID):
         bias = attn.qkv.bias
     else:
         bias = torch.zeros(3 * C)
-    q, k, v = ((x @ weight[i * C:(i + 1) * C].T + bias[i * C:(i + 1) * C])
-               .reshape(B, n, H, d).transpose(1, 2) for i in range(3))
+    q, k, v = ((x @ weight[i * C:(i + 1) * C].T +
+                bias[i * C:(i + 1) * C]).reshape(B, n, H, d).transpose(1, 2)
+               for i in range(3))
     if v_prev is not None:
         q = q @ torch.diag_embed(naive_relevance(v.detach(), v_prev)[:, :, 0])
     scale = d**-0.5 if scale is None else scale
@@ -74,11 +80,12 @@ def naive_attention(attn, x, v_prev=None, scale=None, grid=GRID):
 
 
 KINDS = {
-    'beit': lambda **kw: EllipticalBEiTAttention(C, HEADS, GRID, **kw),
-    'beit-no-bias': lambda **kw: EllipticalBEiTAttention(C, HEADS, GRID,
-                                                         bias=False, **kw),
-    'mae': lambda **kw: EllipticalMAEAttention(C, HEADS, GRID, bias=True,
-                                               **kw),
+    'beit':
+    lambda **kw: EllipticalBEiTAttention(C, HEADS, GRID, **kw),
+    'beit-no-bias':
+    lambda **kw: EllipticalBEiTAttention(C, HEADS, GRID, bias=False, **kw),
+    'mae':
+    lambda **kw: EllipticalMAEAttention(C, HEADS, GRID, bias=True, **kw),
 }
 
 
@@ -114,8 +121,8 @@ def test_attention_matches_naive(kind, fused, grad, batch):
         torch.testing.assert_close(v, ref_v)
         assert not v.requires_grad
         out, v = call(attn, x)
-        torch.testing.assert_close(out, naive_attention(attn, x)[0],
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            out, naive_attention(attn, x)[0], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize('fused', [True, False])
@@ -126,7 +133,8 @@ def test_qk_scale_is_honoured(fused):
     with torch.no_grad():
         torch.testing.assert_close(
             call(attn, x, v_prev)[0],
-            naive_attention(attn, x, v_prev, scale=0.05)[0], atol=1e-5,
+            naive_attention(attn, x, v_prev, scale=0.05)[0],
+            atol=1e-5,
             rtol=1e-5)
 
 
@@ -153,13 +161,15 @@ def test_gradients_match_naive_and_m_is_constant(kind, fused):
     attn.zero_grad()
     x2 = x.detach().clone().requires_grad_()
     naive_attention(attn, x2, v_prev.detach())[0].square().sum().backward()
-    expected = {'relative_position_bias_table', 'qkv.weight', 'proj.weight',
-                'proj.bias'}
+    expected = {
+        'relative_position_bias_table', 'qkv.weight', 'proj.weight',
+        'proj.bias'
+    }
     expected |= {'q_bias', 'v_bias'} if kind == 'beit' else {'qkv.bias'}
     assert set(got) == expected
     for name, p in attn.named_parameters():
-        torch.testing.assert_close(got[name], p.grad, atol=1e-4, rtol=1e-4,
-                                   msg=name)
+        torch.testing.assert_close(
+            got[name], p.grad, atol=1e-4, rtol=1e-4, msg=name)
     torch.testing.assert_close(got_x, x2.grad, atol=1e-4, rtol=1e-4)
 
 
@@ -169,8 +179,9 @@ def test_gradients_match_naive_and_m_is_constant(kind, fused):
 ])
 def test_dot_product_mode_equals_mmseg_module(cls, expected):
     torch.manual_seed(0)
-    ref = cls(C, HEADS, GRID, bias='qv_bias' if cls is BEiTAttention else
-              True).eval()
+    ref = cls(
+        C, HEADS, GRID,
+        bias='qv_bias' if cls is BEiTAttention else True).eval()
     with torch.no_grad():
         for name, p in ref.named_parameters():
             if 'bias' in name:
@@ -233,25 +244,29 @@ def naive_forward(model, x):
     outs, v_prev = [], None
     for i, layer in enumerate(model.layers):
         a, v = naive_attention(
-            layer.attn, layer.norm1(tokens),
-            v_prev if i in model.elliptical_layers else None, grid=hw)
+            layer.attn,
+            layer.norm1(tokens),
+            v_prev if i in model.elliptical_layers else None,
+            grid=hw)
         tokens = tokens + layer.gamma_1 * a
         tokens = tokens + layer.gamma_2 * layer.ffn(layer.norm2(tokens))
         v_prev = v
         if i == len(model.layers) - 1 and model.final_norm:
             tokens = model.norm1(tokens)
         if i in model.out_indices:
-            outs.append(tokens[:, 1:].reshape(x.shape[0], *hw, -1).permute(
-                0, 3, 1, 2))
+            outs.append(tokens[:, 1:].reshape(x.shape[0], *hw,
+                                              -1).permute(0, 3, 1, 2))
     return outs
 
 
 @pytest.mark.parametrize('kind', sorted(BACKBONES))
-@pytest.mark.parametrize('kwargs', [
-    dict(),
-    dict(final_norm=True, out_indices=-1, init_values=1.0),
-    dict(qv_bias=False, patch_norm=True),
-], ids=['default', 'final_norm', 'no_qv_bias'])
+@pytest.mark.parametrize(
+    'kwargs', [
+        dict(),
+        dict(final_norm=True, out_indices=-1, init_values=1.0),
+        dict(qv_bias=False, patch_norm=True),
+    ],
+    ids=['default', 'final_norm', 'no_qv_bias'])
 def test_dot_product_mode_equals_mmseg(kind, kwargs):
     if kind == 'mae':
         kwargs.pop('qv_bias', None)  # MAE always has a plain qkv bias
@@ -329,10 +344,12 @@ def test_bad_inputs(kind):
         model(torch.zeros(3, 32, 24))
     # Same number of patches (12), other grid: mmseg's BEiT would silently
     # use wrong relative positions.
-    with pytest.raises(ValueError, match=(
-            rf'{cls.__name__} was built for img_size=\(32, 24\) \(a 4x3 '
-            r'patch grid.*got images of \(24, 32\) \(3x4 patches\); set '
-            'img_size to the crop size')):
+    with pytest.raises(
+            ValueError,
+            match=(
+                rf'{cls.__name__} was built for img_size=\(32, 24\) \(a 4x3 '
+                r'patch grid.*got images of \(24, 32\) \(3x4 patches\); set '
+                'img_size to the crop size')):
         model(torch.zeros(1, 3, 24, 32))
     assert model(torch.zeros(1, 3, 39, 31))[0].shape == (1, 24, 4, 3)
 
@@ -358,8 +375,9 @@ def test_degenerate_inputs_stay_finite(kind, case):
             outs = model(x)
         assert all(torch.isfinite(o).all() for o in outs)
     sum(o.square().mean() for o in model.train()(x)).backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-               if p.grad is not None)
+    assert all(
+        torch.isfinite(p.grad).all() for p in model.parameters()
+        if p.grad is not None)
 
 
 @pytest.mark.parametrize('kind', sorted(BACKBONES))
@@ -400,10 +418,12 @@ def test_training_saves_no_more_scores_than_mmseg(kind):
 # Configs
 
 CONFIGS = {
-    'beit': osp.join(ROOT, 'configs', 'beit', 'elliptical-beit-base_upernet_'
-                     '8xb2-160k_ade20k-640x640.py'),
-    'mae': osp.join(ROOT, 'configs', 'mae', 'elliptical-mae-base_upernet_'
-                    '8xb2-amp-160k_ade20k-512x512.py'),
+    'beit':
+    osp.join(ROOT, 'configs', 'beit', 'elliptical-beit-base_upernet_'
+             '8xb2-160k_ade20k-640x640.py'),
+    'mae':
+    osp.join(ROOT, 'configs', 'mae', 'elliptical-mae-base_upernet_'
+             '8xb2-amp-160k_ade20k-512x512.py'),
 }
 
 
@@ -412,16 +432,17 @@ def test_config_forward_loss_backward(kind):
     """Shrunk to 48 channels and 64 x 64 images (12 layers kept); the layer
     decay optimiser of the configs recognises the elliptical backbones."""
     width = 48
-    cfg, model, losses = tiny_train_step(CONFIGS[kind], {
-        'model.backbone.img_size': (64, 64),
-        'model.backbone.embed_dims': width,
-        'model.backbone.num_heads': 4,
-        'model.neck.embed_dim': width,
-        'model.decode_head.in_channels': [width] * 4,
-        'model.decode_head.channels': 16,
-        'model.auxiliary_head.in_channels': width,
-        'model.auxiliary_head.channels': 16,
-    })
+    cfg, model, losses = tiny_train_step(
+        CONFIGS[kind], {
+            'model.backbone.img_size': (64, 64),
+            'model.backbone.embed_dims': width,
+            'model.backbone.num_heads': 4,
+            'model.neck.embed_dim': width,
+            'model.decode_head.in_channels': [width] * 4,
+            'model.decode_head.channels': 16,
+            'model.auxiliary_head.in_channels': width,
+            'model.auxiliary_head.channels': 16,
+        })
     assert type(model.backbone) is BACKBONES[kind][1]
     assert model.backbone.elliptical_layers == tuple(range(1, 12))
     assert {'decode.loss_ce', 'aux.loss_ce'} <= set(losses)

@@ -4,33 +4,36 @@ formulation written here, and the command line at tiny sizes."""
 import importlib.util
 import json
 import os.path as osp
-import sys
-
 import pytest
+import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import ROOT
 from mmseg.models.backbones import VisionTransformer
 from torch.utils.benchmark import Measurement
 from torch.utils.benchmark.utils.common import TaskSpec
 
-from mmseg_elliptical.benchmark import (BenchModel, BenchmarkOptions,
-                                        RatioStats, RssPeak, build_model,
-                                        count_flops, derive_variants,
-                                        make_step, make_timer, paired_ratio,
-                                        peak_rss_in_child, ratios,
-                                        run_interleaved, saved_tensors_mb,
-                                        summarise, tensor_peak_mb, verdict)
-from mmseg_elliptical.benchmark.runner import prepared_step, runner_of
-from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
+from mmseg_elliptical.benchmark.flops import count_flops
+from mmseg_elliptical.benchmark.memory import (RssPeak, peak_rss_in_child,
+                                               saved_tensors_mb,
+                                               tensor_peak_mb)
+from mmseg_elliptical.benchmark.models import (BenchModel, build_model,
+                                               derive_variants, make_step)
+from mmseg_elliptical.benchmark.runner import (BenchmarkOptions, prepared_step,
+                                               ratios, runner_of)
+from mmseg_elliptical.benchmark.timing import (RatioStats, make_timer,
+                                               paired_ratio, run_interleaved,
+                                               summarise, verdict)
 from mmseg_elliptical.models import EllipticalTransformerMixin
+from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils.config import load_config
-from conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
-VIT_T = osp.join(ROOT, 'configs', 'segmenter',
-                 'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
+VIT_T = osp.join(
+    ROOT, 'configs', 'segmenter',
+    'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
 MMSEG_VIT_T = 'mmseg::segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-' \
     '512x512.py'
 TINY = {
@@ -45,11 +48,12 @@ TINY_ARGS = ['--cfg-options'] + [f'{k}={v}' for k, v in TINY.items()]
 MIB = 2**20
 
 
-def tiny_variants(roles=('elliptical', 'fused-dot', 'mmseg-dot',
-                         'paper-ref'), config=VIT_T, **kwargs):
+def tiny_variants(
+        roles=('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref'),
+        config=VIT_T,
+        **kwargs):
     cfg = load_config(config, TINY, no_pretrained=True)
-    return derive_variants('vit', config, cfg.model.to_dict(), roles,
-                           **kwargs)
+    return derive_variants('vit', config, cfg.model.to_dict(), roles, **kwargs)
 
 
 # ---------------------------------------------------------------- statistics
@@ -70,8 +74,11 @@ def test_paired_ratio_known_numbers():
 
 def test_summarise_known_numbers():
     # Three rounds; the last timed two runs in one block of 2 steps each.
-    rounds = [measurement([1e-3]), measurement([3e-3]),
-              measurement([4e-3, 20e-3], number=2)]
+    rounds = [
+        measurement([1e-3]),
+        measurement([3e-3]),
+        measurement([4e-3, 20e-3], number=2)
+    ]
     s = summarise(rounds, batch_size=4)
     assert s['times_ms'] == pytest.approx([1, 3, 2, 10])
     assert s['round_ms'] == pytest.approx([1, 3, 6])
@@ -94,10 +101,12 @@ def test_verdict(stats, target, strict, expected):
 
 def test_run_interleaved_shuffles_rounds():
     log = []
-    timers = {n: make_timer(lambda n=n: log.append(n), description=n)
-              for n in 'abc'}
-    out = run_interleaved(timers, rounds=6, seed=1,
-                          on_step=lambda: log.append('|'))
+    timers = {
+        n: make_timer(lambda n=n: log.append(n), description=n)
+        for n in 'abc'
+    }
+    out = run_interleaved(
+        timers, rounds=6, seed=1, on_step=lambda: log.append('|'))
     assert {n: len(m) for n, m in out.items()} == {'a': 6, 'b': 6, 'c': 6}
     blocks = ''.join(log).split('|')[:-1]  # the calls of each timer's turn
     assert all(len(set(b)) == 1 for b in blocks)
@@ -108,14 +117,25 @@ def test_run_interleaved_shuffles_rounds():
 
 
 def test_ratios_pair_rounds_within_a_config():
-    specs = [BenchModel(r, 'f', r, 'c.py', {}) for r in
-             ('elliptical', 'fused-dot', 'mmseg-dot')]
-    times = {'elliptical': [2., 4., 1.02], 'fused-dot': [2., 4., 1.],
-             'mmseg-dot': [1., 5., 2.]}
+    specs = [
+        BenchModel(r, 'f', r, 'c.py', {})
+        for r in ('elliptical', 'fused-dot', 'mmseg-dot')
+    ]
+    times = {
+        'elliptical': [2., 4., 1.02],
+        'fused-dot': [2., 4., 1.],
+        'mmseg-dot': [1., 5., 2.]
+    }
     mem = {'elliptical': 100.5, 'fused-dot': 100., 'mmseg-dot': 201.}
-    results = [dict(model=n, size=64, mode='infer', round_ms=t,
-                    peak_mem_mb=mem[n], saved_mb=None)
-               for n, t in times.items()]
+    results = [
+        dict(
+            model=n,
+            size=64,
+            mode='infer',
+            round_ms=t,
+            peak_mem_mb=mem[n],
+            saved_mb=None) for n, t in times.items()
+    ]
     rows = {r['baseline']: r for r in ratios(specs, results)}
     assert set(rows) == {'fused-dot', 'mmseg-dot'}
     fused, mmseg = rows['fused-dot'], rows['mmseg-dot']
@@ -218,27 +238,34 @@ def test_variants_of_an_elliptical_config():
     assert dot.model_cfg['backbone']['type'] == 'VisionTransformer'
     assert paper.model_cfg == ell.model_cfg and paper.explicit_attention
     # The head is mmseg's in this config: the same in every variant.
-    assert {v.model_cfg['decode_head']['type'] for v in
-            (ell, fused, dot)} == {'SegmenterMaskTransformerHead'}
+    assert {v.model_cfg['decode_head']['type']
+            for v in (ell, fused, dot)} == {'SegmenterMaskTransformerHead'}
     with pytest.raises(ValueError, match='Unknown roles'):
         tiny_variants(['elliptical', 'fast'])
 
 
 def test_variants_of_mmseg_config_and_elliptical_head():
-    ell, fused, dot = tiny_variants(
-        ('elliptical', 'fused-dot', 'mmseg-dot'), config=MMSEG_VIT_T)
+    ell, fused, dot = tiny_variants(('elliptical', 'fused-dot', 'mmseg-dot'),
+                                    config=MMSEG_VIT_T)
     assert ell.model_cfg['backbone']['type'] == 'EllipticalVisionTransformer'
     assert dot.model_cfg['backbone']['type'] == 'VisionTransformer'
     head_cfg = osp.join(
         ROOT, 'configs', 'segmenter',
         'segmenter_elliptical-vit-t_elliptical-mask_8xb1-160k_ade20k-'
         '512x512.py')
-    cfg = load_config(head_cfg, dict(TINY, **{
-        'model.decode_head.elliptical_layers': [1],
-        'model.backbone.relevance_eps': 1e-5}), no_pretrained=True)
+    cfg = load_config(
+        head_cfg,
+        dict(
+            TINY, **{
+                'model.decode_head.elliptical_layers': [1],
+                'model.backbone.relevance_eps': 1e-5
+            }),
+        no_pretrained=True)
     ell, fused, dot = derive_variants(
-        'h', head_cfg, cfg.model.to_dict(),
-        ('elliptical', 'fused-dot', 'mmseg-dot'), whole_model=True)
+        'h',
+        head_cfg,
+        cfg.model.to_dict(), ('elliptical', 'fused-dot', 'mmseg-dot'),
+        whole_model=True)
     assert fused.model_cfg['decode_head']['elliptical_layers'] == []
     assert dot.model_cfg['decode_head']['type'] == \
         'SegmenterMaskTransformerHead'
@@ -252,15 +279,21 @@ def test_variants_of_mmseg_config_and_elliptical_head():
 
 
 def test_variants_of_every_elliptical_backbone():
-    backbones = {src: cls for src, cls in ELLIPTICAL_VERSIONS.items()
-                 if issubclass(cls, EllipticalTransformerMixin)
-                 and 'backbone' in cls.__module__}
-    assert {'VisionTransformer', 'MixVisionTransformer', 'PCPVT'} <= {
-        s.__name__ for s in backbones}
+    backbones = {
+        src: cls
+        for src, cls in ELLIPTICAL_VERSIONS.items()
+        if issubclass(cls, EllipticalTransformerMixin)
+        and 'backbone' in cls.__module__
+    }
+    assert {'VisionTransformer', 'MixVisionTransformer',
+            'PCPVT'} <= {s.__name__
+                         for s in backbones}
     for src, cls in backbones.items():
         for backbone in (dict(type=src.__name__),
-                         dict(type=cls.__name__, elliptical_layers=[1],
-                              relevance_eps=1e-5)):
+                         dict(
+                             type=cls.__name__,
+                             elliptical_layers=[1],
+                             relevance_eps=1e-5)):
             model = dict(type='EncoderDecoder', backbone=backbone)
             ell, fused, dot = derive_variants(
                 'x', 'x.py', model, ('elliptical', 'fused-dot', 'mmseg-dot'))
@@ -336,8 +369,7 @@ def test_paper_reference_against_independent_formulation(monkeypatch):
 def test_prepared_step_in_child_and_eager_compile():
     spec = tiny_variants(('elliptical', ))[0]
     options = BenchmarkOptions(sizes=[64], train_sizes=[64])
-    mb, measure = peak_rss_in_child(prepared_step, spec, 64, 'train',
-                                    options)
+    mb, measure = peak_rss_in_child(prepared_step, spec, 64, 'train', options)
     assert measure == 'VmHWM' and mb > 0
     model = build_model(spec)
     x = torch.randn(1, 3, 64, 64)
@@ -365,8 +397,8 @@ def test_cli_outputs(tool, tmp_path):
     report = tool.main([
         VIT_T, '--sizes', '32', '64', '--train-sizes', '64', '--rounds', '2',
         '--roles', 'elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref',
-        '--saved-tensors', '--flops-sizes', '64', '--out-dir', str(out),
-        *TINY_ARGS
+        '--saved-tensors', '--flops-sizes', '64', '--out-dir',
+        str(out), *TINY_ARGS
     ])
     saved = json.loads((out / 'benchmark.json').read_text())
     assert saved == json.loads(json.dumps(report))
@@ -378,8 +410,10 @@ def test_cli_outputs(tool, tmp_path):
     for r in saved['results']:
         assert len(r['round_ms']) == 2 and r['memory_measure'] == 'VmHWM'
         assert (r['saved_mb'] is None) == (r['mode'] == 'infer')
-    train = {r['model']: r['saved_mb'] for r in saved['results']
-             if r['mode'] == 'train'}
+    train = {
+        r['model']: r['saved_mb']
+        for r in saved['results'] if r['mode'] == 'train'
+    }
     # The explicit path keeps the probabilities for the backward.
     assert train['paper-ref'] > train['fused-dot']
     assert len(saved['ratios']) == 3 * 3
@@ -390,8 +424,12 @@ def test_cli_outputs(tool, tmp_path):
     assert header.startswith('model,family,role,size,mode')
     assert (out / 'benchmark.png').stat().st_size > 0
     # The overview of runs: a row per size and baseline, read from the JSON.
-    text = tool.main(['--overview', str(out), str(out), '--out-dir',
-                      str(tmp_path / 'overview')])
+    text = tool.main([
+        '--overview',
+        str(out),
+        str(out), '--out-dir',
+        str(tmp_path / 'overview')
+    ])
     assert (tmp_path / 'overview' / 'overview.md').read_text() == text
     rows = [line.strip('|').split(' | ') for line in text.splitlines()[2:]]
     keys = {(r['size'], r['baseline']) for r in saved['ratios']}
@@ -416,22 +454,28 @@ def test_cli_two_configs_compiled_and_layer(tool, tmp_path):
     graphs = counters['stats']['unique_graphs']
     report = tool.main([
         VIT_T, MMSEG_VIT_T, '--names', 'ell', 'mm', '--sizes', '32',
-        '--train-sizes', '--flops-sizes', '--rounds', '1', '--memory',
-        'none', '--compile', '--compile-backend', 'eager', '--out-dir',
+        '--train-sizes', '--flops-sizes', '--rounds', '1', '--memory', 'none',
+        '--compile', '--compile-backend', 'eager', '--out-dir',
         str(tmp_path), *TINY_ARGS
     ])
     # elliptical, fused-dot and mmseg-dot (the two configs' twins share)
     assert counters['stats']['unique_graphs'] >= graphs + 3
     assert [m['name'] for m in report['models']] == [
-        'ell/elliptical', 'ell/fused-dot', 'ell/mmseg-dot',
-        'mm/elliptical', 'mm/fused-dot', 'mm/mmseg-dot']
-    assert {(r['family'], r['baseline']) for r in report['ratios']} == {
-        ('ell', 'ell/fused-dot'), ('ell', 'ell/mmseg-dot'),
-        ('mm', 'mm/fused-dot'), ('mm', 'mm/mmseg-dot')}
-    layer = tool.main(['--layer', '17', '24', '3', '--rounds', '2',
-                       '--out-dir', str(tmp_path)])
+        'ell/elliptical', 'ell/fused-dot', 'ell/mmseg-dot', 'mm/elliptical',
+        'mm/fused-dot', 'mm/mmseg-dot'
+    ]
+    assert {(r['family'], r['baseline'])
+            for r in report['ratios']} == {('ell', 'ell/fused-dot'),
+                                           ('ell', 'ell/mmseg-dot'),
+                                           ('mm', 'mm/fused-dot'),
+                                           ('mm', 'mm/mmseg-dot')}
+    layer = tool.main([
+        '--layer', '17', '24', '3', '--rounds', '2', '--out-dir',
+        str(tmp_path)
+    ])
     assert set(layer['results']) == {
         'dot-product', 'elliptical no-grad', 'elliptical grad',
-        'elliptical explicit'}
+        'elliptical explicit'
+    }
     assert all(r['rounds'] == 2 for r in layer['ratios'].values())
     assert '| elliptical grad |' in (tmp_path / 'layer.md').read_text()

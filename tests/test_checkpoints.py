@@ -5,34 +5,39 @@ import json
 import os
 import os.path as osp
 import pickle
+import pytest
 import runpy
 import sys
-from typing import Dict
-
-import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmengine.runner import CheckpointLoader, Runner, load_checkpoint
 from mmengine.runner.checkpoint import save_checkpoint
-from torch import Tensor
-
-from conftest import (DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command,
-                      tiny_config)
 from mmseg.apis import init_model
 from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
 from mmseg.utils import register_all_modules
-from mmseg_elliptical.models import EllipticalVisionTransformer
-from mmseg_elliptical.engine import load_from_local
+from torch import Tensor
+from typing import Dict
+
 from mmseg_elliptical.converters import convert_deit
+from mmseg_elliptical.engine import load_from_local
+from mmseg_elliptical.models import EllipticalVisionTransformer
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 DIM, HEADS, DEPTH, PATCH, IMG, MLP = 24, 3, 2, 8, 32, 48
-ARCH = dict(img_size=IMG, patch_size=PATCH, embed_dims=DIM, num_heads=HEADS,
-            num_layers=DEPTH, mlp_ratio=MLP // DIM, final_norm=True,
-            norm_cfg=dict(type='LN', eps=1e-6), with_cls_token=True,
-            patch_bias=True)  # timm's patch embedding has a bias
+ARCH = dict(
+    img_size=IMG,
+    patch_size=PATCH,
+    embed_dims=DIM,
+    num_heads=HEADS,
+    num_layers=DEPTH,
+    mlp_ratio=MLP // DIM,
+    final_norm=True,
+    norm_cfg=dict(type='LN', eps=1e-6),
+    with_cls_token=True,
+    patch_bias=True)  # timm's patch embedding has a bias
 
 
 def timm_state_dict(distilled: bool = False) -> Dict[str, Tensor]:
@@ -56,13 +61,17 @@ def timm_state_dict(distilled: bool = False) -> Dict[str, Tensor]:
     for i in range(DEPTH):
         p = f'blocks.{i}.'
         sd.update({
-            p + 'norm1.weight': 1 + rnd(DIM), p + 'norm1.bias': rnd(DIM),
+            p + 'norm1.weight': 1 + rnd(DIM),
+            p + 'norm1.bias': rnd(DIM),
             p + 'attn.qkv.weight': rnd(3 * DIM, DIM),
             p + 'attn.qkv.bias': rnd(3 * DIM),
-            p + 'attn.proj.weight': rnd(DIM, DIM), p + 'attn.proj.bias':
-            rnd(DIM), p + 'norm2.weight': 1 + rnd(DIM),
-            p + 'norm2.bias': rnd(DIM), p + 'mlp.fc1.weight': rnd(MLP, DIM),
-            p + 'mlp.fc1.bias': rnd(MLP), p + 'mlp.fc2.weight': rnd(DIM, MLP),
+            p + 'attn.proj.weight': rnd(DIM, DIM),
+            p + 'attn.proj.bias': rnd(DIM),
+            p + 'norm2.weight': 1 + rnd(DIM),
+            p + 'norm2.bias': rnd(DIM),
+            p + 'mlp.fc1.weight': rnd(MLP, DIM),
+            p + 'mlp.fc1.bias': rnd(MLP),
+            p + 'mlp.fc2.weight': rnd(DIM, MLP),
             p + 'mlp.fc2.bias': rnd(DIM)
         })
     if distilled:
@@ -80,11 +89,15 @@ def timm_forward(sd: Dict[str, Tensor], img: Tensor) -> Tensor:
     Returns:
         Tensor: The normalised patch tokens as a map ``[B, C, h, w]``.
     """
-    x = F.conv2d(img, sd['patch_embed.proj.weight'],
-                 sd['patch_embed.proj.bias'], stride=PATCH)
+    x = F.conv2d(
+        img,
+        sd['patch_embed.proj.weight'],
+        sd['patch_embed.proj.bias'],
+        stride=PATCH)
     B, C, h, w = x.shape
-    x = torch.cat([sd['cls_token'].expand(B, -1, -1),
-                   x.flatten(2).transpose(1, 2)], 1) + sd['pos_embed']
+    x = torch.cat(
+        [sd['cls_token'].expand(B, -1, -1),
+         x.flatten(2).transpose(1, 2)], 1) + sd['pos_embed']
     for i in range(DEPTH):
         p = f'blocks.{i}.'
         y = F.layer_norm(x, (C, ), sd[p + 'norm1.weight'],
@@ -99,8 +112,8 @@ def timm_forward(sd: Dict[str, Tensor], img: Tensor) -> Tensor:
                          sd[p + 'attn.proj.bias'])
         y = F.layer_norm(x, (C, ), sd[p + 'norm2.weight'],
                          sd[p + 'norm2.bias'], 1e-6)
-        y = F.gelu(F.linear(y, sd[p + 'mlp.fc1.weight'],
-                            sd[p + 'mlp.fc1.bias']))
+        y = F.gelu(
+            F.linear(y, sd[p + 'mlp.fc1.weight'], sd[p + 'mlp.fc1.bias']))
         x = x + F.linear(y, sd[p + 'mlp.fc2.weight'], sd[p + 'mlp.fc2.bias'])
     x = F.layer_norm(x, (C, ), sd['norm.weight'], sd['norm.bias'], 1e-6)
     return x[:, 1:].transpose(1, 2).reshape(B, C, h, w)
@@ -108,12 +121,13 @@ def timm_forward(sd: Dict[str, Tensor], img: Tensor) -> Tensor:
 
 def run_converter(monkeypatch, *args: str) -> None:
     monkeypatch.setattr(sys, 'argv', ['convert_deit.py', *args])
-    runpy.run_path(osp.join(ROOT, 'tools', 'model_converters', 'deit2mmseg.py'),
-                   run_name='__main__')
+    runpy.run_path(
+        osp.join(ROOT, 'tools', 'model_converters', 'deit2mmseg.py'),
+        run_name='__main__')
 
 
-@pytest.mark.parametrize('cls', [EllipticalVisionTransformer,
-                                 VisionTransformer])
+@pytest.mark.parametrize('cls',
+                         [EllipticalVisionTransformer, VisionTransformer])
 def test_converted_deit_loads_strictly_and_matches_timm(
         cls, tmp_path, monkeypatch) -> None:
     src = timm_state_dict()
@@ -131,21 +145,23 @@ def test_converted_deit_loads_strictly_and_matches_timm(
     img = torch.randn(2, 3, IMG, IMG, generator=gen)
     with torch.no_grad():
         out = model(img)[-1]
-    torch.testing.assert_close(out, timm_forward(src, img), atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(
+        out, timm_forward(src, img), atol=1e-5, rtol=1e-5)
 
 
 def test_converted_values_land_in_mmseg_keys() -> None:
     src = timm_state_dict(distilled=True)
     out, dropped = convert_deit({'model': src})
-    assert dropped == sorted(
-        ['dist_token', 'head.bias', 'head.weight', 'head_dist.bias',
-         'head_dist.weight'])
+    assert dropped == sorted([
+        'dist_token', 'head.bias', 'head.weight', 'head_dist.bias',
+        'head_dist.weight'
+    ])
     # The distillation token's position (row 1) is gone, cls + patches stay.
     torch.testing.assert_close(
         out['pos_embed'],
         torch.cat([src['pos_embed'][:, :1], src['pos_embed'][:, 2:]], 1),
-        rtol=0, atol=0)
+        rtol=0,
+        atol=0)
     pairs = {
         'cls_token': 'cls_token',
         'patch_embed.projection.weight': 'patch_embed.proj.weight',
@@ -178,14 +194,16 @@ def test_converter_rejects_unknown_layout() -> None:
 def test_converter_pickled_training_checkpoint(tmp_path, monkeypatch) -> None:
     # DeiT's training checkpoints pickle their argparse Namespace.
     path = str(tmp_path / 'train_ckpt.pth')
-    torch.save({'model': timm_state_dict(), 'args': argparse.Namespace(
-        lr=1.0)}, path)
+    torch.save({
+        'model': timm_state_dict(),
+        'args': argparse.Namespace(lr=1.0)
+    }, path)
     with pytest.raises(SystemExit, match='--unsafe-pickle'):
         run_converter(monkeypatch, path, str(tmp_path / 'a.pth'))
     run_converter(monkeypatch, path, str(tmp_path / 'b.pth'),
                   '--unsafe-pickle')
-    assert 'layers.1.ln2.bias' in load_from_local(
-        str(tmp_path / 'b.pth'))['state_dict']
+    assert 'layers.1.ln2.bias' in load_from_local(str(tmp_path /
+                                                      'b.pth'))['state_dict']
 
 
 def test_converted_checkpoint_as_pretrained(tmp_path, monkeypatch) -> None:
@@ -241,10 +259,11 @@ def test_segmenter_checkpoints_load_strictly_both_ways(tmp_path) -> None:
 def trained(demo_root, tmp_path_factory):
     """A 2-iteration training run of the tiny elliptical demo."""
     work_dir = str(tmp_path_factory.mktemp('ckpt_run'))
-    cfg = tiny_config(DEMO_ELLIPTICAL, demo_root, work_dir, **{
-        'train_cfg.max_iters': 2,
-        'experiment_name': 'checkpoints_run'
-    })
+    cfg = tiny_config(
+        DEMO_ELLIPTICAL, demo_root, work_dir, **{
+            'train_cfg.max_iters': 2,
+            'experiment_name': 'checkpoints_run'
+        })
     Runner.from_cfg(cfg).train()
     cfg_file = osp.join(work_dir, 'tiny.py')
     cfg.dump(cfg_file)
@@ -331,8 +350,12 @@ class Payload:
 def test_disallowed_globals_are_refused(tmp_path) -> None:
     marker = str(tmp_path / 'marker')
     evil = str(tmp_path / 'evil.pth')
-    torch.save({'state_dict': {'w': torch.ones(1)}, 'x': Payload(marker)},
-               evil)
+    torch.save({
+        'state_dict': {
+            'w': torch.ones(1)
+        },
+        'x': Payload(marker)
+    }, evil)
     custom = str(tmp_path / 'custom.pth')
     torch.save({'state_dict': {}, 'meta': argparse.Namespace(a=1)}, custom)
     for path, name in ((evil, 'open'), (custom, 'argparse.Namespace')):

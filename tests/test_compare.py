@@ -1,13 +1,13 @@
-"""tools/analysis_tools/compare_seeds.py: each seed trained once, resumable, mean ± std."""
+"""tools/analysis_tools/compare_seeds.py: each seed trained once, resumable,
+mean ± std."""
 import json
+import numpy as np
 import os
 import os.path as osp
-import subprocess
-
-import numpy as np
 import pytest
-
+import subprocess
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
+
 from mmseg_elliptical.analysis import seed_sweep as compare
 
 
@@ -20,14 +20,19 @@ def _scalars(run_dir, stamp, records):
 
 def test_read_history_merges_restarts(tmp_path):
     run = str(tmp_path)
-    _scalars(run, '20240101_000000', [
-        dict(loss=1.0, lr=0.1, iter=1, step=1),  # training: not a validation
-        dict(mIoU=10.0, aAcc=50.0, time=0.1, data_time=0.01, step=2),
-        dict(mIoU=20.0, step=4),
-    ])
+    _scalars(
+        run,
+        '20240101_000000',
+        [
+            dict(loss=1.0, lr=0.1, iter=1,
+                 step=1),  # training: not a validation
+            dict(mIoU=10.0, aAcc=50.0, time=0.1, data_time=0.01, step=2),
+            dict(mIoU=20.0, step=4),
+        ])
     # a resumed run logs iteration 4 again, then goes on
-    _scalars(run, '20240101_010000', [dict(mIoU=25.0, step=4),
-                                      dict(mIoU=30.0, step=6)])
+    _scalars(run, '20240101_010000',
+             [dict(mIoU=25.0, step=4),
+              dict(mIoU=30.0, step=6)])
     assert compare.read_history(run) == {
         2: dict(mIoU=10.0, aAcc=50.0),
         4: dict(mIoU=25.0),
@@ -45,8 +50,17 @@ def test_mean_std_is_the_sample_statistic():
 
 
 def _result(name, seed, finals, earlier=1.0):
-    return dict(name=name, seed=seed, seconds=60.0 * (seed + 1),
-                history={'2': {k: earlier for k in finals}, '4': finals})
+    return dict(
+        name=name,
+        seed=seed,
+        seconds=60.0 * (seed + 1),
+        history={
+            '2': {
+                k: earlier
+                for k in finals
+            },
+            '4': finals
+        })
 
 
 def test_summary_and_table_use_the_last_validation():
@@ -54,10 +68,12 @@ def test_summary_and_table_use_the_last_validation():
     results, finals = [], {}
     for name in ('ell', 'dot'):
         for seed in range(3):
-            values = {'mIoU': float(rng.uniform(50, 90)),
-                      'aAcc': 99.0,
-                      'IoU.disc': float(rng.uniform(50, 90)),
-                      'IoU.ring': float(rng.uniform(50, 90))}
+            values = {
+                'mIoU': float(rng.uniform(50, 90)),
+                'aAcc': 99.0,
+                'IoU.disc': float(rng.uniform(50, 90)),
+                'IoU.ring': float(rng.uniform(50, 90))
+            }
             finals.setdefault(name, []).append(values)
             results.append(_result(name, seed, values))
     summary = compare.summarise(results)
@@ -70,8 +86,7 @@ def test_summary_and_table_use_the_last_validation():
         cells = [f'| {name} | 3 |']
         for key in ('mIoU', 'IoU.disc', 'IoU.ring'):
             values = [v[key] for v in finals[name]]
-            assert summary[name][key]['mean'] == pytest.approx(
-                np.mean(values))
+            assert summary[name][key]['mean'] == pytest.approx(np.mean(values))
             assert summary[name][key]['std'] == pytest.approx(
                 np.std(values, ddof=1))
             cells.append(f' {np.mean(values):.2f} ± '
@@ -88,16 +103,17 @@ def fake_training(monkeypatch):
         calls.append((osp.basename(config), seed))
         if (osp.basename(config), seed) in fail:
             raise RuntimeError('training failed')
-        _scalars(work_dir, f'2024_{len(calls)}',
-                 [dict(mIoU=seed + 0.5, step=2),
-                  dict(mIoU=seed + 1.5, step=4)])
+        _scalars(
+            work_dir, f'2024_{len(calls)}',
+            [dict(mIoU=seed + 0.5, step=2),
+             dict(mIoU=seed + 1.5, step=4)])
         return 1.0
 
     monkeypatch.setattr(compare, 'train', train)
     fingerprints = {}
     monkeypatch.setattr(
-        compare, 'resolve',
-        lambda config, options: (4, fingerprints.get(config, 'sha')))
+        compare, 'resolve', lambda config, options:
+        (4, fingerprints.get(config, 'sha')))
     return calls, fail, fingerprints
 
 
@@ -130,14 +146,15 @@ def test_runs_are_trained_once(tmp_path, fake_training):
         compare.run_all(*args, log=lambda s: None)
 
 
-def test_a_run_must_validate_at_its_last_iteration(
-        tmp_path, monkeypatch, fake_training):
+def test_a_run_must_validate_at_its_last_iteration(tmp_path, monkeypatch,
+                                                   fake_training):
     monkeypatch.setattr(compare, 'resolve', lambda config, options: (6, ''))
     with pytest.raises(RuntimeError, match='last iteration'):
-        compare.run_all(['a.py'], ['x'], [0], str(tmp_path),
+        compare.run_all(['a.py'], ['x'], [0],
+                        str(tmp_path),
                         log=lambda s: None)
-    assert not osp.exists(osp.join(str(tmp_path), 'x', 'seed0',
-                                   compare.RESULT))
+    assert not osp.exists(
+        osp.join(str(tmp_path), 'x', 'seed0', compare.RESULT))
 
 
 def test_resolve_reads_the_config_and_options():
@@ -152,8 +169,8 @@ def test_resolve_reads_the_config_and_options():
 
 def test_arguments_are_checked():
     for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
-                 [DEMO_DOT, DEMO_DOT, '--names', 'a', 'a'],
-                 [DEMO_DOT, '--seeds', '1', '1']):
+                 [DEMO_DOT, DEMO_DOT, '--names', 'a',
+                  'a'], [DEMO_DOT, '--seeds', '1', '1']):
         with pytest.raises(SystemExit):
             load_tool('analysis_tools/compare_seeds.py').main(argv)
 
@@ -168,16 +185,20 @@ def _tiny_options(demo_root):
     ]
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         opts.append(f'{loader}.dataset.data_root={demo_root}')
-        opts += [f'{loader}.dataset.generate.{k}={v}'
-                 for k, v in TINY_GENERATE.items()]
+        opts += [
+            f'{loader}.dataset.generate.{k}={v}'
+            for k, v in TINY_GENERATE.items()
+        ]
     return opts
 
 
 def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     work = str(tmp_path / 'cmp')
-    argv = [DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3',
-            '--work-dir', work, '--cfg-options', *_tiny_options(demo_root)]
+    argv = [
+        DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3', '--work-dir',
+        work, '--cfg-options', *_tiny_options(demo_root)
+    ]
     summary = load_tool('analysis_tools/compare_seeds.py').main(argv)
     for seed in (0, 3):
         run = osp.join(work, 'ell', f'seed{seed}')

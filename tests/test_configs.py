@@ -4,12 +4,11 @@ import ast
 import glob
 import json
 import os.path as osp
-import sys
-
 import pytest
+import sys
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command
 from mmengine.config import Config
 
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils import mmseg_config_path
 
@@ -17,8 +16,10 @@ CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))
     if osp.basename(osp.dirname(p)) != '_base_')
 FAMILY = [p for p in CONFIGS if '/demo/' not in p]
-MMSEG_NAMES = {cls.__name__: src.__name__
-               for src, cls in ELLIPTICAL_VERSIONS.items()}
+MMSEG_NAMES = {
+    cls.__name__: src.__name__
+    for src, cls in ELLIPTICAL_VERSIONS.items()
+}
 
 # Runs in a fresh interpreter that never imports mmseg_elliptical itself.
 BUILD_ALL = r'''
@@ -64,9 +65,9 @@ def mmseg_base(path: str) -> str:
     ours)."""
     with open(path, encoding='utf-8') as f:
         tree = ast.parse(f.read())
-    bases = next(ast.literal_eval(node.value) for node in tree.body
-                 if isinstance(node, ast.Assign)
-                 and node.targets[0].id == '_base_')
+    bases = next(
+        ast.literal_eval(node.value) for node in tree.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == '_base_')
     bases = [bases] if isinstance(bases, str) else bases
     assert len(bases) == 1, (path, bases)
     if bases[0].startswith('mmseg::'):
@@ -83,8 +84,8 @@ def test_every_config_builds_through_custom_imports():
         expected = Config.fromfile(path).model.backbone.type
         assert backbone == expected, name
         assert (backbone in MMSEG_NAMES) == ('elliptical-' in name), name
-        assert head.startswith('Elliptical') == (
-            '_elliptical-mask_' in name), name
+        assert head.startswith('Elliptical') == ('_elliptical-mask_'
+                                                 in name), name
 
 
 @pytest.mark.parametrize('path', FAMILY, ids=osp.basename)
@@ -97,12 +98,16 @@ def test_configs_are_mmseg_configs_plus_the_attention(path):
         'deit-t' in name or '_elliptical-mask_' in name)
     ours = flatten(Config.fromfile(path).to_dict())
     theirs = flatten(Config.fromfile(mmseg_config_path(base)).to_dict())
-    changed = {k for k in ours.keys() | theirs.keys()
-               if ours.get(k) != theirs.get(k)}
+    changed = {
+        k
+        for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)
+    }
     if 'deit-t' in name:  # the authors' recipe: see test_authors_recipe
         return
-    expected = {'model.backbone.type', 'custom_imports.imports',
-                'custom_imports.allow_failed_imports'}
+    expected = {
+        'model.backbone.type', 'custom_imports.imports',
+        'custom_imports.allow_failed_imports'
+    }
     if '_elliptical-mask_' in name:
         expected.add('model.decode_head.type')
     assert changed == expected
@@ -113,19 +118,22 @@ def test_configs_are_mmseg_configs_plus_the_attention(path):
 def test_demo_twins_differ_only_in_backbone_type():
     ours = flatten(Config.fromfile(DEMO_ELLIPTICAL).to_dict())
     dot = flatten(Config.fromfile(DEMO_DOT).to_dict())
-    changed = {k for k in ours.keys() | dot.keys()
-               if ours.get(k) != dot.get(k)}
+    changed = {
+        k
+        for k in ours.keys() | dot.keys() if ours.get(k) != dot.get(k)
+    }
     assert changed == {'model.backbone.type'}
 
 
 def test_authors_recipe():
     cfg = Config.fromfile(
-        osp.join(ROOT, 'configs', 'segmenter',
-                 'segmenter_elliptical-deit-t_mask_8xb1-160k_'
-                 'ade20k-512x512.py'))
+        osp.join(
+            ROOT, 'configs', 'segmenter',
+            'segmenter_elliptical-deit-t_mask_8xb1-160k_'
+            'ade20k-512x512.py'))
     opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.momentum,
-            opt.weight_decay) == ('SGD', 1e-3, 0.9, 0.0)
+    assert (opt.type, opt.lr, opt.momentum, opt.weight_decay) == ('SGD', 1e-3,
+                                                                  0.9, 0.0)
     poly = cfg.param_scheduler[0]
     assert (poly.type, poly.power, poly.eta_min) == ('PolyLR', 0.9, 1e-5)
     assert cfg.model.test_cfg.mode == 'slide'
@@ -168,9 +176,8 @@ def test_demo_schedule_is_consistent():
 def test_makefile_demo_targets_name_the_demo_configs():
     with open(osp.join(ROOT, 'Makefile')) as f:
         text = f.read()
-    for var, path in (('DEMO_CONFIG', DEMO_ELLIPTICAL),
-                      ('DEMO_DOT_CONFIG', DEMO_DOT)):
-        line = [ln for ln in text.splitlines()
-                if ln.startswith(f'{var} ?= ')]
+    for var, path in (('DEMO_CONFIG', DEMO_ELLIPTICAL), ('DEMO_DOT_CONFIG',
+                                                         DEMO_DOT)):
+        line = [ln for ln in text.splitlines() if ln.startswith(f'{var} ?= ')]
         assert len(line) == 1, var
         assert osp.join(ROOT, line[0].split('?=')[1].strip()) == path

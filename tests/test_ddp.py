@@ -9,27 +9,26 @@ import faulthandler
 import logging
 import os
 import os.path as osp
+import pytest
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from datetime import timedelta
-from typing import Dict, List, Tuple
-
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
+from datetime import timedelta
 from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import save_checkpoint
 from mmengine.structures import PixelData
 from torch import Tensor
+from typing import Dict, List, Tuple
 
-from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmseg_elliptical.engine.launch import end_process_group
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -117,7 +116,10 @@ def ddp_worker(rank: int, out_dir: str) -> None:
     # A file store: no free port to race for, no store served by rank 0.
     store = osp.join(out_dir, 'store')
     dist.init_process_group(
-        'gloo', init_method=f'file://{store}', rank=rank, world_size=WORLD,
+        'gloo',
+        init_method=f'file://{store}',
+        rank=rank,
+        world_size=WORLD,
         timeout=timedelta(seconds=120))
     print(f'rank {rank}: group initialised', file=log)
     try:
@@ -146,8 +148,11 @@ def run_workers(out_dir: str) -> None:
     # thread pool other tests have started, can deadlock in its first
     # OpenMP call (seen once in a full run).
     context = mp.start_processes(
-        ddp_worker, args=(out_dir, ), nprocs=WORLD,
-        start_method='spawn', join=False)
+        ddp_worker,
+        args=(out_dir, ),
+        nprocs=WORLD,
+        start_method='spawn',
+        join=False)
     deadline = time.monotonic() + WORKER_TIMEOUT_S + 30
     try:
         while not context.join(timeout=2):
@@ -174,8 +179,7 @@ def test_two_processes_match_one_process(tmp_path) -> None:
         assert grads.keys() == ref.keys()
         for name, g in ref.items():
             torch.testing.assert_close(
-                grads[name], g, rtol=0, atol=1e-6,
-                msg=f'rank {rank}, {name}')
+                grads[name], g, rtol=0, atol=1e-6, msg=f'rank {rank}, {name}')
     # Sanity: one image alone gives other gradients (DDP did reduce).
     single = step(build_segmentor(), *[b[:1] for b in batch()])
     name = 'backbone.layers.2.attn.attn.in_proj_weight'
@@ -183,8 +187,11 @@ def test_two_processes_match_one_process(tmp_path) -> None:
 
 
 def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
-    cfg = tiny_config(DEMO_ELLIPTICAL, demo_root, str(tmp_path / 'single'),
-                      experiment_name='ddp_single_test')
+    cfg = tiny_config(
+        DEMO_ELLIPTICAL,
+        demo_root,
+        str(tmp_path / 'single'),
+        experiment_name='ddp_single_test')
     cfg_file = str(tmp_path / 'tiny.py')
     cfg.dump(cfg_file)
     model = build_segmentor()
@@ -195,19 +202,26 @@ def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
     single.load_checkpoint(ckpt)
     expected = single.test()
 
-    env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()),
-               OMP_NUM_THREADS='1')
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=str(free_port()),
+        OMP_NUM_THREADS='1')
     proc = run_command([
         'bash', 'tools/dist_test.sh', cfg_file, ckpt,
-        str(WORLD), '--work-dir', str(tmp_path / 'dist')
-    ], env=env)
+        str(WORLD), '--work-dir',
+        str(tmp_path / 'dist')
+    ],
+                       env=env)
     log = proc.stdout + proc.stderr
     assert 'Distributed launcher: pytorch' in log
     # Each rank tested half of the 4 validation images...
     assert 'Iter(test) [2/2]' in log and 'Iter(test) [4/4]' not in log
     # ...and the collected metrics are the single process's.
-    line = [ln for ln in log.splitlines() if 'Iter(test) [2/2]' in ln
-            and 'mIoU' in ln][-1]
+    line = [
+        ln for ln in log.splitlines()
+        if 'Iter(test) [2/2]' in ln and 'mIoU' in ln
+    ][-1]
     for key in ('aAcc', 'mIoU', 'mAcc'):
         assert f'{key}: {expected[key]:.4f}' in line, (key, expected, line)
 
@@ -238,10 +252,16 @@ def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
     pids = tmp_path / 'pids'
     pids.mkdir()
     env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()))
-    launcher = subprocess.Popen(
-        ['bash', str(tools / 'dist_launch.sh'), 'sleep.py', str(WORLD),
-         str(pids)], env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+    launcher = subprocess.Popen([
+        'bash',
+        str(tools / 'dist_launch.sh'), 'sleep.py',
+        str(WORLD),
+        str(pids)
+    ],
+                                env=env,
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL,
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while len(os.listdir(pids)) < WORLD:
@@ -255,8 +275,8 @@ def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
             assert time.monotonic() < deadline, 'workers left running'
             time.sleep(0.2)
     finally:  # whatever is left: torchrun's group, then each worker
-        for kill, pid in [(os.killpg, launcher.pid)] + [
-                (os.kill, int(p)) for p in os.listdir(pids)]:
+        for kill, pid in [(os.killpg, launcher.pid)
+                          ] + [(os.kill, int(p)) for p in os.listdir(pids)]:
             try:
                 kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -276,11 +296,19 @@ def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
     srun = tmp_path / 'srun'
     srun.write_text(FAKE_SRUN)
     srun.chmod(0o755)
-    env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}',
-               GPUS='8', PYTHON='py')
-    proc = subprocess.Popen(
-        ['bash', osp.join(ROOT, 'tools', 'slurm_train.sh'), 'part', 'job',
-         'cfg.py', '--resume'], env=env, stdout=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        PATH=f'{tmp_path}:{os.environ["PATH"]}',
+        GPUS='8',
+        PYTHON='py')
+    proc = subprocess.Popen([
+        'bash',
+        osp.join(ROOT, 'tools', 'slurm_train.sh'), 'part', 'job', 'cfg.py',
+        '--resume'
+    ],
+                            env=env,
+                            stdout=subprocess.PIPE,
+                            text=True)
     out = proc.communicate(timeout=60)[0].splitlines()
     assert proc.returncode == 0
     assert out[0] == f'pid={proc.pid}'  # exec: a signal reaches srun
@@ -288,13 +316,17 @@ def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
     args = out[2:]
     assert args[:2] == ['-p', 'part'] and '--job-name=job' in args
     assert '--ntasks=8' in args and '--kill-on-bad-exit=1' in args
-    assert args[-6:] == ['py', '-u', osp.join(ROOT, 'tools', 'train.py'),
-                         '--launcher=slurm', 'cfg.py', '--resume']
+    assert args[-6:] == [
+        'py', '-u',
+        osp.join(ROOT, 'tools', 'train.py'), '--launcher=slurm', 'cfg.py',
+        '--resume'
+    ]
 
 
 def test_prepare_cpu_launch_options(monkeypatch) -> None:
-    from mmseg_elliptical.engine.launch import (CPU_WRAPPER_OPTIONS, launcher_of,
-                                             prepare_cpu_launch)
+    from mmseg_elliptical.engine.launch import (CPU_WRAPPER_OPTIONS,
+                                                launcher_of,
+                                                prepare_cpu_launch)
     argv = ['train.py', 'cfg.py', '--launcher', 'pytorch']
     assert launcher_of(argv) == 'pytorch'
     assert launcher_of(['train.py', '--launcher=slurm']) == 'slurm'
@@ -312,8 +344,8 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
     monkeypatch.setattr(dist, 'is_initialized', lambda: True)
     monkeypatch.setenv('RANK', '0')
     out = prepare_cpu_launch(argv + ['--cfg-options', 'a=1'], cuda=False)
-    assert out[-len(CPU_WRAPPER_OPTIONS) - 1:] == [
-        '--cfg-options', *CPU_WRAPPER_OPTIONS]
+    assert out[-len(CPU_WRAPPER_OPTIONS) -
+               1:] == ['--cfg-options', *CPU_WRAPPER_OPTIONS]
     assert 'model_wrapper_cfg.device_ids=None' in out
 
 
@@ -345,8 +377,7 @@ end_process_group()              # no group: a no-op
 def test_end_process_group_joins_gloo_threads() -> None:
     # Gloo's threads outliving the tool meet interpreter shutdown and abort
     # the process ('terminate called without an active exception').
-    proc = run_command(
-        [sys.executable, '-c', THREADS_AFTER_END % free_port()])
+    proc = run_command([sys.executable, '-c', THREADS_AFTER_END % free_port()])
     before, during, after, initialized = proc.stdout.splitlines()[-1].split()
     assert int(during) > int(before), 'gloo started no threads?'
     assert int(after) == int(before), (before, during, after)

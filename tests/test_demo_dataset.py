@@ -1,15 +1,14 @@
 """The generated demo dataset: layout, determinism, loading through mmseg."""
+import cv2
 import json
+import numpy as np
 import os
 import os.path as osp
-
-import cv2
-import numpy as np
 import pytest
+from conftest import TINY_GENERATE
 from mmengine.registry import init_default_scope
 from mmseg.registry import DATASETS
 
-from conftest import TINY_GENERATE
 from mmseg_elliptical.datasets import DemoShapesDataset, generate_demo_shapes
 from mmseg_elliptical.datasets.demo_shapes import (CLASSES, COLOURS, GAP,
                                                    RADIUS, VERSION,
@@ -33,8 +32,9 @@ def test_deterministic(demo_root, tmp_path):
     generate_demo_shapes(other, **TINY_GENERATE)
     for sub in ('images/training', 'annotations/validation'):
         for name in os.listdir(osp.join(demo_root, sub)):
-            a, b = (cv2.imread(osp.join(root, sub, name), cv2.IMREAD_UNCHANGED)
-                    for root in (demo_root, other))
+            a, b = (
+                cv2.imread(osp.join(root, sub, name), cv2.IMREAD_UNCHANGED)
+                for root in (demo_root, other))
             assert np.array_equal(a, b), name
 
 
@@ -54,10 +54,12 @@ def test_colour_does_not_separate_classes(tmp_path):
     # map exists
     assert all(len(v) >= 3 for v in colours.values()), colours
     assert set(range(len(CLASSES))) == set(
-        np.unique(np.concatenate([
-            cv2.imread(osp.join(root, 'annotations', 'training', n), 0).ravel()
-            for n in os.listdir(osp.join(root, 'annotations', 'training'))
-        ])))
+        np.unique(
+            np.concatenate([
+                cv2.imread(osp.join(root, 'annotations', 'training', n),
+                           0).ravel()
+                for n in os.listdir(osp.join(root, 'annotations', 'training'))
+            ])))
 
 
 def test_loads_through_mmseg_pipeline(demo_root):
@@ -107,18 +109,18 @@ AREA = {
 
 def _objects(seg):
     """(label, mask) of every 8-connected foreground region of a scene."""
-    n, regions = cv2.connectedComponents((seg > 0).astype(np.uint8),
-                                         connectivity=8)
-    return [(np.unique(seg[regions == i]), regions == i)
-            for i in range(1, n)]
+    n, regions = cv2.connectedComponents(
+        (seg > 0).astype(np.uint8), connectivity=8)
+    return [(np.unique(seg[regions == i]), regions == i) for i in range(1, n)]
 
 
 def test_objects_are_whole_shapes_apart_and_patch_sized():
     size = 64
     lo, hi = (round(f * size) for f in RADIUS)
     counts = {c: 0 for c in AREA}
-    scenes = [render_scene(size, np.random.default_rng([9, i]))[1]
-              for i in range(60)]
+    scenes = [
+        render_scene(size, np.random.default_rng([9, i]))[1] for i in range(60)
+    ]
     for seg in scenes:
         objects = _objects(seg)
         assert objects, 'a scene without objects'
@@ -145,8 +147,7 @@ def test_ring_has_a_hole():
         seg = render_scene(64, np.random.default_rng([5, i]))[1]
         for labels, mask in _objects(seg):
             contours, hierarchy = cv2.findContours(
-                mask.astype(np.uint8), cv2.RETR_CCOMP,
-                cv2.CHAIN_APPROX_SIMPLE)
+                mask.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
             holes = sum(h[3] >= 0 for h in hierarchy[0])
             assert holes == (1 if labels[0] == 4 else 0), labels
 

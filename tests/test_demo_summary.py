@@ -1,22 +1,21 @@
 """The end of a demo run: per-class IoU metric, summary table and picture."""
+import cv2
 import glob
 import json
-import os.path as osp
-import re
-
-import cv2
 import numpy as np
+import os.path as osp
 import pytest
+import re
 import torch
+from conftest import DEMO_ELLIPTICAL, tiny_config
 from mmengine.dataset import pseudo_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from conftest import DEMO_ELLIPTICAL, tiny_config
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 from mmseg_elliptical.engine import SegSummaryHook
-from mmseg_elliptical.evaluation import PerClassIoUMetric
 from mmseg_elliptical.engine.hooks.seg_summary_hook import GAP, _image
+from mmseg_elliptical.evaluation import PerClassIoUMetric
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 SCALE, SCENES = 2, 3
@@ -57,18 +56,20 @@ def test_per_class_iou_matches_counting():
     assert {'aAcc', 'mAcc'} <= set(metrics)
 
 
-@pytest.mark.parametrize('kwargs', [
-    dict(num_scenes=0), dict(num_scenes=2.0), dict(scale=0),
-    dict(scale='2')
-])
+@pytest.mark.parametrize(
+    'kwargs',
+    [dict(num_scenes=0),
+     dict(num_scenes=2.0),
+     dict(scale=0),
+     dict(scale='2')])
 def test_hook_arguments_are_checked(kwargs):
     with pytest.raises(ValueError, match='SegSummaryHook: '):
         SegSummaryHook(**kwargs)
 
 
 def test_image_is_the_model_input_when_it_fits(tmp_path):
-    from mmseg.structures import SegDataSample
     from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
     rgb = np.random.default_rng(1).integers(0, 256, (6, 8, 3), np.uint8)
     path = str(tmp_path / 'x.png')
     cv2.imwrite(path, rgb[..., ::-1])
@@ -155,8 +156,10 @@ def test_picture_shows_image_labels_and_predictions(trained):
         pred = pred.pred_sem_seg.data[0].numpy()
         up = lambda a: np.repeat(np.repeat(a, SCALE, 0), SCALE, 1)  # noqa
         x = j * (side + GAP)
-        blocks = [picture[i * (side + GAP):i * (side + GAP) + side,
-                          x:x + side, ::-1] for i in range(3)]
+        blocks = [
+            picture[i * (side + GAP):i * (side + GAP) + side, x:x + side, ::-1]
+            for i in range(3)
+        ]
         assert np.array_equal(blocks[0], up(rgb))
         for block, seg in ((blocks[1], gt), (blocks[2], pred)):
             expected = _blend(up(rgb).astype(np.float64), up(seg), alpha)
@@ -172,8 +175,8 @@ def test_test_loop_draws_and_reports(trained):
 
 
 def test_summary_follows_the_last_validation(trained):
-    hook = SegSummaryHook(num_scenes=1, scale=1, with_labels=False,
-                          out_file='last.png')
+    hook = SegSummaryHook(
+        num_scenes=1, scale=1, with_labels=False, out_file='last.png')
     dataset = trained.val_dataloader.dataset
     trained.model.eval()
     for j in (0, 1):

@@ -11,17 +11,17 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import check_attention_dropout
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 
-from conftest import check_attention_dropout
-from mmseg_elliptical.models import (AttentionRecord, EllipticalAttention,
+from mmseg_elliptical.models import (AttentionRecord, ConversionError,
+                                     EllipticalAttention,
                                      EllipticalEfficientMultiheadAttention,
                                      EllipticalGlobalSubsampledAttention,
-                                     ConversionError, relevance,
-                                     to_elliptical)
+                                     relevance, to_elliptical)
 
 B, HW, C, H = 2, (4, 6), 24, 3
 N = HW[0] * HW[1]
@@ -121,7 +121,9 @@ def test_matches_naive(kind, fused, grad, batch, bias):
     # Without previous values: dot-product attention.
     with torch.set_grad_enabled(grad):
         torch.testing.assert_close(
-            call(attn, x)[0], naive_attention(attn, x)[0], atol=1e-5,
+            call(attn, x)[0],
+            naive_attention(attn, x)[0],
+            atol=1e-5,
             rtol=1e-5)
 
 
@@ -131,7 +133,9 @@ def test_median_reduction(reduction):
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
     torch.testing.assert_close(
         call(attn, x, v_prev)[0],
-        naive_attention(attn, x, v_prev, reduction)[0], atol=1e-5, rtol=1e-5)
+        naive_attention(attn, x, v_prev, reduction)[0],
+        atol=1e-5,
+        rtol=1e-5)
 
 
 @pytest.mark.parametrize('kind', KINDS)
@@ -149,8 +153,8 @@ def test_explicit_probabilities_give_the_fused_output(kind, elliptical):
     probs, = attn.attention_record.probs
     assert probs.shape == (B, H, N, num_kv(kind))
     out = (probs @ v).transpose(1, 2).reshape(B, N, C)
-    torch.testing.assert_close(x + attn.attn.out_proj(out), fused,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        x + attn.attn.out_proj(out), fused, atol=1e-5, rtol=1e-5)
     # Elliptical probabilities are not the dot-product ones.
     dot = (call(attn, x)[0] - fused).abs().max()
     assert (dot > 1e-3) == elliptical
@@ -174,8 +178,8 @@ def test_gradients_reach_qkv_but_not_m(fused):
     x2 = x.detach().clone().requires_grad_()
     ref, _ = naive_attention(attn, x2, v_prev.detach())
     ref.square().sum().backward()
-    torch.testing.assert_close(grad_w, attn.attn.in_proj_weight.grad,
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        grad_w, attn.attn.in_proj_weight.grad, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(grad_x, x2.grad, atol=1e-4, rtol=1e-4)
 
 
@@ -252,8 +256,8 @@ def test_dot_product_mode_equals_mmseg_module(kind):
     expected = ref(*args, identity=identity)
     attn = to_elliptical(ref)
     assert type(attn) is expected_type
-    torch.testing.assert_close(attn(*args, identity=identity), expected,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        attn(*args, identity=identity), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_conversion_keeps_parameters_and_rng():
@@ -266,8 +270,9 @@ def test_conversion_keeps_parameters_and_rng():
     assert torch.equal(torch.get_rng_state(), state)
     assert dict(new.named_parameters()) == params  # the same tensors
     # sr and norm stay (they were silently dropped by an earlier version).
-    assert sum(p.numel() for p in new.parameters()) == sum(
-        p.numel() for p in params.values())
+    assert sum(p.numel()
+               for p in new.parameters()) == sum(p.numel()
+                                                 for p in params.values())
     assert 'sr.weight' in params and 'norm.weight' in params
     assert new.relevance_reduction == 'median' and new.elliptical
     twins = to_elliptical(GlobalSubsampledAttention(C, H, sr_ratio=2))
@@ -275,15 +280,18 @@ def test_conversion_keeps_parameters_and_rng():
 
 
 def test_conversion_checks_the_exact_type():
+
     class MyAttention(MultiheadAttention):
         pass
 
-    with pytest.raises(TypeError, match=r'test_elliptical_attention\..*'
-                       r'MyAttention has no elliptical version \(the type '
-                       'must match exactly'):
+    with pytest.raises(
+            TypeError,
+            match=r'test_elliptical_attention\..*'
+            r'MyAttention has no elliptical version \(the type '
+            'must match exactly'):
         to_elliptical(MyAttention(C, H, batch_first=True))
-    with pytest.raises(ConversionError,
-                       match='Linear has no elliptical version'):
+    with pytest.raises(
+            ConversionError, match='Linear has no elliptical version'):
         to_elliptical(nn.Linear(2, 2))
     with pytest.raises(ConversionError, match='batch_first=True only'):
         to_elliptical(MultiheadAttention(C, H, batch_first=False))

@@ -1,23 +1,20 @@
 """The evidence tools end to end on tiny random checkpoints and demo data."""
 import json
+import numpy as np
 import os
 import os.path as osp
-
-import numpy as np
 import pytest
 import torch
+from conftest import DEMO_DOT, DEMO_ELLIPTICAL, load_tool, tiny_config
 from mmengine.registry import init_default_scope
 from mmengine.runner.checkpoint import save_checkpoint
-
 from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.utils.config import model_names, model_specs
-from mmseg_elliptical.utils.report import (markdown_table, pyplot,
-                                           write_report)
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, load_tool, tiny_config
+from mmseg_elliptical.utils.config import model_names, model_specs
+from mmseg_elliptical.utils.report import markdown_table, pyplot, write_report
 
 pytest.importorskip('imagecorruptions')
 
@@ -45,9 +42,10 @@ def tiny_models(demo_root, tmp_path_factory):
         model = MODELS.build(cfg.model)
         model.init_weights()
         save_checkpoint(
-            dict(state_dict=model.state_dict(),
-                 meta=dict(dataset_meta=dict(classes=CLASSES,
-                                             palette=PALETTE))),
+            dict(
+                state_dict=model.state_dict(),
+                meta=dict(
+                    dataset_meta=dict(classes=CLASSES, palette=PALETTE))),
             str(tmp / f'{name}.pth'))
         paths += [str(tmp / f'{name}.py'), str(tmp / f'{name}.pth')]
     return paths
@@ -89,9 +87,11 @@ def hand_cosines(paths, max_images):
     model = _model(paths)
     layers = model.backbone.layers
     outputs = [[] for _ in layers]
-    hooks = [layer.register_forward_hook(
-        lambda m, a, out, i=i: outputs[i].append(out)) for i, layer in
-        enumerate(layers)]
+    hooks = [
+        layer.register_forward_hook(
+            lambda m, a, out, i=i: outputs[i].append(out))
+        for i, layer in enumerate(layers)
+    ]
     for batch in _val_loader(paths[0], max_images):
         model.test_step(batch)
     for h in hooks:
@@ -116,34 +116,41 @@ def hand_attention(paths, image, layer):
     model = _model(paths)
     attn = model.backbone.layers[layer].attn
     seen = []
-    hook = attn.register_forward_pre_hook(
-        lambda m, args: seen.append(args[0]))
+    hook = attn.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
     inference_model(model, image)
     hook.remove()
     x = seen[0].transpose(0, 1)  # nn.MultiheadAttention is sequence-first
-    return attn.attn(x, x, x, need_weights=True,
-                     average_attn_weights=False)[1]
+    return attn.attn(x, x, x, need_weights=True, average_attn_weights=False)[1]
 
 
 def test_pipeline_insertion():
-    loader = dict(dataset=dict(type='X', pipeline=[
-        dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
-        dict(type='PackSegInputs')]))
+    loader = dict(
+        dataset=dict(
+            type='X',
+            pipeline=[
+                dict(type='LoadImageFromFile'),
+                dict(type='LoadAnnotations'),
+                dict(type='PackSegInputs')
+            ]))
     new = rb.corrupted_loader_cfg(loader, 'fog', 2, seed=1, max_images=3)
     types = [t['type'] for t in new['dataset']['pipeline']]
-    assert types == ['LoadImageFromFile', 'ImageCorruption',
-                     'LoadAnnotations', 'PackSegInputs']
+    assert types == [
+        'LoadImageFromFile', 'ImageCorruption', 'LoadAnnotations',
+        'PackSegInputs'
+    ]
     assert new['dataset']['pipeline'][1]['severity'] == 2
     assert new['dataset']['indices'] == 3
     assert len(loader['dataset']['pipeline']) == 3  # input untouched
-    wrapped = dict(dataset=dict(type='ConcatDataset', datasets=[
-        loader['dataset'], loader['dataset']]))
+    wrapped = dict(
+        dataset=dict(
+            type='ConcatDataset',
+            datasets=[loader['dataset'], loader['dataset']]))
     new = rb.corrupted_loader_cfg(wrapped, 'fog', 1)
     assert all(len(d['pipeline']) == 4 for d in new['dataset']['datasets'])
     with pytest.raises(ValueError, match='No image loading transform'):
         rb.corrupted_loader_cfg(
-            dict(dataset=dict(pipeline=[dict(type='PackSegInputs')])),
-            'fog', 1)
+            dict(dataset=dict(pipeline=[dict(type='PackSegInputs')])), 'fog',
+            1)
     with pytest.raises(ValueError, match='Unknown corruption'):
         rb.corrupted_loader_cfg(loader, 'rain', 1)
 
@@ -170,18 +177,24 @@ def test_model_names():
 
 
 def test_report_writer(tmp_path):
-    table = markdown_table(['model', 'n', 'score'],
-                           [['a', 3, 1.23456], ['b', None, float('nan')]],
-                           spec='.2f', left=1)
+    table = markdown_table(
+        ['model', 'n', 'score'],
+        [['a', 3, 1.23456], ['b', None, float('nan')]],
+        spec='.2f',
+        left=1)
     assert table == ('| model | n | score |\n|---|---:|---:|\n'
                      '| a | 3 | 1.23 |\n| b | - | - |\n')
     fig, ax = pyplot().subplots()
     ax.plot([0, 1])
-    files = write_report(str(tmp_path / 'out'), 'r', data={'x': [1, 2]},
-                         markdown=table, table=(['a', 'b'], [[1, None]]),
-                         figure=fig)
-    assert [osp.basename(f) for f in files] == ['r.json', 'r.md', 'r.csv',
-                                                'r.png']
+    files = write_report(
+        str(tmp_path / 'out'),
+        'r',
+        data={'x': [1, 2]},
+        markdown=table,
+        table=(['a', 'b'], [[1, None]]),
+        figure=fig)
+    assert [osp.basename(f)
+            for f in files] == ['r.json', 'r.md', 'r.csv', 'r.png']
     assert json.loads((tmp_path / 'out' / 'r.json').read_text()) == \
         {'x': [1, 2]}
     assert (tmp_path / 'out' / 'r.md').read_text() == table
@@ -195,13 +208,15 @@ def test_robustness_grid_and_resume(tiny_models, tmp_path, monkeypatch):
     tool = _tool('robustness')
     argv = tiny_models + [
         '--corruptions', 'gaussian_noise', 'fog', '--severities', '1', '5',
-        '--work-dir', str(tmp_path), '--max-images', '2'
+        '--work-dir',
+        str(tmp_path), '--max-images', '2'
     ]
     data = tool.main(argv)
     for name in ('ell', 'dot'):
         cells = data['models'][name]['cells']
-        assert sorted(cells) == ['clean', 'fog/1', 'fog/5',
-                                 'gaussian_noise/1', 'gaussian_noise/5']
+        assert sorted(cells) == [
+            'clean', 'fog/1', 'fog/5', 'gaussian_noise/1', 'gaussian_noise/5'
+        ]
     # The clean cell against mIoU computed by hand from mmseg's predictions
     # on the same two images.
     for i, name in enumerate(('ell', 'dot')):
@@ -257,7 +272,8 @@ def test_robustness_grid_and_resume(tiny_models, tmp_path, monkeypatch):
 
 def test_collapse_tool(tiny_models, tmp_path):
     results = _tool('collapse').main(
-        tiny_models + ['--out-dir', str(tmp_path), '--max-images', '2'])
+        tiny_models +
+        ['--out-dir', str(tmp_path), '--max-images', '2'])
     ell, dot = results['ell'], results['dot']
     assert len(ell['cosine']) == len(dot['cosine']) == 3
     assert ell['images'] == 2
@@ -285,8 +301,8 @@ def test_attention_maps_tool(tiny_models, demo_root, tmp_path):
     weights = hand_attention(tiny_models[2:], image, layer=1)
     expected = weights[0, :, 1 + 2 * 8 + 3, 1:].reshape(3, 8, 8)
     expected = expected.repeat_interleave(8, 1).repeat_interleave(8, 2)
-    np.testing.assert_allclose(results['dot']['maps'][1], expected.numpy(),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        results['dot']['maps'][1], expected.numpy(), atol=1e-6)
     for name, res in results.items():
         assert sorted(res['maps']) == [1, 2]
         for i, maps in res['maps'].items():

@@ -10,28 +10,28 @@ embeddings, MixFFN/FFN, norms, the reduction conv, position encodings).
 import copy
 import glob
 import os.path as osp
-
 import pytest
 import torch
+from conftest import ROOT, check_interchange
 from mmengine.config import Config, ConfigDict
 from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
-
-from conftest import ROOT, check_interchange
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
+from test_configs import MMSEG_NAMES, mmseg_base
+from test_elliptical_attention import naive_relevance
+
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
                                      EllipticalPCPVT)
 from mmseg_elliptical.utils import mmseg_config_path
-from test_configs import MMSEG_NAMES, mmseg_base
-from test_elliptical_attention import naive_relevance
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 FAMILY_DIRS = ('setr', 'vit', 'dpt', 'segformer', 'twins')
-CONFIGS = sorted(p for d in FAMILY_DIRS
-                 for p in glob.glob(osp.join(ROOT, 'configs', d, '*.py')))
+CONFIGS = sorted(
+    p for d in FAMILY_DIRS
+    for p in glob.glob(osp.join(ROOT, 'configs', d, '*.py')))
 SIZE = 64
 
 
@@ -66,18 +66,24 @@ def tiny(model_cfg: ConfigDict) -> ConfigDict:
         mapping = {bb.get('embed_dims', 768): 16}
         k = len(bb.out_indices) if isinstance(bb.out_indices,
                                               (list, tuple)) else 1
-        bb.update(embed_dims=16, num_heads=2, num_layers=4, mlp_ratio=2,
-                  img_size=(SIZE, SIZE),
-                  out_indices=tuple(range(4 - k, 4)) if k > 1 else 3)
+        bb.update(
+            embed_dims=16,
+            num_heads=2,
+            num_layers=4,
+            mlp_ratio=2,
+            img_size=(SIZE, SIZE),
+            out_indices=tuple(range(4 - k, 4)) if k > 1 else 3)
     elif kind == 'MixVisionTransformer':
         old = [bb.embed_dims * h for h in bb.num_heads]
-        bb.update(embed_dims=8, num_heads=[1, 2, 2, 4],
-                  num_layers=[2, 2, 2, 2])
+        bb.update(
+            embed_dims=8, num_heads=[1, 2, 2, 4], num_layers=[2, 2, 2, 2])
         mapping = dict(zip(old, [8, 16, 16, 32]))
     elif kind == 'PCPVT':
         mapping = dict(zip(bb.embed_dims, [8, 16, 32, 64]))
-        bb.update(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8],
-                  depths=[2, 2, 2, 2])
+        bb.update(
+            embed_dims=[8, 16, 32, 64],
+            num_heads=[1, 2, 4, 8],
+            depths=[2, 2, 2, 2])
     else:
         raise AssertionError(f'no shrink rule for {kind}')
     for part in ('neck', 'decode_head', 'auxiliary_head'):
@@ -103,8 +109,11 @@ def samples(n: int):
         s = SegDataSample()
         s.gt_sem_seg = PixelData(
             data=torch.randint(0, 150, (1, SIZE, SIZE), generator=gen))
-        s.set_metainfo(dict(img_shape=(SIZE, SIZE), ori_shape=(SIZE, SIZE),
-                            pad_shape=(SIZE, SIZE)))
+        s.set_metainfo(
+            dict(
+                img_shape=(SIZE, SIZE),
+                ori_shape=(SIZE, SIZE),
+                pad_shape=(SIZE, SIZE)))
         out.append(s)
     return out
 
@@ -112,8 +121,8 @@ def samples(n: int):
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
 def test_family_config(path):
     ours_cfg = tiny(Config.fromfile(path).model)
-    mmseg_cfg = tiny(Config.fromfile(mmseg_config_path(
-        mmseg_base(path))).model)
+    mmseg_cfg = tiny(
+        Config.fromfile(mmseg_config_path(mmseg_base(path))).model)
     mmseg_model = build(mmseg_cfg).eval()
     dot = build(ours_cfg, elliptical_layers=[]).eval()
     # Same seed, same weights: the conversion consumes no RNG, adds nothing.
@@ -122,9 +131,11 @@ def test_family_config(path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     x = torch.randn(2, 3, SIZE, SIZE)
     with torch.no_grad():
-        torch.testing.assert_close(dot(x, mode='tensor'),
-                                   mmseg_model(x, mode='tensor'),
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            dot(x, mode='tensor'),
+            mmseg_model(x, mode='tensor'),
+            atol=1e-5,
+            rtol=1e-4)
     # The elliptical model: same weights load strictly both ways, its
     # output differs, and it trains (finite loss, every gradient there).
     model = build(ours_cfg)
@@ -132,21 +143,25 @@ def test_family_config(path):
     check_interchange(mmseg_model, model)
     model.eval()
     with torch.no_grad():
-        assert not torch.allclose(model(x, mode='tensor'),
-                                  dot(x, mode='tensor'), atol=1e-5)
+        assert not torch.allclose(
+            model(x, mode='tensor'), dot(x, mode='tensor'), atol=1e-5)
     model.train()
     losses = model.loss(x, samples(2))
     loss = sum(v for k, v in losses.items() if 'loss' in k)
     assert torch.isfinite(loss)
     loss.backward()
-    missing = [n for n, p in model.named_parameters()
-               if p.requires_grad and p.grad is None]
+    missing = [
+        n for n, p in model.named_parameters()
+        if p.requires_grad and p.grad is None
+    ]
     assert not missing, missing
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-               if p.grad is not None)
+    assert all(
+        torch.isfinite(p.grad).all() for p in model.parameters()
+        if p.grad is not None)
 
 
 # --- per-layer oracles for the hierarchical backbones ----------------------
+
 
 def naive_reduced_attention(attn, x, hw, v_prev):
     """EfficientMultiheadAttention written out: returns (out, v)."""
@@ -208,11 +223,17 @@ def naive_pcpvt(model, x):
 
 HIERARCHICAL = {
     'mit': (EllipticalMixVisionTransformer, naive_mit,
-            dict(embed_dims=8, num_heads=[1, 2, 2, 4],
-                 num_layers=[3, 2, 2, 2], sr_ratios=[4, 2, 2, 1])),
+            dict(
+                embed_dims=8,
+                num_heads=[1, 2, 2, 4],
+                num_layers=[3, 2, 2, 2],
+                sr_ratios=[4, 2, 2, 1])),
     'pcpvt': (EllipticalPCPVT, naive_pcpvt,
-              dict(embed_dims=[8, 16, 16, 32], num_heads=[1, 2, 2, 4],
-                   depths=[3, 2, 2, 2], qkv_bias=True)),
+              dict(
+                  embed_dims=[8, 16, 16, 32],
+                  num_heads=[1, 2, 2, 4],
+                  depths=[3, 2, 2, 2],
+                  qkv_bias=True)),
 }
 
 
@@ -226,10 +247,11 @@ def test_hierarchical_against_oracle(kind, layers):
     model.eval()
     if layers is None:  # every block but the first of each stage
         assert model.elliptical_layers == (1, 2, 4, 6, 8)
-    flags = [b.attn.elliptical for stage in model.layer_stages()
-             for b in stage]
-    assert [i for i, f in enumerate(flags) if f] == list(
-        model.elliptical_layers)
+    flags = [
+        b.attn.elliptical for stage in model.layer_stages() for b in stage
+    ]
+    assert [i for i, f in enumerate(flags)
+            if f] == list(model.elliptical_layers)
     x = torch.randn(2, 3, 64, 48)
     with torch.no_grad():
         for got, ref in zip(model(x), naive(model, x)):
@@ -243,13 +265,16 @@ def test_hierarchical_degenerate_inputs(kind):
     model = cls(**arch)
     model.init_weights()
     model.train()
-    for x in (torch.zeros(2, 3, 64, 64), torch.full((2, 3, 64, 64), 1e4),
-              torch.full((2, 3, 64, 64), 0.5)):
+    shape = (2, 3, 64, 64)
+    inputs = (torch.zeros(shape), torch.full(shape,
+                                             1e4), torch.full(shape, 0.5))
+    for x in inputs:
         x.requires_grad_()
         model.zero_grad()
         feats = model(x)
         assert all(torch.isfinite(f).all() for f in feats)
         sum(f.square().mean() for f in feats).backward()
         assert torch.isfinite(x.grad).all()
-        assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-                   if p.grad is not None)
+        assert all(
+            torch.isfinite(p.grad).all() for p in model.parameters()
+            if p.grad is not None)

@@ -4,8 +4,15 @@ from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 
 from mmseg_elliptical.models import EllipticalMaskTransformerHead
 
-HEAD = dict(in_channels=24, channels=24, num_classes=5, num_layers=3,
-            num_heads=3, embed_dims=24, dropout_ratio=0.0, drop_path_rate=0.0)
+HEAD = dict(
+    in_channels=24,
+    channels=24,
+    num_classes=5,
+    num_layers=3,
+    num_heads=3,
+    embed_dims=24,
+    dropout_ratio=0.0,
+    drop_path_rate=0.0)
 
 
 def build(cls, **kwargs):
@@ -28,9 +35,8 @@ def test_dot_product_mode_equals_mmseg():
 def test_elliptical_head_defaults_and_differs():
     head = build(EllipticalMaskTransformerHead)
     assert head.elliptical_layers == (1, 2)
-    assert [layer.attn.elliptical for layer in head.layers] == [
-        False, True, True
-    ]
+    assert [layer.attn.elliptical
+            for layer in head.layers] == [False, True, True]
     ref = build(SegmenterMaskTransformerHead)
     ref.load_state_dict(head.state_dict(), strict=True)
     head.load_state_dict(ref.state_dict(), strict=True)
@@ -66,5 +72,6 @@ def test_training_loss_and_gradients():
     head = build(EllipticalMaskTransformerHead).train()
     x = [torch.randn(2, 24, 5, 6, requires_grad=True)]
     head(x).logsumexp(1).mean().backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all()
-               for p in head.parameters() if p.requires_grad)
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all()
+        for p in head.parameters() if p.requires_grad)

@@ -1,17 +1,16 @@
 """Inference API: ``init_model`` + ``inference_model`` in slide mode on odd
 image sizes, and ``MMSegInferencer`` offline with a config path + weights."""
-import os.path as osp
-from typing import Tuple
-
 import cv2
 import numpy as np
+import os.path as osp
 import pytest
 import torch
 import torch.nn.functional as F
-from mmengine.runner.checkpoint import save_checkpoint
-
 from conftest import DEMO_ELLIPTICAL, tiny_config
+from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import MMSegInferencer, inference_model, init_model
+from typing import Tuple
+
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -26,10 +25,11 @@ def elliptical_checkpoint(demo_root, tmp_path_factory) -> Tuple[str, str]:
     tmp = tmp_path_factory.mktemp('inference')
     cfg = tiny_config(
         DEMO_ELLIPTICAL, demo_root, str(tmp), **{
-            'model.decode_head.type': 'EllipticalMaskTransformerHead',
-            'model.test_cfg': dict(
-                mode='slide', crop_size=(CROP, CROP),
-                stride=(STRIDE, STRIDE)),
+            'model.decode_head.type':
+            'EllipticalMaskTransformerHead',
+            'model.test_cfg':
+            dict(
+                mode='slide', crop_size=(CROP, CROP), stride=(STRIDE, STRIDE)),
         })
     cfg_file = str(tmp / 'slide.py')
     cfg.dump(cfg_file)
@@ -61,16 +61,20 @@ def manual_slide(model, img: np.ndarray) -> torch.Tensor:
     x = ((x - 127.5) / 127.5)[None]
     logits = torch.zeros(1, len(CLASSES), H, W)
     count = torch.zeros(1, 1, H, W)
-    ys = sorted({min(y, H - CROP) for y in range(0, H - CROP + STRIDE,
-                                                 STRIDE)})
-    xs = sorted({min(x, W - CROP) for x in range(0, W - CROP + STRIDE,
-                                                 STRIDE)})
+    ys = sorted(
+        {min(y, H - CROP)
+         for y in range(0, H - CROP + STRIDE, STRIDE)})
+    xs = sorted(
+        {min(x, W - CROP)
+         for x in range(0, W - CROP + STRIDE, STRIDE)})
     with torch.no_grad():
         for y in ys:
             for x0 in xs:
                 crop = x[..., y:y + CROP, x0:x0 + CROP]
                 out = F.interpolate(
-                    model._forward(crop), size=(CROP, CROP), mode='bilinear',
+                    model._forward(crop),
+                    size=(CROP, CROP),
+                    mode='bilinear',
                     align_corners=False)
                 logits[..., y:y + CROP, x0:x0 + CROP] += out
                 count[..., y:y + CROP, x0:x0 + CROP] += 1
@@ -96,8 +100,7 @@ def test_init_model_and_slide_inference(elliptical_checkpoint, image) -> None:
 def test_mmseg_inferencer_offline(elliptical_checkpoint, image,
                                   tmp_path) -> None:
     cfg_file, ckpt = elliptical_checkpoint
-    inferencer = MMSegInferencer(
-        model=cfg_file, weights=ckpt, device='cpu')
+    inferencer = MMSegInferencer(model=cfg_file, weights=ckpt, device='cpu')
     expected = inference_model(
         init_model(cfg_file, ckpt, device='cpu'),
         image).pred_sem_seg.data[0].numpy()

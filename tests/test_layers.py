@@ -6,17 +6,20 @@ layer by layer); the chain keeps nothing between forwards.
 """
 import pytest
 import torch
+from conftest import check_compiled, check_with_cp, grads
+from test_backbone import ARCH, naive_forward
 
 from mmseg_elliptical.benchmark.memory import saved_tensors_mb, tensor_peak_mb
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
-from conftest import check_compiled, check_with_cp, grads
-from test_backbone import ARCH, naive_forward
 
 pytestmark = pytest.mark.usefixtures('single_thread')
-MIT = dict(embed_dims=8, num_layers=[2, 2, 2, 1], num_heads=[1, 2, 2, 4],
-           sr_ratios=[4, 2, 1, 1])
+MIT = dict(
+    embed_dims=8,
+    num_layers=[2, 2, 2, 1],
+    num_heads=[1, 2, 2, 4],
+    sr_ratios=[4, 2, 1, 1])
 
 
 def build(cls=EllipticalVisionTransformer, **kwargs):
@@ -28,20 +31,19 @@ def build(cls=EllipticalVisionTransformer, **kwargs):
 
 
 def images(seed: int, size: int = 32) -> torch.Tensor:
-    return torch.randn(2, 3, size, size,
-                       generator=torch.Generator().manual_seed(seed))
+    return torch.randn(
+        2, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
 def loss_of(model, x):
     return sum(f.square().mean() for f in model(x))
 
 
-@pytest.mark.parametrize('cls', [EllipticalVisionTransformer,
-                                 EllipticalMixVisionTransformer])
+@pytest.mark.parametrize(
+    'cls', [EllipticalVisionTransformer, EllipticalMixVisionTransformer])
 def test_with_cp_saves_less_and_gives_the_same_gradients(cls):
     size = 32 if cls is EllipticalVisionTransformer else 64
-    check_with_cp(lambda with_cp: build(cls, with_cp=with_cp),
-                  images(0, size))
+    check_with_cp(lambda with_cp: build(cls, with_cp=with_cp), images(0, size))
 
 
 @pytest.mark.parametrize('with_cp', [False, True])
@@ -57,8 +59,8 @@ def test_two_forwards_before_one_backward(with_cp):
         loss_of(reference, x).backward()  # one at a time, grads add up
     expected = grads(reference)
     for name in expected:
-        torch.testing.assert_close(accumulated[name], expected[name],
-                                   rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(
+            accumulated[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_chain_keeps_nothing_between_forwards():
@@ -99,8 +101,8 @@ def test_inference_holds_one_values_tensor_more():
     assert values <= extra < 1.1 * values, extra / values
 
 
-@pytest.mark.parametrize('cls', [EllipticalVisionTransformer,
-                                 EllipticalMixVisionTransformer])
+@pytest.mark.parametrize(
+    'cls', [EllipticalVisionTransformer, EllipticalMixVisionTransformer])
 def test_training_saves_only_m_more(cls):
     """With gradient, what the backward keeps exceeds the dot-product
     model's by ``m`` ([B, C] per elliptical layer) only: q gets its own GEMM
@@ -111,8 +113,10 @@ def test_training_saves_only_m_more(cls):
         model = build(cls, elliptical_layers=layers)
         saved[layers is None] = saved_tensors_mb(
             model, lambda: loss_of(model, x)) * 2**20
-    elliptical = [layer.attn for stage in model.layer_stages()
-                  for layer in stage if layer.attn.elliptical]
+    elliptical = [
+        layer.attn for stage in model.layer_stages() for layer in stage
+        if layer.attn.elliptical
+    ]
     assert elliptical  # the model is the last built: the elliptical one
     m_bytes = sum(x.shape[0] * a.embed_dims * 4 for a in elliptical)
     assert saved[True] - saved[False] == m_bytes, \
@@ -154,26 +158,29 @@ def test_torch_compile_with_cp_matches_eager():
     Without with_cp (one graph): test_torch_compile_every_family."""
     model = build(with_cp=True)
     x = images(3)
-    torch.testing.assert_close(naive_forward(model, x), model(x)[0],
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        naive_forward(model, x), model(x)[0], atol=1e-5, rtol=1e-5)
     out = check_compiled(model, x, fullgraph=False)
     model.train()
-    torch.testing.assert_close(out[0], naive_forward(model, x), atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(
+        out[0], naive_forward(model, x), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize('cls', [EllipticalVisionTransformer,
-                                 EllipticalMixVisionTransformer,
-                                 EllipticalPCPVT])
+@pytest.mark.parametrize('cls', [
+    EllipticalVisionTransformer, EllipticalMixVisionTransformer,
+    EllipticalPCPVT
+])
 def test_torch_compile_every_family(cls):
     """Train mode with gradients, and inference (its own scaling path)."""
     if cls is EllipticalPCPVT:
         torch.manual_seed(0)
-        model = cls(embed_dims=[8, 16, 16, 32], num_heads=[1, 2, 2, 4],
-                    depths=[2, 1, 1, 1])
+        model = cls(
+            embed_dims=[8, 16, 16, 32],
+            num_heads=[1, 2, 2, 4],
+            depths=[2, 1, 1, 1])
     elif cls is EllipticalMixVisionTransformer:
         model = build(cls, num_layers=[2, 1, 1, 1])
     else:
         model = build(cls)
-    check_compiled(model, images(4, 32 if cls is EllipticalVisionTransformer
-                                 else 64))
+    check_compiled(model,
+                   images(4, 32 if cls is EllipticalVisionTransformer else 64))

@@ -5,17 +5,15 @@ Every case runs the elliptical backbone alone and the full segmentor
 backward, and checks that features, losses and every gradient are finite.
 """
 import math
-from typing import Dict, List, Tuple
-
 import pytest
 import torch
-from mmengine.structures import PixelData
-from torch import Tensor
-
 from conftest import DEMO_ELLIPTICAL, grads, tiny_config
+from mmengine.structures import PixelData
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 from mmseg.utils import register_all_modules
+from torch import Tensor
+from typing import Dict, List, Tuple
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -70,10 +68,14 @@ def assert_all_finite(tensors: Dict[str, Tensor]) -> None:
 # Images as the model sees them after the data preprocessor would have run;
 # none is normalised, so they stress the patch embedding and the LayerNorms.
 DEGENERATE = {
-    'constant': lambda: torch.full((2, 3, 64, 64), 0.5),
-    'all_zero': lambda: torch.zeros(2, 3, 64, 64),
-    'large_constant': lambda: torch.full((2, 3, 64, 64), 1e4),
-    'large_random': lambda: torch.rand(
+    'constant':
+    lambda: torch.full((2, 3, 64, 64), 0.5),
+    'all_zero':
+    lambda: torch.zeros(2, 3, 64, 64),
+    'large_constant':
+    lambda: torch.full((2, 3, 64, 64), 1e4),
+    'large_random':
+    lambda: torch.rand(
         2, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 1e4,
 }
 

@@ -8,26 +8,25 @@ textbook formula, the shift mask from the three regions of each axis, and
 the package (nor with mmseg's ``ShiftWindowMSA`` beyond its parameters).
 """
 import os.path as osp
-
 import pytest
 import torch
-from mmengine.config import Config
-from mmseg.models.backbones import SwinTransformer
-from mmengine.structures import PixelData
-from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
-from mmseg.structures import SegDataSample
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-
 from conftest import (ROOT, build_pair, check_attention_dropout, check_bf16,
                       check_compiled, check_interchange, check_with_cp,
                       randomise, saved_scores_bytes)
+from mmengine.config import Config
+from mmengine.structures import PixelData
+from mmseg.models.backbones import SwinTransformer
+from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.registry import MODELS
+from mmseg.structures import SegDataSample
+from test_elliptical_attention import naive_relevance
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
 from mmseg_elliptical.models import (AttentionRecord,
                                      EllipticalSwinTransformer, to_elliptical)
 from mmseg_elliptical.models.attention import (EllipticalShiftWindowMSA,
                                                EllipticalWindowMSA)
-from test_elliptical_attention import naive_relevance
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -36,8 +35,14 @@ D = C // HEADS
 HW = (7, 8)  # padded to 9 x 9: 3 x 3 windows of 3 x 3
 L = HW[0] * HW[1]
 NW = 9
-ARCH = dict(embed_dims=16, depths=(2, 3), num_heads=(2, 4), strides=(4, 2),
-            out_indices=(0, 1), window_size=3, mlp_ratio=2)
+ARCH = dict(
+    embed_dims=16,
+    depths=(2, 3),
+    num_heads=(2, 4),
+    strides=(4, 2),
+    out_indices=(0, 1),
+    window_size=3,
+    mlp_ratio=2)
 IMAGE = (40, 56)  # stage 1: 10 x 14 (padded 12 x 15), stage 2: 5 x 7
 
 
@@ -85,9 +90,10 @@ def naive_window_attention(attn, x, hw, v_prev=None, scale=None):
                      for b in range(ws)]
             rows = torch.tensor([(r + s) % Hp for r, _ in frame])
             cols = torch.tensor([(c + s) % Wp for _, c in frame])
-            rel = torch.tensor([[(r1 - r2 + ws - 1) * (2 * ws - 1) +
-                                 (c1 - c2 + ws - 1) for r2, c2 in frame]
-                                for r1, c1 in frame])
+            rel = torch.tensor([[
+                (r1 - r2 + ws - 1) * (2 * ws - 1) + (c1 - c2 + ws - 1)
+                for r2, c2 in frame
+            ] for r1, c1 in frame])
             score_bias = table[rel].permute(2, 0, 1)  # [H, T, T]
             groups = [region(r, Hp) * 3 + region(c, Wp) for r, c in frame]
             mask = torch.tensor([[0. if g1 == g2 else -100. for g2 in groups]
@@ -102,9 +108,14 @@ def naive_window_attention(attn, x, hw, v_prev=None, scale=None):
 
 def build_attention(shift=1, qkv_bias=True, qk_scale=None, **kwargs):
     torch.manual_seed(0)
-    attn = EllipticalShiftWindowMSA(C, HEADS, WS, shift_size=shift,
-                                    qkv_bias=qkv_bias, qk_scale=qk_scale,
-                                    **kwargs)
+    attn = EllipticalShiftWindowMSA(
+        C,
+        HEADS,
+        WS,
+        shift_size=shift,
+        qkv_bias=qkv_bias,
+        qk_scale=qk_scale,
+        **kwargs)
     with torch.no_grad():  # a bias that matters
         attn.w_msa.relative_position_bias_table.normal_()
         if qkv_bias:
@@ -136,8 +147,8 @@ def test_window_attention_matches_naive(shift, fused, grad, batch, qkv_bias):
         assert not v.requires_grad
         # Without previous values: dot-product attention, values handed on.
         out, v = call(attn, x)
-        torch.testing.assert_close(out, naive_window_attention(
-            attn, x, HW)[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            out, naive_window_attention(attn, x, HW)[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(v, ref_v)
 
 
@@ -150,7 +161,8 @@ def test_qk_scale_is_honoured(fused):
         torch.testing.assert_close(
             call(attn, x, v_prev)[0],
             naive_window_attention(attn, x, HW, v_prev, scale=0.05)[0],
-            atol=1e-5, rtol=1e-5)
+            atol=1e-5,
+            rtol=1e-5)
 
 
 @pytest.mark.parametrize('fused', [True, False])
@@ -182,8 +194,8 @@ def test_gradients_match_naive_and_m_is_constant(fused):
         'w_msa.qkv.bias', 'w_msa.proj.weight', 'w_msa.proj.bias'
     }
     for name, p in attn.named_parameters():
-        torch.testing.assert_close(got[name], p.grad, atol=1e-4, rtol=1e-4,
-                                   msg=name)
+        torch.testing.assert_close(
+            got[name], p.grad, atol=1e-4, rtol=1e-4, msg=name)
     torch.testing.assert_close(got_x, x2.grad, atol=1e-4, rtol=1e-4)
 
 
@@ -205,8 +217,8 @@ def test_dot_product_mode_equals_mmseg_module():
     assert attn.w_msa.window_call is None
     # w_msa called on its own is mmseg's WindowMSA.
     windows = torch.randn(4, WS * WS, C)
-    torch.testing.assert_close(attn.w_msa(windows),
-                               WindowMSA.forward(attn.w_msa, windows))
+    torch.testing.assert_close(
+        attn.w_msa(windows), WindowMSA.forward(attn.w_msa, windows))
 
 
 def test_explicit_probabilities_are_recorded_per_window():
@@ -224,6 +236,7 @@ def test_explicit_probabilities_are_recorded_per_window():
 
 
 def test_conversion_checks_w_msa_type():
+
     class MyWindowMSA(WindowMSA):
         pass
 
@@ -248,9 +261,9 @@ def naive_forward(model, x):
         v_prev = None
         for block in stage.blocks:
             elliptical = index in model.elliptical_layers
-            a, v_prev = naive_window_attention(
-                block.attn, block.norm1(tokens), hw,
-                v_prev if elliptical else None)
+            a, v_prev = naive_window_attention(block.attn, block.norm1(tokens),
+                                               hw,
+                                               v_prev if elliptical else None)
             tokens = tokens + a
             tokens = block.ffn(block.norm2(tokens), identity=tokens)
             index += 1
@@ -288,10 +301,10 @@ def test_dot_product_mode_equals_mmseg(kwargs):
 def test_layers_and_chains():
     model = EllipticalSwinTransformer(**ARCH)
     assert model.elliptical_layers == (1, 3, 4)
-    assert [[b.attn.elliptical for b in s.blocks] for s in model.stages] == [
-        [False, True], [False, True, True]]
-    assert [[b.attn.shift_size for b in s.blocks] for s in model.stages] == [
-        [0, 1], [0, 1, 0]]
+    assert [[b.attn.elliptical for b in s.blocks]
+            for s in model.stages] == [[False, True], [False, True, True]]
+    assert [[b.attn.shift_size for b in s.blocks]
+            for s in model.stages] == [[0, 1], [0, 1, 0]]
     chains = [s.blocks[0].value_chain for s in model.stages]
     assert len({id(c) for c in chains}) == 2
     assert [len(c) for c in chains] == [2, 3]
@@ -328,8 +341,8 @@ def test_torch_compile_matches_eager():
 
 def test_checkpoints_load_both_ways_strictly():
     torch.manual_seed(0)
-    check_interchange(SwinTransformer(**ARCH),
-                      EllipticalSwinTransformer(**ARCH))
+    check_interchange(
+        SwinTransformer(**ARCH), EllipticalSwinTransformer(**ARCH))
 
 
 @pytest.mark.parametrize('kwargs, error, match', [
@@ -374,8 +387,9 @@ def test_degenerate_inputs_stay_finite(case, train):
     assert all(torch.isfinite(o).all() for o in outs)
     if train:
         sum(o.square().mean() for o in outs).backward()
-        assert all(torch.isfinite(p.grad).all() for p in model.parameters()
-                   if p.grad is not None)
+        assert all(
+            torch.isfinite(p.grad).all() for p in model.parameters()
+            if p.grad is not None)
 
 
 @pytest.mark.parametrize('fused', [True, False])
@@ -415,8 +429,10 @@ class ShapeSpy(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.ops.add(str(func.overloadpacket))
-        self.shapes += [tuple(t.shape) for t in tree_flatten(out)[0]
-                        if isinstance(t, torch.Tensor)]
+        self.shapes += [
+            tuple(t.shape) for t in tree_flatten(out)[0]
+            if isinstance(t, torch.Tensor)
+        ]
         return out
 
     def fused(self) -> bool:
@@ -428,8 +444,10 @@ class ShapeSpy(TorchDispatchMode):
 
 def window_square_tensors(shapes, rows, heads, T):
     """Shapes ``[..., T, T]`` with as many elements as ``[rows, H, T, T]``."""
-    return [s for s in shapes if s[-2:] == (T, T)
-            and torch.Size(s).numel() >= rows * heads * T * T]
+    return [
+        s for s in shapes
+        if s[-2:] == (T, T) and torch.Size(s).numel() >= rows * heads * T * T
+    ]
 
 
 @pytest.mark.parametrize('batch', [1, 2])
@@ -453,9 +471,9 @@ def test_fused_inference_materialises_no_window_scores(batch, shift):
             with ShapeSpy() as spy:
                 call(ours, x, v)
             assert spy.fused()
-            assert max(torch.Size(s).numel() for s in spy.shapes
-                       if s[-2:] == (T, T)) == (3 if shift else
-                                                1) * HEADS * T * T
+            assert max(
+                torch.Size(s).numel() for s in spy.shapes
+                if s[-2:] == (T, T)) == (3 if shift else 1) * HEADS * T * T
         ours.fused_attn = False  # the paper's formulation materialises them
         with ShapeSpy() as spy:
             call(ours, x, v_prev)
@@ -469,11 +487,10 @@ def test_training_saves_no_more_window_scores_than_mmseg():
     x = torch.randn(2, 3, *IMAGE)
     T = ARCH['window_size']**2
     saved = {}
-    for name, cls, kwargs in (
-            ('mmseg', SwinTransformer, {}),
-            ('elliptical', EllipticalSwinTransformer, {}),
-            ('dot-product', EllipticalSwinTransformer,
-             dict(elliptical_layers=[]))):
+    for name, cls, kwargs in (('mmseg', SwinTransformer, {}),
+                              ('elliptical', EllipticalSwinTransformer,
+                               {}), ('dot-product', EllipticalSwinTransformer,
+                                     dict(elliptical_layers=[]))):
         torch.manual_seed(0)
         saved[name] = saved_scores_bytes(cls(**ARCH, **kwargs), x, T)
     assert saved['mmseg'] > 0
@@ -485,8 +502,9 @@ def test_training_saves_no_more_window_scores_than_mmseg():
 # Configs
 
 SWIN_CONFIGS = [
-    osp.join(ROOT, 'configs', 'swin', f'elliptical-swin-{size}-patch4-'
-             'window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+    osp.join(
+        ROOT, 'configs', 'swin', f'elliptical-swin-{size}-patch4-'
+        'window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
     for size in ('tiny', 'small', 'base')
 ]
 
@@ -518,12 +536,16 @@ def tiny_train_step(path, options, size=64, check=None):
     num_classes = cfg.model.decode_head.num_classes
     samples = []
     for i in range(2):
-        sample = SegDataSample(metainfo=dict(
-            img_shape=(size, size), pad_shape=(size, size),
-            ori_shape=(size, size)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(
-            0, num_classes, (1, size, size),
-            generator=torch.Generator().manual_seed(i)))
+        sample = SegDataSample(
+            metainfo=dict(
+                img_shape=(size, size),
+                pad_shape=(size, size),
+                ori_shape=(size, size)))
+        sample.gt_sem_seg = PixelData(
+            data=torch.randint(
+                0,
+                num_classes, (1, size, size),
+                generator=torch.Generator().manual_seed(i)))
         samples.append(sample)
     torch.manual_seed(0)
     inputs = torch.randn(2, 3, size, size)
@@ -532,8 +554,9 @@ def tiny_train_step(path, options, size=64, check=None):
     assert torch.isfinite(total)
     total.backward()
     params = dict(model.backbone.named_parameters())
-    assert all(p.grad is not None and torch.isfinite(p.grad).all()
-               for p in params.values() if p.requires_grad)
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all()
+        for p in params.values() if p.requires_grad)
     return cfg, model, losses
 
 
@@ -542,13 +565,14 @@ def test_config_forward_loss_backward(path):
     cfg = Config.fromfile(path)
     embed = cfg.model.backbone.embed_dims // 4  # heads keep their number
     widths = [embed * 2**i for i in range(4)]
-    _, model, losses = tiny_train_step(path, {
-        'model.backbone.embed_dims': embed,
-        'model.decode_head.in_channels': widths,
-        'model.decode_head.channels': 16,
-        'model.auxiliary_head.in_channels': widths[2],
-        'model.auxiliary_head.channels': 16,
-    })
+    _, model, losses = tiny_train_step(
+        path, {
+            'model.backbone.embed_dims': embed,
+            'model.decode_head.in_channels': widths,
+            'model.decode_head.channels': 16,
+            'model.auxiliary_head.in_channels': widths[2],
+            'model.auxiliary_head.channels': 16,
+        })
     assert type(model.backbone) is EllipticalSwinTransformer
     depths = cfg.model.backbone.depths
     assert len(model.backbone.elliptical_layers) == sum(depths) - 4

@@ -17,14 +17,13 @@ the flips come from per-worker seeds derived from the seed, rank and worker
 id, which the skip replays too.
 """
 import os.path as osp
+import pytest
 import re
 import sys
-
-import pytest
 import torch
+from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmengine.runner import Runner
 
-from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmseg_elliptical.engine import load_from_local, run_mmseg_tool
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -34,16 +33,18 @@ DETERMINISTIC = dict(seed=0, deterministic=True)
 
 def run_tool(script, *args):
     proc = run_command(
-        [sys.executable, osp.join(ROOT, 'tools', script), *args], timeout=600)
+        [sys.executable,
+         osp.join(ROOT, 'tools', script), *args], timeout=600)
     return proc.stdout + proc.stderr
 
 
 def config_file(demo_root, tmp_path, work_dir, max_iters, name):
-    cfg = tiny_config(DEMO_ELLIPTICAL, demo_root, work_dir, **{
-        'train_cfg.max_iters': max_iters,
-        'randomness': DETERMINISTIC,
-        'experiment_name': name,
-    })
+    cfg = tiny_config(
+        DEMO_ELLIPTICAL, demo_root, work_dir, **{
+            'train_cfg.max_iters': max_iters,
+            'randomness': DETERMINISTIC,
+            'experiment_name': name,
+        })
     path = str(tmp_path / f'{name}.py')
     cfg.dump(path)
     return cfg, path
@@ -96,8 +97,8 @@ def test_train_test_resume_exactly(demo_root, tmp_path):
 @pytest.mark.parametrize('script, flags', [
     ('test.py', ('--work-dir', '--out', '--show-dir', '--tta', '--launcher',
                  '--cfg-options', '--show', '--wait-time')),
-    ('train.py', ('--work-dir', '--resume', '--amp', '--cfg-options',
-                  '--launcher')),
+    ('train.py',
+     ('--work-dir', '--resume', '--amp', '--cfg-options', '--launcher')),
 ])
 def test_help_lists_mmseg_flags(script, flags, monkeypatch, capsys):
     # In process: what tools/<script> runs (the scripts themselves run as

@@ -1,14 +1,13 @@
 """ImageCorruption: every corruption runs, deterministic, keeps the image."""
 import numpy as np
 import pytest
+from mmseg.registry import TRANSFORMS
+
+import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical.transforms import (CORRUPTIONS, ImageCorruption,
+                                         corrupt_image)
 
 pytest.importorskip('imagecorruptions')
-
-from mmseg.registry import TRANSFORMS  # noqa: E402
-
-import mmseg_elliptical  # noqa: E402,F401
-from mmseg_elliptical.transforms import (  # noqa: E402
-    CORRUPTIONS, ImageCorruption, corrupt_image)
 
 
 def _image(h: int = 32, w: int = 32, seed: int = 0) -> np.ndarray:
@@ -51,16 +50,17 @@ def test_transform_registered_deterministic_and_keeps_global_rng():
     assert not np.array_equal(out1, img)
     np.testing.assert_array_equal(out1, out2)
     assert not np.array_equal(out1, other)  # seeded per image
-    reseeded = ImageCorruption('gaussian_noise', 3, seed=1)(
-        dict(img=img.copy(), img_path='a.jpg'))['img']
+    reseeded = ImageCorruption(
+        'gaussian_noise', 3, seed=1)(dict(img=img.copy(),
+                                          img_path='a.jpg'))['img']
     assert not np.array_equal(out1, reseeded)
 
 
 def test_bgr_rgb_order_and_gray():
     img = _image()
     bgr = corrupt_image(img, 'saturate', 2, seed=0, channel_order='bgr')
-    rgb = corrupt_image(img[..., ::-1], 'saturate', 2, seed=0,
-                        channel_order='rgb')
+    rgb = corrupt_image(
+        img[..., ::-1], 'saturate', 2, seed=0, channel_order='rgb')
     np.testing.assert_array_equal(bgr, rgb[..., ::-1])
     gray = img[..., 0].copy()
     out = corrupt_image(gray, 'contrast', 3, seed=0)
@@ -70,8 +70,8 @@ def test_bgr_rgb_order_and_gray():
 
 
 @pytest.mark.parametrize('kwargs, match', [
-    (dict(corruption='rain', severity=1),
-     'Unknown corruption.*gaussian_noise'),
+    (dict(corruption='rain',
+          severity=1), 'Unknown corruption.*gaussian_noise'),
     (dict(corruption='fog', severity=0), 'Unknown severity.*1, 2, 3, 4, 5'),
     (dict(corruption='fog', severity=6), 'Unknown severity'),
     (dict(corruption='fog', severity=True), 'Unknown severity'),

@@ -6,15 +6,14 @@ what is allowed; a misspelt keyword names the plugin class and the closest
 valid name; bad input at run time names the problem and the fix.
 """
 import json
-import os.path as osp
-import sys
-
 import numpy as np
+import os.path as osp
 import pytest
+import sys
 import torch
-
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command
 from mmseg.registry import MODELS
+
 from mmseg_elliptical.models import (ConversionError, EllipticalAttention,
                                      EllipticalMaskTransformerHead,
                                      EllipticalMixVisionTransformer,
@@ -23,21 +22,34 @@ from mmseg_elliptical.models import (ConversionError, EllipticalAttention,
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
-BACKBONE = dict(img_size=32, patch_size=8, embed_dims=24, num_heads=3,
-                num_layers=4, mlp_ratio=2)
-HEAD = dict(in_channels=24, channels=24, num_classes=5, num_layers=4,
-            num_heads=3, embed_dims=24, dropout_ratio=0.0)
+BACKBONE = dict(
+    img_size=32,
+    patch_size=8,
+    embed_dims=24,
+    num_heads=3,
+    num_layers=4,
+    mlp_ratio=2)
+HEAD = dict(
+    in_channels=24,
+    channels=24,
+    num_classes=5,
+    num_layers=4,
+    num_heads=3,
+    embed_dims=24,
+    dropout_ratio=0.0)
 MODULES = {
     'backbone': (EllipticalVisionTransformer, BACKBONE),
     'head': (EllipticalMaskTransformerHead, HEAD),
 }
 STAGED = {
-    'mit': (EllipticalMixVisionTransformer,
-            dict(embed_dims=8, num_heads=[1, 2, 2, 4],
-                 num_layers=[3, 2, 2, 2])),
+    'mit':
+    (EllipticalMixVisionTransformer,
+     dict(embed_dims=8, num_heads=[1, 2, 2, 4], num_layers=[3, 2, 2, 2])),
     'pcpvt': (EllipticalPCPVT,
-              dict(embed_dims=[8, 16, 16, 32], num_heads=[1, 2, 2, 4],
-                   depths=[3, 2, 2, 2])),
+              dict(
+                  embed_dims=[8, 16, 16, 32],
+                  num_heads=[1, 2, 2, 4],
+                  depths=[3, 2, 2, 2])),
 }
 
 
@@ -51,7 +63,9 @@ def build(which: str, **kwargs):
     (1.0, 'must be a list of distinct integers in 1..3'),
     (2, 'must be a list of distinct integers in 1..3'),
     ('12', 'must be a list of distinct integers in 1..3'),
-    ({1: True}, 'must be a list of distinct integers in 1..3'),
+    ({
+        1: True
+    }, 'must be a list of distinct integers in 1..3'),
     ([1.0], "not of ['float']"),
     ([True], "not of ['bool']"),
     ([np.bool_(True)], 'must be a list'),
@@ -73,13 +87,15 @@ def test_bad_elliptical_layers(which: str, layers, allowed: str) -> None:
 
 
 @pytest.mark.parametrize('which', sorted(MODULES))
-@pytest.mark.parametrize('layers, expected', [
-    ([3, 1], (1, 3)),
-    ((2, ), (2, )),
-    (np.array([2, 1]), (1, 2)),  # numpy integers are integers
-    (range(3, 1, -1), (2, 3)),  # any iterable of ints
-    ([], ()),
-])
+@pytest.mark.parametrize(
+    'layers, expected',
+    [
+        ([3, 1], (1, 3)),
+        ((2, ), (2, )),
+        (np.array([2, 1]), (1, 2)),  # numpy integers are integers
+        (range(3, 1, -1), (2, 3)),  # any iterable of ints
+        ([], ()),
+    ])
 def test_good_elliptical_layers(which: str, layers, expected) -> None:
     module = build(which, elliptical_layers=layers)
     assert module.elliptical_layers == expected
@@ -113,8 +129,10 @@ def test_bad_relevance_reduction(which: str, value) -> None:
 
 @pytest.mark.parametrize('which', sorted(MODULES))
 @pytest.mark.parametrize(
-    'value', [0, 0.0, -1e-6, float('nan'),
-              float('inf'), True, '1e-6', None, [1e-6]])
+    'value',
+    [0, 0.0, -1e-6,
+     float('nan'),
+     float('inf'), True, '1e-6', None, [1e-6]])
 def test_bad_relevance_eps(which: str, value) -> None:
     with pytest.raises(ValueError) as info:
         build(which, relevance_eps=value)
@@ -134,8 +152,8 @@ def test_good_relevance_eps(which: str, value) -> None:
 
 
 def test_error_survives_the_registry() -> None:
-    cfg = dict(type='EllipticalVisionTransformer', relevance_eps=-1,
-               **BACKBONE)
+    cfg = dict(
+        type='EllipticalVisionTransformer', relevance_eps=-1, **BACKBONE)
     with pytest.raises(ValueError, match=r'relevance_eps=-1 must be a finite'):
         MODELS.build(cfg)
 
@@ -195,15 +213,19 @@ def test_registry_error_without_the_plugin() -> None:
                                           ((1, 3, 32, 32), torch.uint8)])
 def test_backbone_rejects_bad_images(shape, dtype) -> None:
     model = build('backbone')
-    with pytest.raises(ValueError, match=r'expects a float batch of images '
-                       r'\[B, C, H, W\], got shape'):
+    with pytest.raises(
+            ValueError,
+            match=r'expects a float batch of images '
+            r'\[B, C, H, W\], got shape'):
         model(torch.zeros(shape, dtype=dtype))
 
 
 def test_head_rejects_wrong_channels() -> None:
     head = build('head')
-    with pytest.raises(ValueError, match=r'in_channels=24 but the input '
-                       r'feature map has shape \(1, 16, 4, 4\)'):
+    with pytest.raises(
+            ValueError,
+            match=r'in_channels=24 but the input '
+            r'feature map has shape \(1, 16, 4, 4\)'):
         head([torch.randn(1, 16, 4, 4)])
     assert head([torch.randn(1, 24, 4, 4)]).shape == (1, 5, 4, 4)
 
@@ -260,14 +282,18 @@ def test_unconvertible_attention_settings() -> None:
 def test_backbone_rejects_wrong_channels_and_non_finite_images(which):
     cls, arch = MODULES.get(which) or STAGED[which]
     model = cls(**arch)
-    with pytest.raises(ValueError, match=r'in_channels=3 but the images have '
-                       r'1 channel\(s\) \(shape \(2, 1, 32, 32\)\); .* '
-                       r'set backbone.in_channels=1'):
+    with pytest.raises(
+            ValueError,
+            match=r'in_channels=3 but the images have '
+            r'1 channel\(s\) \(shape \(2, 1, 32, 32\)\); .* '
+            r'set backbone.in_channels=1'):
         model(torch.zeros(2, 1, 32, 32))
     x = torch.zeros(2, 3, 32, 32)
     x[0, 1, 3, 4], x[1, 2, 0, 0] = float('nan'), float('inf')
-    with pytest.raises(ValueError, match=r'the input contains 2 NaN or '
-                       r'infinite values .* set backbone.check_finite=.never.'):
+    with pytest.raises(
+            ValueError,
+            match=r'the input contains 2 NaN or '
+            r'infinite values .* set backbone.check_finite=.never.'):
         model(x)
     out = cls(check_finite=False, **arch)(x)  # the check is an option
     assert not all(torch.isfinite(o).all() for o in out)
@@ -277,7 +303,9 @@ def test_head_rejects_non_finite_features() -> None:
     head = build('head')
     feats = torch.randn(1, 24, 4, 4)
     feats[0, 0, 0, 0] = float('nan')
-    with pytest.raises(ValueError, match='features contain NaN or infinite '
-                       'values.*decode_head.check_finite=.never.'):
+    with pytest.raises(
+            ValueError,
+            match='features contain NaN or infinite '
+            'values.*decode_head.check_finite=.never.'):
         head([feats])
     assert build('head', check_finite=False)([feats]).isnan().any()

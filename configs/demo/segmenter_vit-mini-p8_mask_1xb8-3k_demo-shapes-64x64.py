@@ -39,10 +39,19 @@ optim_wrapper = dict(
         type='AdamW', lr=5e-4, betas=(0.9, 0.999), weight_decay=0.01),
     clip_grad=dict(max_norm=1.0))
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0,
-         end=warmup),
-    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=warmup,
-         end=max_iters)
+    dict(
+        type='LinearLR',
+        start_factor=0.01,
+        by_epoch=False,
+        begin=0,
+        end=warmup),
+    dict(
+        type='PolyLR',
+        power=1.0,
+        eta_min=0.0,
+        by_epoch=False,
+        begin=warmup,
+        end=max_iters)
 ]
 train_cfg = dict(
     type='IterBasedTrainLoop', max_iters=max_iters, val_interval=250)
@@ -50,8 +59,8 @@ val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=500,
-                    max_keep_ckpts=2))
+    checkpoint=dict(
+        type='CheckpointHook', by_epoch=False, interval=500, max_keep_ckpts=2))
 # Ends the run with the per-class IoU table and a picture of predictions.
 custom_hooks = [dict(type='SegSummaryHook', num_scenes=6)]
 randomness = dict(seed=0)

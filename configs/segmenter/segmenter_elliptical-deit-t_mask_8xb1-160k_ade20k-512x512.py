@@ -2,11 +2,13 @@
 # backbone, elliptical attention in layers 1..11, dot-product mask head.
 # SGD lr 1e-3, momentum 0.9, no weight decay, poly decay (power 0.9) to 1e-5,
 # 8 images per iteration (8 GPUs x 1 image, or 1 GPU with
-# train_dataloader.batch_size=8), 512x512 crops, sliding-window test, stride 512.
+# train_dataloader.batch_size=8), 512x512 crops, sliding-window test, stride
+# 512.
 #
 # DeiT-Tiny weights: download deit_tiny_patch16_224-a1311bcf.pth from the DeiT
 # release and convert them to mmseg's layout:
-#   python tools/model_converters/deit2mmseg.py deit_tiny_patch16_224-a1311bcf.pth \
+#   python tools/model_converters/deit2mmseg.py \
+#       deit_tiny_patch16_224-a1311bcf.pth \
 #       pretrain/deit_tiny_patch16_224-mmseg.pth
 _base_ = ['./segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py']
 

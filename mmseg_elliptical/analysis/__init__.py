@@ -20,6 +20,5 @@ __all__ = [
     'model_attention', 'plot_attention', 'plot_relevance', 'query_patch',
     'upsample', 'measure_collapse', 'write_collapse_report',
     'TransformerLayers', 'transformer_layers', 'subset_loader_cfg',
-    'LayerRecord', 'LayerRecorder', 'mean_pairwise_cosine',
-    'relevance_spread'
+    'LayerRecord', 'LayerRecorder', 'mean_pairwise_cosine', 'relevance_spread'
 ]

@@ -9,11 +9,10 @@ mmseg's own dot-product models are converted in place to their elliptical
 version in dot-product mode, which computes the same.
 ``tools/analysis_tools/attention_maps.py`` is the command line.
 """
-from typing import Dict, List, Optional, Sequence, Tuple
-
 import cv2
 import numpy as np
 import torch
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..utils.config import ModelSpec, load_config
 from ..utils.report import pyplot, save_figure
@@ -54,8 +53,8 @@ def query_patch(point: Sequence[int], ori_shape: Sequence[int],
     return min(row, grid[0] - 1), min(col, grid[1] - 1)
 
 
-def upsample(grid: np.ndarray, stride: Sequence[int],
-             img_shape: Sequence[int], ori_shape: Sequence[int]) -> np.ndarray:
+def upsample(grid: np.ndarray, stride: Sequence[int], img_shape: Sequence[int],
+             ori_shape: Sequence[int]) -> np.ndarray:
     """A patch-grid map at the original image's resolution.
 
     Args:
@@ -70,8 +69,9 @@ def upsample(grid: np.ndarray, stride: Sequence[int],
     full = np.kron(grid, np.ones(tuple(stride), dtype=grid.dtype))
     full = full[:img_shape[0], :img_shape[1]]
     if tuple(full.shape) != tuple(ori_shape[:2]):
-        full = cv2.resize(full, (int(ori_shape[1]), int(ori_shape[0])),
-                          interpolation=cv2.INTER_NEAREST)
+        full = cv2.resize(
+            full, (int(ori_shape[1]), int(ori_shape[0])),
+            interpolation=cv2.INTER_NEAREST)
     return full
 
 
@@ -107,8 +107,12 @@ def model_attention(spec: ModelSpec,
     model = init_model(cfg, spec.checkpoint, device=device)
     found = transformer_layers(model, part, convert=True)
     patch_embed = model.backbone.patch_embed
-    with LayerRecorder(found.layers, tokens=False, probs=True,
-                       relevance=True, patch_embed=patch_embed) as rec:
+    with LayerRecorder(
+            found.layers,
+            tokens=False,
+            probs=True,
+            relevance=True,
+            patch_embed=patch_embed) as rec:
         sample = inference_model(model, image)
     if len(rec.hw_shapes) != 1:
         raise ValueError(f'{spec.name}: expected one forward pass, got '
@@ -132,8 +136,8 @@ def model_attention(spec: ModelSpec,
     out = dict(maps={}, cls_mass={}, relevance={}, num_layers=n)
     for i, record in enumerate(rec.records):
         if record.relevance:
-            out['relevance'][i] = record.relevance[0][0, :, 0].float().cpu(
-            ).numpy()
+            out['relevance'][i] = record.relevance[0][0, :,
+                                                      0].float().cpu().numpy()
         if i not in layers:
             continue
         probs = record.probs[0][0, :, query]
@@ -165,7 +169,9 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
             columns.append((i, 'mean'))
     gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
     fig, axes = plt.subplots(
-        len(results), len(columns) + 1, squeeze=False,
+        len(results),
+        len(columns) + 1,
+        squeeze=False,
         figsize=(1.35 * (len(columns) + 1), 1.55 * len(results)))
     for r, (name, res) in enumerate(results.items()):
         ax = axes[r][0]
@@ -178,14 +184,19 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
             maps = res['maps'][i]
             amap = maps.mean(0) if hd == 'mean' else maps[hd]
             ax.imshow(gray, cmap='gray', vmin=0, vmax=255)
-            ax.imshow(amap, cmap='inferno', alpha=0.8,
-                      vmin=0, vmax=max(float(amap.max()), 1e-8))
+            ax.imshow(
+                amap,
+                cmap='inferno',
+                alpha=0.8,
+                vmin=0,
+                vmax=max(float(amap.max()), 1e-8))
             ax.plot(*point, marker='+', color='c', ms=7, mew=1.5)
             cls = res['cls_mass'][i]
             cls = cls.mean() if hd == 'mean' else cls[hd]
             head = 'mean' if hd == 'mean' else f'h{hd}'
-            ax.set_title(f'L{i} {head}' + (f' cls {cls:.2f}' if cls >= 0.05
-                                           else ''), fontsize=6)
+            ax.set_title(
+                f'L{i} {head}' + (f' cls {cls:.2f}' if cls >= 0.05 else ''),
+                fontsize=6)
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
@@ -204,20 +215,29 @@ def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
         return False
     plt = pyplot()
     rows = max(len(v) for v in ell.values())
-    fig, axes = plt.subplots(rows, len(ell), squeeze=False,
-                             figsize=(4.5 * len(ell), 0.55 * rows + 0.8))
+    fig, axes = plt.subplots(
+        rows,
+        len(ell),
+        squeeze=False,
+        figsize=(4.5 * len(ell), 0.55 * rows + 0.8))
     for c, (name, rel) in enumerate(ell.items()):
         for r, (i, m) in enumerate(sorted(rel.items())):
             ax = axes[r][c]
-            im = ax.imshow(m, cmap='viridis', vmin=0, vmax=1, aspect='auto',
-                           interpolation='nearest')
+            im = ax.imshow(
+                m,
+                cmap='viridis',
+                vmin=0,
+                vmax=1,
+                aspect='auto',
+                interpolation='nearest')
             ax.set_yticks(range(m.shape[0]))
             ax.tick_params(labelsize=5)
             ax.set_ylabel(f'L{i}', fontsize=6, rotation=0, labelpad=10)
             if r == 0:
-                ax.set_title(f'{name}: m of the elliptical {part} layers\n'
-                             '(rows: heads, columns: head coordinates)',
-                             fontsize=7)
+                ax.set_title(
+                    f'{name}: m of the elliptical {part} layers\n'
+                    '(rows: heads, columns: head coordinates)',
+                    fontsize=7)
             if r != len(rel) - 1:
                 ax.set_xticks([])
         for r in range(len(rel), rows):

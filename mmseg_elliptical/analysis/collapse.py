@@ -8,11 +8,10 @@ the relevance ``m`` (std over head coordinates, mean over heads and images)
 comes with it: 0 means the metric is a sphere (dot product).
 ``tools/analysis_tools/collapse.py`` is the command line.
 """
-from typing import Dict, List, Optional
-
 import torch
 from mmengine.runner import Runner
 from mmengine.utils import ProgressBar
+from typing import Dict, List, Optional
 
 from ..utils.config import ModelSpec, load_config, split_loader
 from ..utils.report import markdown_table, pyplot, write_report
@@ -47,8 +46,8 @@ def measure_collapse(spec: ModelSpec,
     """
     from mmseg.apis import init_model
     cfg = load_config(spec.config, cfg_options)
-    loader_cfg = subset_loader_cfg(split_loader(cfg, split), max_images,
-                                   shuffle=False)
+    loader_cfg = subset_loader_cfg(
+        split_loader(cfg, split), max_images, shuffle=False)
     model = init_model(cfg, spec.checkpoint, device=device)
     found = transformer_layers(model, part, convert=True)  # to record m
     loader = Runner.build_dataloader(loader_cfg)
@@ -85,30 +84,37 @@ def write_collapse_report(results: Dict[str, Dict], out_dir: str,
     """
     names = list(results)
     layers = max(len(r['cosine']) for r in results.values())
-    ell = [n for n in names
-           if any(v is not None for v in results[n]['relevance_spread'])]
+    ell = [
+        n for n in names
+        if any(v is not None for v in results[n]['relevance_spread'])
+    ]
     header = ['layer'] + [f'{n} cos' for n in names] + \
         [f'{n} m spread' for n in ell]
     rows = []
     for i in range(layers):
         row = [i]
         for key, models in (('cosine', names), ('relevance_spread', ell)):
-            row += [results[n][key][i] if i < len(results[n][key]) else None
-                    for n in models]
+            row += [
+                results[n][key][i] if i < len(results[n][key]) else None
+                for n in models
+            ]
         rows.append(row)
     text = markdown_table(header, rows, left=0)
 
     from matplotlib.ticker import MaxNLocator
     panels = 2 if ell else 1
-    fig, axes = pyplot().subplots(1, panels, figsize=(4.2 * panels, 3.2),
-                                  squeeze=False)
+    fig, axes = pyplot().subplots(
+        1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
     ax = axes[0][0]
     for n in names:
-        ax.plot(range(len(results[n]['cosine'])), results[n]['cosine'],
-                marker='o', ms=3, label=n)
+        ax.plot(
+            range(len(results[n]['cosine'])),
+            results[n]['cosine'],
+            marker='o',
+            ms=3,
+            label=n)
     ax.set_ylabel('mean pairwise cosine of patch tokens')
-    ax.set_title('representation collapse (lower: more diverse)',
-                 fontsize=9)
+    ax.set_title('representation collapse (lower: more diverse)', fontsize=9)
     if ell:
         ax = axes[0][1]
         for n in ell:
@@ -116,14 +122,18 @@ def write_collapse_report(results: Dict[str, Dict], out_dir: str,
             xs = [i for i, v in enumerate(values) if v is not None]
             ax.plot(xs, [values[i] for i in xs], marker='o', ms=3, label=n)
         ax.set_ylabel('std of m over coordinates')
-        ax.set_title('spread of the relevance m (0: dot product)',
-                     fontsize=9)
+        ax.set_title('spread of the relevance m (0: dot product)', fontsize=9)
     for ax in axes[0]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f'{part} layer')
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    write_report(out_dir, 'collapse', data=results, markdown=text,
-                 table=(header, rows), figure=fig)
+    write_report(
+        out_dir,
+        'collapse',
+        data=results,
+        markdown=text,
+        table=(header, rows),
+        figure=fig)
     return text

@@ -1,9 +1,8 @@
 """The transformer layers of a segmentor's backbone or decode head."""
-from dataclasses import dataclass
-from typing import List, Optional
-
 import torch.nn as nn
+from dataclasses import dataclass
 from mmengine.model import is_model_wrapper
+from typing import List, Optional
 
 from ..models import EllipticalTransformerMixin, to_elliptical
 

@@ -1,8 +1,7 @@
 """Dataloader configs of the analyses."""
 import copy
-from typing import Dict, Optional
-
 from mmengine.config import ConfigDict
+from typing import Dict, Optional
 
 
 def subset_loader_cfg(loader_cfg: Dict,

@@ -5,11 +5,10 @@ every hook and record is removed and every attention is back on its fused
 path, so a model outside the ``with`` block runs exactly as it would without
 this module (no statistics, no global state).
 """
-from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple
-
 import torch.nn as nn
+from dataclasses import dataclass, field
 from torch import Tensor
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..models import AttentionRecord, EllipticalAttentionMixin
 
@@ -66,8 +65,10 @@ class LayerRecorder:
         self.patch_embed = patch_embed
         self.to_cpu = to_cpu
         if self.want_attention:
-            plain = [type(layer.attn).__name__ for layer in self.layers
-                     if not isinstance(layer.attn, EllipticalAttentionMixin)]
+            plain = [
+                type(layer.attn).__name__ for layer in self.layers
+                if not isinstance(layer.attn, EllipticalAttentionMixin)
+            ]
             if plain:
                 raise TypeError(
                     f'Recording probabilities or m needs elliptical '
@@ -124,8 +125,9 @@ class LayerRecorder:
 
     def clear(self) -> None:
         """Drop what was recorded so far, keeping the hooks."""
-        self.records[:] = [LayerRecord(to_cpu=self.to_cpu)
-                           for _ in self.layers]
+        self.records[:] = [
+            LayerRecord(to_cpu=self.to_cpu) for _ in self.layers
+        ]
         for layer, record in zip(self.layers, self.records):
             if self._fused:  # inside the block: attentions get the new ones
                 layer.attn.attention_record = record

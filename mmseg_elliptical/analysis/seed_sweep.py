@@ -59,14 +59,14 @@ def read_history(work_dir: str, metric: str = 'mIoU') -> Dict[int, Dict]:
                 if metric in record:
                     step = int(record.pop('step'))
                     history[step] = {
-                        k: v for k, v in record.items()
+                        k: v
+                        for k, v in record.items()
                         if k not in ('time', 'data_time')
                     }
     return history
 
 
-def resolve(config: str,
-            cfg_options: Sequence[str] = ()) -> Tuple[int, str]:
+def resolve(config: str, cfg_options: Sequence[str] = ()) -> Tuple[int, str]:
     """A config's ``train_cfg.max_iters`` and a fingerprint of its content.
 
     Args:
@@ -88,7 +88,9 @@ def resolve(config: str,
     return int(cfg.train_cfg.max_iters), digest
 
 
-def train(config: str, seed: int, work_dir: str,
+def train(config: str,
+          seed: int,
+          work_dir: str,
           cfg_options: Sequence[str] = ()) -> float:
     """Run mmseg's ``tools/train.py`` on one seed (resuming if it can).
 
@@ -120,9 +122,12 @@ def train(config: str, seed: int, work_dir: str,
     return time.perf_counter() - start
 
 
-def run_all(configs: Sequence[str], names: Sequence[str],
-            seeds: Sequence[int], work_dir: str,
-            cfg_options: Sequence[str] = (), log=print) -> List[Dict]:
+def run_all(configs: Sequence[str],
+            names: Sequence[str],
+            seeds: Sequence[int],
+            work_dir: str,
+            cfg_options: Sequence[str] = (),
+            log=print) -> List[Dict]:
     """Train what has no ``result.json`` yet, one run at a time.
 
     Args:
@@ -145,8 +150,11 @@ def run_all(configs: Sequence[str], names: Sequence[str],
         path = osp.join(run_dir, RESULT)
         last_iter, fingerprint = resolved[config]
         settings = dict(
-            name=name, config=osp.abspath(config), seed=seed,
-            cfg_options=list(cfg_options), config_sha256=fingerprint)
+            name=name,
+            config=osp.abspath(config),
+            seed=seed,
+            cfg_options=list(cfg_options),
+            config_sha256=fingerprint)
         if osp.isfile(path):
             with open(path) as f:
                 result = json.load(f)
@@ -169,9 +177,13 @@ def run_all(configs: Sequence[str], names: Sequence[str],
                     'config validate (val_cfg, val_evaluator) and log with '
                     "mmengine's LocalVisBackend? If the run was stopped "
                     'during its last validation, delete the folder.')
-            result = dict(settings, seconds=round(seconds, 1),
-                          history={str(k): v
-                                   for k, v in sorted(history.items())})
+            result = dict(
+                settings,
+                seconds=round(seconds, 1),
+                history={
+                    str(k): v
+                    for k, v in sorted(history.items())
+                })
             with open(path, 'w') as f:
                 json.dump(result, f, indent=1)
             last = result['history'][str(max(history))]
@@ -185,8 +197,9 @@ def mean_std(values: Sequence[float]) -> Dict[str, float]:
     """Mean and sample standard deviation (n - 1; NaN for one value)."""
     n = len(values)
     mean = sum(values) / n
-    var = (sum((v - mean)**2 for v in values) /
-           (n - 1) if n > 1 else float('nan'))
+    var = (
+        sum((v - mean)**2
+            for v in values) / (n - 1) if n > 1 else float('nan'))
     return dict(mean=mean, std=math.sqrt(var), n=n)
 
 
@@ -210,9 +223,7 @@ def summarise(results: Sequence[Dict],
         finals.setdefault(result['name'], []).append(last)
     if metrics is None:
         first = next(iter(finals.values()))[0]
-        metrics = ['mIoU'] + [
-            k for k in first if k.startswith('IoU.')
-        ]
+        metrics = ['mIoU'] + [k for k in first if k.startswith('IoU.')]
     return {
         name: {
             m: mean_std([float(r[m]) for r in runs])
@@ -229,12 +240,14 @@ def markdown(summary: Dict[str, Dict], results: Sequence[Dict]) -> str:
     wall-clock time of a run.
     """
     metrics = list(next(iter(summary.values())))
-    head = (['model', 'seeds'] + [m.replace('IoU.', '') for m in metrics] +
-            ['min/run'])
+    head = (['model', 'seeds'] + [m.replace('IoU.', '')
+                                  for m in metrics] + ['min/run'])
     rows = []
     for name, stats in summary.items():
-        seconds = [r['seconds'] for r in results
-                   if r['name'] == name and r.get('seconds')]
+        seconds = [
+            r['seconds'] for r in results
+            if r['name'] == name and r.get('seconds')
+        ]
         minutes = f'{sum(seconds) / len(seconds) / 60:.1f}' if seconds else '-'
         cells = [f'{s["mean"]:.2f} ± {s["std"]:.2f}' for s in stats.values()]
         n = next(iter(stats.values()))['n']
@@ -262,12 +275,19 @@ def figure(results: Sequence[Dict], metric: str = 'mIoU'):
             steps = sorted(history, key=int)
             ax.plot([int(s) for s in steps],
                     [history[s][metric] for s in steps],
-                    color=colour, alpha=0.35, linewidth=1)
+                    color=colour,
+                    alpha=0.35,
+                    linewidth=1)
         common = sorted(set.intersection(*(set(h) for h in runs)), key=int)
-        means = [mean_std([h[s][metric] for h in runs])['mean']
-                 for s in common]
-        ax.plot([int(s) for s in common], means, color=colour, linewidth=2,
-                marker='o', label=f'{name} (mean of {len(runs)})')
+        means = [
+            mean_std([h[s][metric] for h in runs])['mean'] for s in common
+        ]
+        ax.plot([int(s) for s in common],
+                means,
+                color=colour,
+                linewidth=2,
+                marker='o',
+                label=f'{name} (mean of {len(runs)})')
     ax.set_xlabel('iteration')
     ax.set_ylabel(f'validation {metric}')
     ax.grid(alpha=0.3)
@@ -309,7 +329,10 @@ def compare_seeds(configs: Sequence[str],
     results = run_all(configs, names, seeds, work_dir, cfg_options, log=log)
     summary = summarise(results)
     table = markdown(summary, results)
-    written = write_report(work_dir, 'compare',
-                           data=dict(summary=summary, runs=results),
-                           markdown=table, figure=figure(results))
+    written = write_report(
+        work_dir,
+        'compare',
+        data=dict(summary=summary, runs=results),
+        markdown=table,
+        figure=figure(results))
     return summary, results, table, written

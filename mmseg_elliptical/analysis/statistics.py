@@ -46,5 +46,5 @@ def relevance_spread(m: Tensor) -> Tensor:
         raise ValueError(
             f'relevance_spread needs m of shape [B, H, 1, d], got '
             f'{tuple(m.shape)}.')
-    return torch.std(m.detach().double(), dim=-1, correction=0).mean(
-        dim=(1, 2))
+    return torch.std(
+        m.detach().double(), dim=-1, correction=0).mean(dim=(1, 2))

@@ -21,8 +21,7 @@ __all__ = [
     'count_flops', 'count_params', 'layer_benchmark', 'layer_markdown',
     'RssPeak', 'cuda_peak_mb', 'peak_rss_in_child', 'saved_tensors_mb',
     'step_peak_mb', 'tensor_peak_mb', 'DEFAULT_ROLES', 'ROLES', 'BenchModel',
-    'build_model',
-    'derive_variants', 'elliptical_transformer', 'make_step', 'TARGETS',
-    'BenchmarkOptions', 'ratios', 'run_benchmark', 'RatioStats',
+    'build_model', 'derive_variants', 'elliptical_transformer', 'make_step',
+    'TARGETS', 'BenchmarkOptions', 'ratios', 'run_benchmark', 'RatioStats',
     'make_timer', 'paired_ratio', 'run_interleaved', 'summarise', 'verdict'
 ]

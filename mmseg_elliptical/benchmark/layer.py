@@ -14,9 +14,8 @@ One :class:`~mmseg_elliptical.models.EllipticalAttention` (default: ViT-T's,
   probabilities (``fused_attn=False``), under no-grad.
 """
 import contextlib
-from typing import Callable, Dict, Optional
-
 import torch
+from typing import Callable, Dict, Optional
 
 from ..utils.report import markdown_table
 from .timing import make_timer, paired_ratio, run_interleaved, summarise
@@ -50,8 +49,8 @@ def layer_steps(tokens: int = 1025,
     attn = EllipticalAttention(dims, heads).to(device).eval()
     attn.requires_grad_(False)
     x = torch.randn(batch_size, tokens, dims, device=device)
-    v_prev = torch.randn(batch_size, heads, tokens, dims // heads,
-                         device=device)
+    v_prev = torch.randn(
+        batch_size, heads, tokens, dims // heads, device=device)
 
     def run(v: Optional[torch.Tensor], grad: bool, fused: bool = True):
 
@@ -99,19 +98,29 @@ def layer_benchmark(tokens: int = 1025,
     """
     steps = layer_steps(tokens, dims, heads, batch_size, device, seed)
     label = f'attention {tokens} tokens x {dims} dims, {heads} heads'
-    timers = {name: make_timer(step, label, name, '', threads, clock)
-              for name, step in steps.items()}
+    timers = {
+        name: make_timer(step, label, name, '', threads, clock)
+        for name, step in steps.items()
+    }
     for step in steps.values():
         step()
     rounds_ = run_interleaved(timers, rounds, min_run_time, seed)
     results = {n: summarise(r, batch_size) for n, r in rounds_.items()}
     base = results['dot-product']['round_ms']
-    ratios = {n: vars(paired_ratio(r['round_ms'], base))
-              for n, r in results.items() if n != 'dot-product'}
-    settings = dict(tokens=tokens, dims=dims, heads=heads,
-                    batch_size=batch_size, rounds=rounds,
-                    min_run_time=min_run_time, threads=threads, clock=clock,
-                    device=device)
+    ratios = {
+        n: vars(paired_ratio(r['round_ms'], base))
+        for n, r in results.items() if n != 'dot-product'
+    }
+    settings = dict(
+        tokens=tokens,
+        dims=dims,
+        heads=heads,
+        batch_size=batch_size,
+        rounds=rounds,
+        min_run_time=min_run_time,
+        threads=threads,
+        clock=clock,
+        device=device)
     return dict(settings=settings, results=results, ratios=ratios)
 
 
@@ -123,15 +132,16 @@ def layer_markdown(report: Dict) -> str:
     for name, r in report['results'].items():
         ratio = report['ratios'].get(name)
         rows.append([
-            name, r['median_ms'], r['iqr_ms'], r['median_ms'] - base,
-            ratio and ratio['median'],
-            ratio and f"{ratio['q1']:.3f}-{ratio['q3']:.3f}"
+            name, r['median_ms'], r['iqr_ms'], r['median_ms'] - base, ratio
+            and ratio['median'], ratio
+            and f"{ratio['q1']:.3f}-{ratio['q3']:.3f}"
         ])
     head = (f"One attention layer: {s['tokens']} tokens, {s['dims']} dims, "
             f"{s['heads']} heads, batch {s['batch_size']}, {s['device']}, "
             f"{s['threads']} thread(s); {s['rounds']} interleaved rounds, "
             f"{s['clock']} clock. Ratios: median over rounds of path / "
             'dot-product, timed in the same round.\n\n')
-    return head + markdown_table(
-        ['path', 'median ms', 'IQR ms', 'minus dot ms', 'ratio to dot',
-         'ratio IQR'], rows)
+    return head + markdown_table([
+        'path', 'median ms', 'IQR ms', 'minus dot ms', 'ratio to dot',
+        'ratio IQR'
+    ], rows)

@@ -20,11 +20,10 @@ import ctypes
 import gc
 import multiprocessing as mp
 import resource
-from queue import Empty
-from typing import Callable, Dict, Optional, Tuple
-
 import torch
 import torch.nn as nn
+from queue import Empty
+from typing import Callable, Dict, Optional, Tuple
 
 MB = 2**20
 
@@ -109,10 +108,9 @@ def tensor_peak_mb(step: Callable[[], None]) -> float:
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
         step()
-    events = sorted((e.start_ns(), e.nbytes())
-                    for e in p.profiler.kineto_results.events()
-                    if e.name() == '[memory]'
-                    and e.device_type().name == 'CPU')
+    events = sorted(
+        (e.start_ns(), e.nbytes()) for e in p.profiler.kineto_results.events()
+        if e.name() == '[memory]' and e.device_type().name == 'CPU')
     live = peak = 0
     for _, nbytes in events:
         live += nbytes
@@ -200,10 +198,13 @@ def _child(queue, prepare: Callable, args: tuple) -> None:
         queue.put(e)
 
 
-def peak_rss_in_child(prepare: Callable[..., Callable[[], None]],
+Prepare = Callable[..., Callable[[], None]]
+Peak = Tuple[float, str]
+
+
+def peak_rss_in_child(prepare: Prepare,
                       *args,
-                      preload: Tuple[str, ...] = ('torch', )
-                      ) -> Tuple[float, str]:
+                      preload: Tuple[str, ...] = ('torch', )) -> Peak:
     """Peak RSS increase of one step, in a fresh child process.
 
     Args:

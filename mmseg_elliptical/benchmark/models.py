@@ -17,11 +17,10 @@ A decode head that is elliptical in the config gets the same treatment. A
 config whose backbone has no elliptical version is measured as it is.
 """
 import copy
-from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
-
 import torch
 import torch.nn as nn
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
@@ -54,9 +53,10 @@ class BenchModel:
 
 
 def _registry():
-    import mmseg_elliptical  # noqa: F401  (registers the plugin)
     from mmseg.registry import MODELS
     from mmseg.utils import register_all_modules
+
+    import mmseg_elliptical  # noqa: F401  (registers the plugin)
     register_all_modules(init_default_scope=False)
     return MODELS
 
@@ -132,17 +132,19 @@ def derive_variants(family: str,
         raise ValueError(f'Unknown roles {bad}; choose among {ROLES}.')
     model_cfg = copy.deepcopy(dict(model_cfg))
     if elliptical_transformer(model_cfg['backbone']['type']) is None:
-        return [BenchModel(family, family, 'model', config, model_cfg,
-                           whole_model)]
+        return [
+            BenchModel(family, family, 'model', config, model_cfg, whole_model)
+        ]
     ell = copy.deepcopy(model_cfg)
     ell['backbone']['type'] = _type_of(
         elliptical_transformer(model_cfg['backbone']['type']))
     # Parts that are elliptical in the subject: the backbone, and the decode
     # head where the config makes it elliptical.
-    parts = [p for p in PARTS if isinstance(ell.get(p), dict)
-             and ell[p].get('type') is not None
-             and elliptical_transformer(ell[p]['type']) is _class_of(
-                 ell[p]['type'])]
+    parts = [
+        p for p in PARTS
+        if isinstance(ell.get(p), dict) and ell[p].get('type') is not None
+        and elliptical_transformer(ell[p]['type']) is _class_of(ell[p]['type'])
+    ]
     variants = dict(elliptical=ell, **{'paper-ref': ell})
     variants['fused-dot'] = copy.deepcopy(ell)
     variants['mmseg-dot'] = copy.deepcopy(ell)
@@ -154,9 +156,14 @@ def derive_variants(family: str,
         for arg in cls.OWN_ARGS:
             dot.pop(arg, None)
     return [
-        BenchModel(role, family, role, config,
-                   copy.deepcopy(variants[role]), whole_model,
-                   explicit_attention=role == 'paper-ref') for role in roles
+        BenchModel(
+            role,
+            family,
+            role,
+            config,
+            copy.deepcopy(variants[role]),
+            whole_model,
+            explicit_attention=role == 'paper-ref') for role in roles
     ]
 
 
@@ -189,8 +196,10 @@ def build_model(spec: BenchModel,
     segmentor = revert_sync_batchnorm(segmentor)
     model = segmentor if spec.whole_model else segmentor.backbone
     if spec.explicit_attention:
-        attentions = [m for m in model.modules()
-                      if isinstance(m, EllipticalAttentionMixin)]
+        attentions = [
+            m for m in model.modules()
+            if isinstance(m, EllipticalAttentionMixin)
+        ]
         if not attentions:
             raise ValueError(f'{spec.name}: no elliptical attention to put '
                              'on the explicit path.')

@@ -30,14 +30,18 @@ def summary_tables(report: Dict) -> str:
             rows.append([
                 r['role'], r['size'], MODE_NAMES[r['mode']], r['time'],
                 f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory'],
-                r['saved'], _verdict(r['time_target'], r['time_verdict']),
+                r['saved'],
+                _verdict(r['time_target'], r['time_verdict']),
                 _verdict(r['memory_target'], r['memory_verdict'])
             ])
-        out.append(f'**{family}**: elliptical / baseline (< 1: elliptical '
-                   'is faster or smaller)\n\n' + markdown_table(
-                       ['baseline', 'size', 'step', 'time', 'time IQR',
-                        'peak memory', 'saved tensors', 'time target',
-                        'memory target'], rows, left=3))
+        out.append(
+            f'**{family}**: elliptical / baseline (< 1: elliptical '
+            'is faster or smaller)\n\n' + markdown_table([
+                'baseline', 'size', 'step', 'time', 'time IQR', 'peak memory',
+                'saved tensors', 'time target', 'memory target'
+            ],
+                                                         rows,
+                                                         left=3))
     return '\n'.join(out)
 
 
@@ -64,30 +68,36 @@ def overview_table(reports: Sequence[Dict]) -> str:
     rows = []
     for report in reports:
         opts = report['meta']['options']
-        run = f"batch {opts['batch_size']}" + (
-            ', compiled' if opts['compile'] else '')
-        ratios = {(r['family'], r['size'], r['baseline'], r['mode']): r
-                  for r in report['ratios']}
+        run = f"batch {opts['batch_size']}" + (', compiled'
+                                               if opts['compile'] else '')
+        ratios = {
+            (r['family'], r['size'], r['baseline'], r['mode']): r
+            for r in report['ratios']
+        }
         for family, size, baseline in dict.fromkeys(k[:3] for k in ratios):
             infer = ratios.get((family, size, baseline, 'infer'))
             train = ratios.get((family, size, baseline, 'train'))
             rows.append([
                 f'{family} at {size}, {run}', baseline,
-                time(infer), time(train),
-                None if infer is None else infer['memory'],
+                time(infer),
+                time(train), None if infer is None else infer['memory'],
                 None if train is None else train['memory']
             ])
-    return markdown_table(
-        ['backbone', 'elliptical /', 'time inference', 'time training step',
-         'peak memory inference', 'peak memory training step'],
-        rows, left=2)
+    return markdown_table([
+        'backbone', 'elliptical /', 'time inference', 'time training step',
+        'peak memory inference', 'peak memory training step'
+    ],
+                          rows,
+                          left=2)
 
 
 def markdown(report: Dict) -> str:
     """The whole report: settings, summaries, models, every result."""
     meta, opts = report['meta'], report['meta']['options']
-    measures = sorted({r['memory_measure'] for r in report['results']
-                       if r['memory_measure']})
+    measures = sorted({
+        r['memory_measure']
+        for r in report['results'] if r['memory_measure']
+    })
     run = f"torch.compile ({opts['compile']})" if opts['compile'] else \
         'eager'
     if opts['amp']:
@@ -105,21 +115,36 @@ def markdown(report: Dict) -> str:
     ]
     if report['ratios']:
         lines += [summary_tables(report), '']
-    flops_sizes = sorted({int(s) for m in report['models']
-                          for s in m['flops']})
-    lines.append(markdown_table(
-        ['model', 'role', 'params (M)'] +
-        [f'GFLOPs@{s}' for s in flops_sizes],
-        [[m['name'], m['role'], m['params'] / 1e6] +
-         [m['flops'].get(str(s), 0) / 1e9 for s in flops_sizes]
-         for m in report['models']], spec='.2f', left=2))
-    rows = [[r['model'], r['size'], MODE_NAMES[r['mode']],
-             fmt(r['median_ms'], '.1f'), fmt(r['iqr_ms'], '.1f'),
-             fmt(r['images_per_s'], '.2f'), fmt(r['peak_mem_mb'], '.1f'),
-             fmt(r['saved_mb'], '.2f')] for r in report['results']]
-    lines += ['', markdown_table(
-        ['model', 'size', 'step', 'median ms', 'IQR ms', 'img/s',
-         'peak mem MiB', 'saved MiB'], rows, left=1)]
+    flops_sizes = sorted(
+        {int(s)
+         for m in report['models']
+         for s in m['flops']})
+    lines.append(
+        markdown_table(
+            ['model', 'role', 'params (M)'] +
+            [f'GFLOPs@{s}' for s in flops_sizes],
+            [[m['name'], m['role'], m['params'] / 1e6] +
+             [m['flops'].get(str(s), 0) / 1e9 for s in flops_sizes]
+             for m in report['models']],
+            spec='.2f',
+            left=2))
+    rows = [[
+        r['model'], r['size'], MODE_NAMES[r['mode']],
+        fmt(r['median_ms'], '.1f'),
+        fmt(r['iqr_ms'], '.1f'),
+        fmt(r['images_per_s'], '.2f'),
+        fmt(r['peak_mem_mb'], '.1f'),
+        fmt(r['saved_mb'], '.2f')
+    ] for r in report['results']]
+    lines += [
+        '',
+        markdown_table([
+            'model', 'size', 'step', 'median ms', 'IQR ms', 'img/s',
+            'peak mem MiB', 'saved MiB'
+        ],
+                       rows,
+                       left=1)
+    ]
     return '\n'.join(lines)
 
 
@@ -139,14 +164,19 @@ def figure(report: Dict):
     styles = {'infer': '-o', 'train': '--s'}
     for i, m in enumerate(report['models']):
         for mode, style in styles.items():
-            rows = [r for r in report['results']
-                    if r['model'] == m['name'] and r['mode'] == mode]
+            rows = [
+                r for r in report['results']
+                if r['model'] == m['name'] and r['mode'] == mode
+            ]
             if not rows:
                 continue
             sizes = [r['size'] for r in rows]
             label = f"{m['name']} {MODE_NAMES[mode]}"
-            axes[0].plot(sizes, [r['median_ms'] for r in rows], style,
-                         color=f'C{i}', label=label)
+            axes[0].plot(
+                sizes, [r['median_ms'] for r in rows],
+                style,
+                color=f'C{i}',
+                label=label)
             mem = [(r['size'], r['peak_mem_mb']) for r in rows
                    if r['peak_mem_mb'] is not None]
             if mem:

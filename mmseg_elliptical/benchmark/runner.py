@@ -8,12 +8,11 @@ ratios of each config's elliptical model to its baselines
 """
 import os
 import platform
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
-
 import torch
 import torch.nn as nn
+from dataclasses import asdict, dataclass, field
 from torch.utils.benchmark.utils.common import set_torch_threads
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .flops import count_flops, count_params
 from .memory import peak_rss_in_child, saved_tensors_mb, step_peak_mb
@@ -110,12 +109,17 @@ def _complexity(spec: BenchModel, model: nn.Module,
     flops, uncounted = {}, {}
     model.eval()
     for size in options.flops_sizes:
-        x = torch.randn(options.batch_size, 3, size, size,
-                        device=options.device)
+        x = torch.randn(
+            options.batch_size, 3, size, size, device=options.device)
         flops[str(size)], uncounted = count_flops(model, x, spec.whole_model)
-    return dict(name=spec.name, family=spec.family, role=spec.role,
-                config=spec.config, params=count_params(model), flops=flops,
-                uncounted_ops=uncounted)
+    return dict(
+        name=spec.name,
+        family=spec.family,
+        role=spec.role,
+        config=spec.config,
+        params=count_params(model),
+        flops=flops,
+        uncounted_ops=uncounted)
 
 
 def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
@@ -125,33 +129,43 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
     """Time (and measure in process) every model at one (size, mode)."""
     cuda = options.device.startswith('cuda')
     x = torch.randn(options.batch_size, 3, size, size, device=options.device)
-    steps = [make_step(m, x, mode, s.whole_model, options.amp, r)
-             for s, m, r in zip(specs, models, runners)]
+    steps = [
+        make_step(m, x, mode, s.whole_model, options.amp, r)
+        for s, m, r in zip(specs, models, runners)
+    ]
     for step in steps:
         for _ in range(options.warmup):
             step()
     timers = {
-        s.name: make_timer(step, f'{size}x{size} {mode}', s.family, s.role,
-                           torch.get_num_threads(), options.clock)
+        s.name:
+        make_timer(step, f'{size}x{size} {mode}', s.family, s.role,
+                   torch.get_num_threads(), options.clock)
         for s, step in zip(specs, steps)
     }
     rounds = run_interleaved(timers, options.rounds, options.min_run_time,
                              options.seed, on_step)
     group = []
     for spec, model, step in zip(specs, models, steps):
-        row = dict(model=spec.name, family=spec.family, role=spec.role,
-                   size=size, mode=mode, batch_size=options.batch_size,
-                   **summarise(rounds[spec.name], options.batch_size),
-                   peak_mem_mb=None, memory_measure=None, saved_mb=None)
+        row = dict(
+            model=spec.name,
+            family=spec.family,
+            role=spec.role,
+            size=size,
+            mode=mode,
+            batch_size=options.batch_size,
+            **summarise(rounds[spec.name], options.batch_size),
+            peak_mem_mb=None,
+            memory_measure=None,
+            saved_mb=None)
         model.zero_grad(set_to_none=True)
-        if options.memory in ('inline', 'tensors') or (
-                options.memory == 'child' and cuda):
+        if options.memory in ('inline', 'tensors') or (options.memory
+                                                       == 'child' and cuda):
             row['peak_mem_mb'], row['memory_measure'] = step_peak_mb(
                 step, options.device, tensors=options.memory == 'tensors')
             model.zero_grad(set_to_none=True)
         if options.saved_tensors and mode == 'train':
-            autocast = torch.autocast(x.device.type, torch.bfloat16,
-                                      enabled=options.amp)
+            autocast = torch.autocast(
+                x.device.type, torch.bfloat16, enabled=options.amp)
             with autocast:
                 row['saved_mb'] = saved_tensors_mb(
                     model, lambda: run_forward(model, x, spec.whole_model))
@@ -186,8 +200,9 @@ def run_benchmark(specs: Sequence[BenchModel],
     threads = options.threads or torch.get_num_threads()
     with set_torch_threads(threads):
         models = [build_model(s, options.device, options.seed) for s in specs]
-        complexity = [_complexity(s, m, options)
-                      for s, m in zip(specs, models)]
+        complexity = [
+            _complexity(s, m, options) for s, m in zip(specs, models)
+        ]
         runners = [runner_of(m, options) for m in models]
         results = []
         for size, mode in options.groups():
@@ -203,13 +218,19 @@ def run_benchmark(specs: Sequence[BenchModel],
                         prepared_step, by_name[row['model']], row['size'],
                         row['mode'], options,
                         preload=('torch', 'mmseg_elliptical.benchmark'))
-    meta = dict(options=asdict(options), threads=threads,
-                target='segmentor' if any(s.whole_model for s in specs)
-                else 'backbone',
-                device_name=device_name(options.device),
-                torch=torch.__version__, python=platform.python_version())
-    return dict(meta=meta, models=complexity, results=results,
-                ratios=ratios(specs, results))
+    meta = dict(
+        options=asdict(options),
+        threads=threads,
+        target='segmentor' if any(s.whole_model
+                                  for s in specs) else 'backbone',
+        device_name=device_name(options.device),
+        torch=torch.__version__,
+        python=platform.python_version())
+    return dict(
+        meta=meta,
+        models=complexity,
+        results=results,
+        ratios=ratios(specs, results))
 
 
 def device_name(device: str) -> str:
@@ -255,17 +276,25 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
                 b = table[(base.name, size, mode)]
                 time = paired_ratio(a['round_ms'], b['round_ms'])
                 memory = _ratio(a['peak_mem_mb'], b['peak_mem_mb'])
-                row = dict(family=subject.family, subject=subject.name,
-                           baseline=base.name, role=base.role, size=size,
-                           mode=mode, time=time.median, time_q1=time.q1,
-                           time_q3=time.q3, rounds=time.rounds,
-                           memory=memory,
-                           saved=_ratio(a['saved_mb'], b['saved_mb']))
+                row = dict(
+                    family=subject.family,
+                    subject=subject.name,
+                    baseline=base.name,
+                    role=base.role,
+                    size=size,
+                    mode=mode,
+                    time=time.median,
+                    time_q1=time.q1,
+                    time_q3=time.q3,
+                    rounds=time.rounds,
+                    memory=memory,
+                    saved=_ratio(a['saved_mb'], b['saved_mb']))
                 row['time_target'], row['time_verdict'] = _target(
                     base.role, 'time', time)
                 row['memory_target'], row['memory_verdict'] = _target(
-                    base.role, 'memory', None if memory is None else
-                    RatioStats(memory, memory, memory, 1))
+                    base.role, 'memory',
+                    None if memory is None else RatioStats(
+                        memory, memory, memory, 1))
                 rows.append(row)
     return rows
 

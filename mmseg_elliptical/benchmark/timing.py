@@ -8,14 +8,13 @@ model). Load from other processes then hits all models alike, and the
 ratio of two models is taken per round (:func:`paired_ratio`): a drift of
 the machine's speed between rounds cancels.
 """
+import numpy as np
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
-
-import numpy as np
 from torch.utils.benchmark import Measurement, Timer
 from torch.utils.benchmark.utils.timer import timer as synced_timer
+from typing import Callable, Dict, List, Optional, Sequence
 
 CLOCKS = ('wall', 'process')
 #: Verdicts of a ratio against a target (see :func:`verdict`).
@@ -54,12 +53,13 @@ def make_timer(step: Callable[[], None],
         timer=synced_timer if clock == 'wall' else time.process_time)
 
 
-def run_interleaved(timers: Dict[str, Timer],
-                    rounds: int,
-                    min_run_time: float = 0.,
-                    seed: int = 0,
-                    on_step: Optional[Callable[[], None]] = None
-                    ) -> Dict[str, List[Measurement]]:
+def run_interleaved(
+    timers: Dict[str, Timer],
+    rounds: int,
+    min_run_time: float = 0.,
+    seed: int = 0,
+    on_step: Optional[Callable[[],
+                               None]] = None) -> Dict[str, List[Measurement]]:
     """Time every timer once per round, in a new random order each round.
 
     Args:

@@ -23,9 +23,8 @@ both ``VisionTransformer`` and ``EllipticalVisionTransformer``.
 import re
 import runpy
 from collections import OrderedDict
-from typing import Callable, Dict, List, Mapping, Tuple
-
 from torch import Tensor
+from typing import Callable, Dict, List, Mapping, Tuple
 
 from ..utils.mmseg_files import mmseg_tool_path
 
@@ -44,8 +43,7 @@ MMSEG_VIT_KEYS = re.compile(
 def mmseg_convert_vit() -> Callable[[Mapping[str, Tensor]], OrderedDict]:
     """mmseg's ``convert_vit`` from the ``vit2mmseg.py`` its wheel ships."""
     namespace = runpy.run_path(
-        mmseg_tool_path('model_converters/vit2mmseg.py'),
-        run_name='vit2mmseg')
+        mmseg_tool_path('model_converters/vit2mmseg.py'), run_name='vit2mmseg')
     return namespace['convert_vit']
 
 
@@ -80,8 +78,10 @@ def convert_deit(
             weights mmseg's ViT has no place for.
     """
     src = state_dict_of(checkpoint)
-    src = {k[len('module.'):] if k.startswith('module.') else k: v
-           for k, v in src.items()}
+    src = {
+        k[len('module.'):] if k.startswith('module.') else k: v
+        for k, v in src.items()
+    }
     if 'cls_token' not in src or 'pos_embed' not in src:
         raise ValueError(
             'convert_deit: expected a timm/DeiT ViT state dict with '
@@ -125,8 +125,7 @@ def load_source(src: str, unsafe_pickle: bool = False) -> dict:
     try:
         return CheckpointLoader.load_checkpoint(src, map_location='cpu')
     except Exception as e:  # torch's UnpicklingError and friends
-        if 'weights_only' not in str(e) and 'Unsupported global' not in str(
-                e):
+        if 'weights_only' not in str(e) and 'Unsupported global' not in str(e):
             raise
         raise ValueError(
             f'convert_deit: {src} holds pickled Python objects that the '

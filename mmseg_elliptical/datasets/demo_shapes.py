@@ -12,18 +12,16 @@ use shape. Files are written once, deterministically from a seed, under
     data_root/images/{training,validation}/demo_00000.jpg
     data_root/annotations/{training,validation}/demo_00000.png
 """
+import cv2
 import json
+import numpy as np
 import os
 import os.path as osp
 import shutil
 import tempfile
-from typing import Dict
-
-import cv2
-import numpy as np
-
 from mmseg.datasets import BaseSegDataset
 from mmseg.registry import DATASETS
+from typing import Dict
 
 CLASSES = ('background', 'disc', 'square', 'triangle', 'ring')
 PALETTE = [[0, 0, 0], [230, 25, 75], [60, 180, 75], [0, 130, 200],
@@ -43,8 +41,7 @@ GAP = 2  # fewest background pixels between two objects
 TRIES = 20  # placements tried per object before it is left out
 
 
-def _shape_mask(label: int, size: int, cx: int, cy: int,
-                r: int) -> np.ndarray:
+def _shape_mask(label: int, size: int, cx: int, cy: int, r: int) -> np.ndarray:
     """Binary mask of one shape of "radius" ``r`` centred at (cx, cy)."""
     mask = np.zeros((size, size), np.uint8)
     if label == 1:  # disc
@@ -104,8 +101,12 @@ def generate_demo_shapes(data_root: str,
         img_size (int): Side of the square images in pixels.
         seed (int): Seed of the scenes.
     """
-    meta = dict(num_train=num_train, num_val=num_val, img_size=img_size,
-                seed=seed, version=VERSION)
+    meta = dict(
+        num_train=num_train,
+        num_val=num_val,
+        img_size=img_size,
+        seed=seed,
+        version=VERSION)
     meta_file = osp.join(data_root, 'meta.json')
     if osp.exists(meta_file):
         with open(meta_file) as f:
@@ -131,8 +132,9 @@ def generate_demo_shapes(data_root: str,
                 rng = np.random.default_rng([seed, len(split), i])
                 img, seg = render_scene(img_size, rng)
                 name = f'demo_{i:05d}'
-                cv2.imwrite(osp.join(tmp, 'images', split, name + '.jpg'), img,
-                            [cv2.IMWRITE_JPEG_QUALITY, 95])
+                cv2.imwrite(
+                    osp.join(tmp, 'images', split, name + '.jpg'), img,
+                    [cv2.IMWRITE_JPEG_QUALITY, 95])
                 cv2.imwrite(
                     osp.join(tmp, 'annotations', split, name + '.png'), seg)
         with open(osp.join(tmp, 'meta.json'), 'w') as f:

@@ -17,14 +17,13 @@ Set the environment variable ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` before
 the import to keep mmengine's loader, or call
 :func:`unregister_checkpoint_loader` to restore it later.
 """
+import numpy as np
 import os
 import os.path as osp
-from typing import Callable, List, Optional
-
-import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
+from typing import Callable, List, Optional
 
 ENV_SWITCH = 'MMSEG_ELLIPTICAL_CHECKPOINT_LOADER'
 _mmengine_loader: Optional[Callable] = None
@@ -36,7 +35,9 @@ def mmengine_safe_globals() -> List[object]:
     multiarray = getattr(np, '_core', np.core).multiarray
     return [
         HistoryBuffer, getattr, np.ndarray, np.dtype, multiarray._reconstruct,
-        multiarray.scalar, *{type(np.dtype(t)) for t in np.sctypeDict.values()}
+        multiarray.scalar,
+        *{type(np.dtype(t))
+          for t in np.sctypeDict.values()}
     ]
 
 
@@ -88,7 +89,8 @@ def register_checkpoint_loader() -> bool:
         print_log(
             'mmseg_elliptical: local checkpoints now load through its '
             'weights-only loader that allows mmengine\'s own objects; set '
-            f'{ENV_SWITCH}=0 to keep mmengine\'s loader.', logger='current')
+            f'{ENV_SWITCH}=0 to keep mmengine\'s loader.',
+            logger='current')
     return True
 
 

@@ -27,10 +27,9 @@ import gc
 import os
 import runpy
 import sys
-from typing import List, Optional, Sequence
-
 import torch
 import torch.distributed as dist
+from typing import List, Optional, Sequence
 
 from ..utils.mmseg_files import mmseg_tool_path
 
@@ -94,8 +93,10 @@ def end_process_group() -> None:
     try:
         dist.destroy_process_group()
     except Exception as exc:  # noqa: BLE001  # the job's outcome wins
-        print(f'mmseg_elliptical: destroying the process group failed: '
-              f'{exc!r}', file=sys.stderr)
+        print(
+            f'mmseg_elliptical: destroying the process group failed: '
+            f'{exc!r}',
+            file=sys.stderr)
     # The group object outlives destroy_process_group while DDP's reducer
     # holds it, and the Runner that holds DDP sits in reference cycles: free
     # them now, so gloo joins its threads before interpreter shutdown.

@@ -8,8 +8,7 @@ from .attention import (AttentionRecord, EllipticalAttention,
                         relevance)
 from .backbones import (EllipticalBEiT, EllipticalMAE,
                         EllipticalMixVisionTransformer, EllipticalPCPVT,
-                        EllipticalSwinTransformer,
-                        EllipticalVisionTransformer)
+                        EllipticalSwinTransformer, EllipticalVisionTransformer)
 from .chain import EllipticalLayerMixin, ValueChain
 from .conversion import ConversionError, elliptical_version, to_elliptical
 from .decode_heads import EllipticalMaskTransformerHead

@@ -13,11 +13,10 @@ values as an explicit input of the checkpointed function: a recomputation in
 the backward sees the values of its own forward, also when several forwards
 run before one backward (gradient accumulation).
 """
-from typing import List, Optional, Sequence
-
 import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+from typing import List, Optional, Sequence
 
 from .attention.core import ChainCall
 
@@ -92,14 +91,20 @@ class EllipticalLayerMixin:
         keep = chain.keeps(index)
         if getattr(self, 'with_cp', False) and x.requires_grad:
             out, values = checkpoint(
-                self._checkpointed, x, chain.take(index), keep, *args,
-                use_reentrant=False, **kwargs)
+                self._checkpointed,
+                x,
+                chain.take(index),
+                keep,
+                *args,
+                use_reentrant=False,
+                **kwargs)
         else:
             # Only the call holds the previous values (not an argument
             # tuple), so that the attention drops them once read instead of
             # keeping them through the MLP. mmseg's layers checkpoint only
             # when x requires grad, so none does here.
-            call = self.chained_attention.begin_call(chain.take(index), keep, owned=True)
+            call = self.chained_attention.begin_call(
+                chain.take(index), keep, owned=True)
             out, values = self._forward_in_call(call, x, *args, **kwargs)
         chain.put(index, values)
         return out

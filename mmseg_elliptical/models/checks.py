@@ -8,13 +8,12 @@ host synchronisation unless asked to look at the values
 """
 import difflib
 import inspect
-from collections.abc import Iterable, Mapping
-from numbers import Integral, Real
-from typing import Optional, Sequence, Tuple, Union
-
 import numpy as np
 import torch
+from collections.abc import Iterable, Mapping
+from numbers import Integral, Real
 from torch import Tensor
+from typing import Optional, Sequence, Tuple, Union
 
 REDUCTIONS = ('mean', 'median')
 # When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)
@@ -178,8 +177,11 @@ def check_kwargs(cls: type, parent: type, kwargs: dict,
         if '__init__' not in vars(klass) or klass is object:
             continue
         params = inspect.signature(klass.__init__).parameters
-        valid += [n for n, p in params.items() if n != 'self' and p.kind in (
-            p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        valid += [
+            n for n, p in params.items()
+            if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                          p.KEYWORD_ONLY)
+        ]
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             break
     else:

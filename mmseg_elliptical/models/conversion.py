@@ -11,9 +11,8 @@ class does not run) is a :class:`ConversionError` that names it.
 The one verb is :func:`to_elliptical`; :func:`elliptical_version` looks the
 class up without converting anything.
 """
-from typing import Callable, Dict, Optional
-
 import torch.nn as nn
+from typing import Callable, Dict, Optional
 
 ELLIPTICAL_VERSIONS: Dict[type, type] = {}
 

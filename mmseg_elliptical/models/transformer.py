@@ -6,9 +6,8 @@ mmseg's model, then :func:`chain_stages` converts the layers that
 :meth:`EllipticalTransformerMixin.layer_stages` returns and chains their
 values, per stage. A subclass declares only ``layer_stages``.
 """
-from typing import List, Optional, Sequence, Tuple, Union
-
 import torch.nn as nn
+from typing import List, Optional, Sequence, Tuple, Union
 
 from .chain import ValueChain
 from .checks import (check_elliptical_layers, check_estimator_args,
@@ -103,9 +102,10 @@ class EllipticalTransformerMixin:
         (:attr:`OWN_ARGS`), as every ``init_elliptical`` does."""
         owner = type(self).__name__
         self.check_finite = check_finite_mode(check_finite, owner)
-        self.elliptical_layers = chain_stages(
-            self.layer_stages(), elliptical_layers, relevance_reduction,
-            relevance_eps, owner)
+        self.elliptical_layers = chain_stages(self.layer_stages(),
+                                              elliptical_layers,
+                                              relevance_reduction,
+                                              relevance_eps, owner)
         self.in_channels_expected = self.input_channels()
 
     @classmethod
@@ -129,7 +129,8 @@ class EllipticalTransformerMixin:
         """Raise a clear error for input mmseg's forward would choke on
         (metadata only, but for :func:`~.checks.check_images`' non-finite
         check)."""
-        check_images(inputs, type(self).__name__, self.in_channels_expected,
+        check_images(inputs,
+                     type(self).__name__, self.in_channels_expected,
                      self.check_finite)
 
     def forward(self, inputs, *args, **kwargs):

@@ -8,19 +8,19 @@ severity)`` and numpy's global state is restored afterwards, so evaluations
 are repeatable and training randomness is left untouched.
 """
 import hashlib
-from typing import Dict, Optional, Tuple
-
 import numpy as np
 from mmcv.transforms import BaseTransform
-
 from mmseg.registry import TRANSFORMS
+from typing import Dict, Optional, Tuple
 
 #: The 15 corruptions of ImageNet-C / Cityscapes-C, in the library's order.
-COMMON_CORRUPTIONS: Tuple[str, ...] = (
-    'gaussian_noise', 'shot_noise', 'impulse_noise', 'defocus_blur',
-    'glass_blur', 'motion_blur', 'zoom_blur', 'snow', 'frost', 'fog',
-    'brightness', 'contrast', 'elastic_transform', 'pixelate',
-    'jpeg_compression')
+COMMON_CORRUPTIONS: Tuple[str,
+                          ...] = ('gaussian_noise', 'shot_noise',
+                                  'impulse_noise', 'defocus_blur',
+                                  'glass_blur', 'motion_blur', 'zoom_blur',
+                                  'snow', 'frost', 'fog', 'brightness',
+                                  'contrast', 'elastic_transform', 'pixelate',
+                                  'jpeg_compression')
 #: The 4 held-out ("validation") corruptions of the benchmark.
 EXTRA_CORRUPTIONS: Tuple[str, ...] = ('speckle_noise', 'gaussian_blur',
                                       'spatter', 'saturate')
@@ -134,8 +134,9 @@ def corrupt_image(img: np.ndarray,
         import cv2
         out = cv2.resize(out, (rgb.shape[1], rgb.shape[0]))
     if img.ndim == 2 or img.shape[2] == 1:
-        gray = np.rint(out.astype(np.float32) @ np.array(
-            [0.299, 0.587, 0.114], np.float32))
+        gray = np.rint(
+            out.astype(np.float32) @ np.array([0.299, 0.587, 0.114],
+                                              np.float32))
         out = np.clip(gray, 0, 255).reshape(img.shape)
     elif channel_order == 'bgr':
         out = out[..., ::-1]
@@ -201,8 +202,7 @@ class ImageCorruption(BaseTransform):
         seed = corruption_seed(self.seed, self._key(results), self.corruption,
                                self.severity)
         results['img'] = corrupt_image(results['img'], self.corruption,
-                                       self.severity, seed,
-                                       self.channel_order)
+                                       self.severity, seed, self.channel_order)
         return results
 
     def __repr__(self) -> str:

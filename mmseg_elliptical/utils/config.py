@@ -6,9 +6,8 @@ checkpoint)`` pairs; both go through :func:`model_names`. Every config is
 read with :func:`load_config` (``cfg_options``, ``mmseg::`` paths).
 """
 import os.path as osp
-from typing import List, NamedTuple, Optional, Sequence
-
 from mmengine.config import Config
+from typing import List, NamedTuple, Optional, Sequence
 
 from .mmseg_files import mmseg_config_path
 
@@ -47,8 +46,10 @@ def model_names(configs: Sequence[str],
         names = list(names)
     else:
         names = [osp.splitext(osp.basename(c))[0] for c in configs]
-        names = [n if names.count(n) == 1 else f'{n}#{i}'
-                 for i, n in enumerate(names)]
+        names = [
+            n if names.count(n) == 1 else f'{n}#{i}'
+            for i, n in enumerate(names)
+        ]
     if len(set(names)) != len(names):
         raise ValueError(f'Model names must differ, got {names}.')
     return names
@@ -81,8 +82,10 @@ def model_specs(paths: Sequence[str],
             if not osp.isfile(path):
                 raise ValueError(f'{what} {path} does not exist.')
     names = model_names([c for c, _ in pairs], names)
-    return [ModelSpec(n, osp.abspath(c), osp.abspath(k))
-            for n, (c, k) in zip(names, pairs)]
+    return [
+        ModelSpec(n, osp.abspath(c), osp.abspath(k))
+        for n, (c, k) in zip(names, pairs)
+    ]
 
 
 def load_config(path: str,
@@ -141,12 +144,11 @@ def split_loader(cfg: Config, split: str) -> dict:
 def parse_cfg_options(options: Sequence[str]) -> dict:
     """``key=value`` strings parsed as mmengine's ``DictAction`` parses
     ``--cfg-options`` (lists, tuples, numbers, booleans)."""
-    from types import SimpleNamespace
-
     from mmengine.config import DictAction
+    from types import SimpleNamespace
     if not options:
         return {}
     namespace = SimpleNamespace()
-    DictAction(option_strings=[], dest='cfg_options')(None, namespace,
-                                                      list(options))
+    DictAction(
+        option_strings=[], dest='cfg_options')(None, namespace, list(options))
     return namespace.cfg_options

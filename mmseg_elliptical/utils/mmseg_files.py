@@ -1,7 +1,6 @@
 """Find and run what mmseg's wheel ships under ``mmseg/.mim``."""
-import os.path as osp
-
 import mmseg
+import os.path as osp
 
 
 def _mim_file(folder: str, name: str) -> str:

@@ -47,8 +47,10 @@ def markdown_table(header: Sequence[str],
     Returns:
         str: The table, ending with a newline.
     """
-    lines = ['| ' + ' | '.join(header) + ' |',
-             '|' + '---|' * left + '---:|' * (len(header) - left)]
+    lines = [
+        '| ' + ' | '.join(header) + ' |',
+        '|' + '---|' * left + '---:|' * (len(header) - left)
+    ]
     for row in rows:
         lines.append('| ' + ' | '.join(fmt(v, spec) for v in row) + ' |')
     return '\n'.join(lines) + '\n'
@@ -62,8 +64,7 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str, dpi: int = 110,
-                compact: bool = False) -> None:
+def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
     """Save a matplotlib figure as PNG and close it.
 
     Args:

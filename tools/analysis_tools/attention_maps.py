@@ -20,11 +20,10 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         --names elliptical dot-product --point 28 48 --layers 1 3 5
 """  # noqa: E501
 import argparse
-import os.path as osp
-from typing import Dict, Optional, Sequence
-
 import cv2
+import os.path as osp
 from mmengine.config import DictAction
+from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
@@ -38,28 +37,46 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description='Attention of one query patch over the image, models '
         'side by side, and the relevance m of elliptical layers.')
     parser.add_argument('image', help='image file')
-    parser.add_argument('models', nargs='+', metavar='CONFIG CHECKPOINT',
-                        help='pairs of config file and checkpoint')
-    parser.add_argument('--point', nargs=2, type=int, required=True,
-                        metavar=('X', 'Y'),
-                        help='query pixel (column, row) in the image')
-    parser.add_argument('--layers', nargs='+', type=int,
-                        help='layers to show (default: 1, middle, last)')
-    parser.add_argument('--heads', nargs='+', type=int,
-                        help='heads to show (default: all)')
-    parser.add_argument('--mean-heads', action='store_true',
-                        help='add a column with the mean over heads')
-    parser.add_argument('--part', default='backbone',
-                        choices=['backbone', 'decode_head'])
-    parser.add_argument('--names', nargs='+', help='model names')
-    parser.add_argument('--out', default='work_dirs/attention/attention.png',
-                        help='attention figure')
     parser.add_argument(
-        '--relevance-out', default=None,
+        'models',
+        nargs='+',
+        metavar='CONFIG CHECKPOINT',
+        help='pairs of config file and checkpoint')
+    parser.add_argument(
+        '--point',
+        nargs=2,
+        type=int,
+        required=True,
+        metavar=('X', 'Y'),
+        help='query pixel (column, row) in the image')
+    parser.add_argument(
+        '--layers',
+        nargs='+',
+        type=int,
+        help='layers to show (default: 1, middle, last)')
+    parser.add_argument(
+        '--heads', nargs='+', type=int, help='heads to show (default: all)')
+    parser.add_argument(
+        '--mean-heads',
+        action='store_true',
+        help='add a column with the mean over heads')
+    parser.add_argument(
+        '--part', default='backbone', choices=['backbone', 'decode_head'])
+    parser.add_argument('--names', nargs='+', help='model names')
+    parser.add_argument(
+        '--out',
+        default='work_dirs/attention/attention.png',
+        help='attention figure')
+    parser.add_argument(
+        '--relevance-out',
+        default=None,
         help='m figure (default: <out stem>_relevance.png next to --out)')
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings of every config')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of every config')
     return parser.parse_args(argv)
 
 
@@ -74,14 +91,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         raise SystemExit(str(e))
     try:
         results = {
-            s.name: model_attention(s, args.image, args.point, args.layers,
-                                    args.part, args.cfg_options, args.device)
+            s.name:
+            model_attention(s, args.image, args.point, args.layers, args.part,
+                            args.cfg_options, args.device)
             for s in specs
         }
     except ValueError as e:
         raise SystemExit(str(e))
-    layers = sorted(set.intersection(*(set(r['maps'])
-                                       for r in results.values())))
+    layers = sorted(
+        set.intersection(*(set(r['maps']) for r in results.values())))
     num_heads = min(r['num_heads'] for r in results.values())
     heads = args.heads if args.heads else list(range(num_heads))
     bad = [hd for hd in heads if not 0 <= hd < num_heads]
@@ -89,8 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         raise SystemExit(f'--heads {bad} out of range; the models have '
                          f'heads 0..{num_heads - 1}.')
     image = cv2.cvtColor(cv2.imread(args.image), cv2.COLOR_BGR2RGB)
-    plot_attention(image, results, args.point, layers, heads,
-                   args.mean_heads, args.out)
+    plot_attention(image, results, args.point, layers, heads, args.mean_heads,
+                   args.out)
     print(f'Attention maps in {args.out}')
     rel_out = args.relevance_out or \
         f'{osp.splitext(args.out)[0]}_relevance.png'

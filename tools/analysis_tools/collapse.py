@@ -16,9 +16,8 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 """  # noqa: E501
 import argparse
 import os
-from typing import Dict, Optional, Sequence
-
 from mmengine.config import DictAction
+from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
@@ -30,21 +29,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Mean pairwise cosine similarity of patch tokens per '
         'layer (representation collapse), models side by side.')
-    parser.add_argument('models', nargs='+', metavar='CONFIG CHECKPOINT',
-                        help='pairs of config file and checkpoint')
+    parser.add_argument(
+        'models',
+        nargs='+',
+        metavar='CONFIG CHECKPOINT',
+        help='pairs of config file and checkpoint')
     parser.add_argument('--names', nargs='+', help='model names')
-    parser.add_argument('--split', default='test',
-                        choices=['train', 'val', 'test'],
-                        help='dataloader of the config to use (default test)')
-    parser.add_argument('--part', default='backbone',
-                        choices=['backbone', 'decode_head'],
-                        help='which transformer to measure')
-    parser.add_argument('--max-images', type=int,
-                        help='use only the first N images')
+    parser.add_argument(
+        '--split',
+        default='test',
+        choices=['train', 'val', 'test'],
+        help='dataloader of the config to use (default test)')
+    parser.add_argument(
+        '--part',
+        default='backbone',
+        choices=['backbone', 'decode_head'],
+        help='which transformer to measure')
+    parser.add_argument(
+        '--max-images', type=int, help='use only the first N images')
     parser.add_argument('--out-dir', default='work_dirs/collapse')
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings of every config')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of every config')
     return parser.parse_args(argv)
 
 

@@ -23,16 +23,23 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'deviation per model, and mIoU over iterations.')
     parser.add_argument('configs', nargs='+', help='config files')
     parser.add_argument(
-        '--names', nargs='+',
+        '--names',
+        nargs='+',
         help='one name per config (default: the config file names)')
     parser.add_argument(
-        '--seeds', nargs='+', type=int, default=[0, 1, 2],
+        '--seeds',
+        nargs='+',
+        type=int,
+        default=[0, 1, 2],
         help='seeds of every config (default: 0 1 2)')
     parser.add_argument(
-        '--work-dir', default='work_dirs/compare',
+        '--work-dir',
+        default='work_dirs/compare',
         help='root of the runs and of the outputs')
     parser.add_argument(
-        '--cfg-options', nargs='+', default=[],
+        '--cfg-options',
+        nargs='+',
+        default=[],
         help='key=value options of every run, as in tools/train.py')
     return parser.parse_args(argv)
 
@@ -46,8 +53,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     start = time.perf_counter()
     try:
         summary, _, table, written = compare_seeds(
-            args.configs, names, args.seeds, args.work_dir,
-            args.cfg_options, log=lambda s: print(s, flush=True))
+            args.configs,
+            names,
+            args.seeds,
+            args.work_dir,
+            args.cfg_options,
+            log=lambda s: print(s, flush=True))
     except ValueError as e:
         raise SystemExit(str(e))
     print(f'\nFinal validation metrics, mean ± standard deviation over '

@@ -19,9 +19,8 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 """  # noqa: E501
 import argparse
 import os
-from typing import Dict, Optional, Sequence
-
 from mmengine.config import DictAction
+from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
@@ -34,30 +33,40 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='mIoU under image corruptions, models side by side.')
     parser.add_argument(
-        'models', nargs='+', metavar='CONFIG CHECKPOINT',
+        'models',
+        nargs='+',
+        metavar='CONFIG CHECKPOINT',
         help='pairs of config file and checkpoint')
     parser.add_argument(
         '--names', nargs='+', help='model names (default: config file names)')
     parser.add_argument(
-        '--corruptions', nargs='+', default=['all'],
+        '--corruptions',
+        nargs='+',
+        default=['all'],
         help=f'corruption names, or a group: {", ".join(rb.GROUPS)} '
         '(default all 19)')
     parser.add_argument(
-        '--severities', nargs='+', type=int, default=list(SEVERITIES),
+        '--severities',
+        nargs='+',
+        type=int,
+        default=list(SEVERITIES),
         help='severities 1-5 (default all)')
     parser.add_argument(
-        '--work-dir', default='work_dirs/robustness',
+        '--work-dir',
+        default='work_dirs/robustness',
         help='where results (and the resumable JSON) go')
     parser.add_argument(
         '--max-images', type=int, help='evaluate only the first N images')
-    parser.add_argument('--seed', type=int, default=0,
-                        help='seed of the corruptions')
-    parser.add_argument('--metric', default='mIoU',
-                        help='metric to report (default mIoU)')
-    parser.add_argument('--verbose', action='store_true',
-                        help='keep the runners\' INFO logs')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
+        '--seed', type=int, default=0, help='seed of the corruptions')
+    parser.add_argument(
+        '--metric', default='mIoU', help='metric to report (default mIoU)')
+    parser.add_argument(
+        '--verbose', action='store_true', help='keep the runners\' INFO logs')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
         help='override settings of every config, as in tools/test.py')
     return parser.parse_args(argv)
 
@@ -76,9 +85,16 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     except ValueError as e:
         raise SystemExit(str(e))
     try:
-        store = rb.run_grid(specs, corruptions, severities, args.work_dir,
-                            args.metric, args.seed, args.max_images,
-                            args.cfg_options, quiet=not args.verbose)
+        store = rb.run_grid(
+            specs,
+            corruptions,
+            severities,
+            args.work_dir,
+            args.metric,
+            args.seed,
+            args.max_images,
+            args.cfg_options,
+            quiet=not args.verbose)
     except rb.GridError as e:
         raise SystemExit(str(e))
     text = rb.write_robustness_report(store, [s.name for s in specs],

@@ -18,6 +18,5 @@ __all__ = [
     'CellEvaluator', 'GROUPS', 'resolve_corruptions', 'run_grid',
     'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
     'csv_rows', 'heatmaps', 'markdown_tables', 'summarise',
-    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore',
-    'cell_key'
+    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key'
 ]

@@ -2,9 +2,8 @@
 import copy
 import numbers
 import warnings
-from typing import Dict
-
 from mmengine.config import Config
+from typing import Dict
 
 
 class CellEvaluator:
@@ -23,7 +22,10 @@ class CellEvaluator:
             Defaults to True.
     """
 
-    def __init__(self, cfg: Config, checkpoint: str, work_dir: str,
+    def __init__(self,
+                 cfg: Config,
+                 checkpoint: str,
+                 work_dir: str,
                  quiet: bool = True) -> None:
         from mmengine.runner import Runner
         for key in ('test_dataloader', 'test_cfg', 'test_evaluator'):
@@ -67,8 +69,10 @@ class CellEvaluator:
         # test loop.
         self.runner._test_loop = loop
         metrics = loop.run()
-        return {k: round(float(v), 4) for k, v in metrics.items()
-                if isinstance(v, numbers.Real)}
+        return {
+            k: round(float(v), 4)
+            for k, v in metrics.items() if isinstance(v, numbers.Real)
+        }
 
     def close(self) -> None:
         """Call the ``after_run`` hooks (closes the runner's log files)."""

@@ -14,8 +14,11 @@ from .evaluator import CellEvaluator
 from .pipeline import corrupted_loader_cfg
 from .store import GridError, ResultStore, cell_key
 
-GROUPS = {'all': CORRUPTIONS, 'common': COMMON_CORRUPTIONS,
-          'extra': EXTRA_CORRUPTIONS}
+GROUPS = {
+    'all': CORRUPTIONS,
+    'common': COMMON_CORRUPTIONS,
+    'extra': EXTRA_CORRUPTIONS
+}
 
 
 def resolve_corruptions(names: Sequence[str]) -> List[str]:
@@ -68,15 +71,20 @@ def run_grid(specs: Sequence[ModelSpec],
         ResultStore: The results of every cell.
     """
     from mmengine.utils import ProgressBar
-    settings = dict(metric=metric, seed=seed, max_images=max_images,
-                    cfg_options=cfg_options or {})
+    settings = dict(
+        metric=metric,
+        seed=seed,
+        max_images=max_images,
+        cfg_options=cfg_options or {})
     store = ResultStore(osp.join(work_dir, 'robustness.json'), settings)
     for spec in specs:
         store.add_model(*spec)
     cells = [(None, None)] + [(c, s) for c in corruptions for s in severities]
-    todo = {spec.name: [c for c in cells
-                        if store.get(spec.name, cell_key(*c)) is None]
-            for spec in specs}
+    todo = {
+        spec.name:
+        [c for c in cells if store.get(spec.name, cell_key(*c)) is None]
+        for spec in specs
+    }
     pending = sum(len(t) for t in todo.values())
     total = len(cells) * len(specs)
     print(f'{total} cells ({len(specs)} models x {len(cells)}), '
@@ -86,8 +94,8 @@ def run_grid(specs: Sequence[ModelSpec],
         if not todo[spec.name]:
             continue
         cfg = load_config(spec.config, cfg_options)
-        evaluator = CellEvaluator(cfg, spec.checkpoint,
-                                  osp.join(work_dir, spec.name), quiet=quiet)
+        evaluator = CellEvaluator(
+            cfg, spec.checkpoint, osp.join(work_dir, spec.name), quiet=quiet)
         for corruption, severity in todo[spec.name]:
             loader = corrupted_loader_cfg(cfg.test_dataloader, corruption,
                                           severity, seed, max_images)
@@ -96,8 +104,8 @@ def run_grid(specs: Sequence[ModelSpec],
             if metric not in metrics:
                 raise GridError(f'The evaluator reports {sorted(metrics)}, '
                                 f'not the metric {metric!r} (--metric).')
-            metrics.update(seconds=round(time.time() - start, 3),
-                           finished=timestamp())
+            metrics.update(
+                seconds=round(time.time() - start, 3), finished=timestamp())
             store.put(spec.name, cell_key(corruption, severity), metrics)
             bar.update()
         evaluator.close()

@@ -4,9 +4,8 @@
 :class:`~mmseg_elliptical.transforms.ImageCorruption` right after the image
 loading transform of whatever dataset it uses (wrappers included).
 """
-from typing import Dict, List, Optional
-
 from mmengine.config import ConfigDict
+from typing import Dict, List, Optional
 
 from ...transforms.image_corruption import check_corruption
 from ..loaders import subset_loader_cfg
@@ -77,8 +76,11 @@ def corrupted_loader_cfg(loader_cfg: Dict,
     cfg = subset_loader_cfg(loader_cfg, max_images)
     if corruption is not None:
         check_corruption(corruption, severity)
-        transform = dict(type='ImageCorruption', corruption=corruption,
-                         severity=severity, seed=seed)
+        transform = dict(
+            type='ImageCorruption',
+            corruption=corruption,
+            severity=severity,
+            seed=seed)
         for pipeline in dataset_pipelines(cfg['dataset']):
             pipeline[:] = insert_after_loading(pipeline, transform)
     return cfg

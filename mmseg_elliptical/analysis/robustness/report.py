@@ -32,15 +32,21 @@ def summarise(cells: Dict[str, Dict], corruptions: Sequence[str],
             return None
         return sum(values) / len(values)
 
-    grid = {c: [score(cell_key(c, s)) for s in severities]
-            for c in corruptions}
+    grid = {
+        c: [score(cell_key(c, s)) for s in severities]
+        for c in corruptions
+    }
     per_corruption = {c: mean(grid[c]) for c in corruptions}
     clean = score(CLEAN)
     total = mean(per_corruption.values())
     drop = None if clean in (None, 0) or total is None else \
         (clean - total) / clean
-    return dict(clean=clean, grid=grid, per_corruption=per_corruption,
-                mean=total, drop=drop)
+    return dict(
+        clean=clean,
+        grid=grid,
+        per_corruption=per_corruption,
+        mean=total,
+        drop=drop)
 
 
 def _pct(value: Optional[float]) -> Optional[str]:
@@ -61,19 +67,21 @@ def markdown_tables(summaries: Dict[str, Dict], corruptions: Sequence[str],
         str: Markdown.
     """
     names = list(summaries)
-    summary = markdown_table(
-        ['model', f'clean {metric}', f'mean corrupted {metric}',
-         'relative drop'],
-        [[n, s['clean'], s['mean'], _pct(s['drop'])]
-         for n, s in summaries.items()], spec='.2f')
+    summary = markdown_table([
+        'model', f'clean {metric}', f'mean corrupted {metric}', 'relative drop'
+    ], [[n, s['clean'], s['mean'], _pct(s['drop'])]
+        for n, s in summaries.items()],
+                             spec='.2f')
     rows = []
     for c in corruptions:
         for i, sev in enumerate(severities):
             rows.append([c, sev] + [summaries[n]['grid'][c][i] for n in names])
         rows.append([c, 'mean'] +
                     [summaries[n]['per_corruption'][c] for n in names])
-    cells = markdown_table(['corruption', 'severity', *names], rows,
-                           spec='.2f', left=2)
+    cells = markdown_table(['corruption', 'severity', *names],
+                           rows,
+                           spec='.2f',
+                           left=2)
     return f'{summary}\n{cells}'
 
 
@@ -110,29 +118,40 @@ def heatmaps(summaries: Dict[str, Dict], corruptions: Sequence[str],
     grids = {}
     for name, s in summaries.items():
         grids[name] = np.array(
-            [[np.nan if v is None else v for v in s['grid'][c]] +
-             [np.nan if s['per_corruption'][c] is None else
-              s['per_corruption'][c]] for c in corruptions], dtype=float)
+            [[np.nan if v is None else v for v in s['grid'][c]] + [
+                np.nan
+                if s['per_corruption'][c] is None else s['per_corruption'][c]
+            ] for c in corruptions],
+            dtype=float)
     values = np.concatenate([g.ravel() for g in grids.values()])
     values = values[~np.isnan(values)]
     vmin, vmax = (values.min(), values.max()) if values.size else (0, 1)
     cols = [str(s) for s in severities] + ['mean']
     fig, axes = plt.subplots(
-        1, len(grids), squeeze=False, sharey=True,
+        1,
+        len(grids),
+        squeeze=False,
+        sharey=True,
         figsize=(1.2 + 0.55 * len(cols) * len(grids) + 0.9 * len(grids),
                  1.0 + 0.32 * len(corruptions)))
     for ax, (name, grid) in zip(axes[0], grids.items()):
-        im = ax.imshow(grid, cmap='viridis', vmin=vmin, vmax=vmax,
-                       aspect='auto')
+        im = ax.imshow(
+            grid, cmap='viridis', vmin=vmin, vmax=vmax, aspect='auto')
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
-                ax.text(j, i, f'{v:.1f}', ha='center', va='center',
-                        fontsize=7,
-                        color='w' if v < (vmin + vmax) / 2 else 'k')
+                ax.text(
+                    j,
+                    i,
+                    f'{v:.1f}',
+                    ha='center',
+                    va='center',
+                    fontsize=7,
+                    color='w' if v < (vmin + vmax) / 2 else 'k')
         clean = summaries[name]['clean']
-        ax.set_title(f'{name}\nclean {metric} '
-                     f'{"-" if clean is None else f"{clean:.1f}"}',
-                     fontsize=8)
+        ax.set_title(
+            f'{name}\nclean {metric} '
+            f'{"-" if clean is None else f"{clean:.1f}"}',
+            fontsize=8)
         ax.set_xticks(range(len(cols)), cols, fontsize=7)
         ax.set_xlabel('severity', fontsize=7)
     axes[0][0].set_yticks(range(len(corruptions)), corruptions, fontsize=7)
@@ -150,12 +169,16 @@ def write_robustness_report(store: ResultStore, names: Sequence[str],
         str: The markdown.
     """
     summaries = {
-        n: summarise(store.data['models'][n]['cells'], corruptions,
-                     severities, metric)
+        n:
+        summarise(store.data['models'][n]['cells'], corruptions, severities,
+                  metric)
         for n in names
     }
     text = markdown_tables(summaries, corruptions, severities, metric)
-    write_report(work_dir, 'robustness', markdown=text,
-                 table=csv_rows(summaries, corruptions, severities, metric),
-                 figure=heatmaps(summaries, corruptions, severities, metric))
+    write_report(
+        work_dir,
+        'robustness',
+        markdown=text,
+        table=csv_rows(summaries, corruptions, severities, metric),
+        figure=heatmaps(summaries, corruptions, severities, metric))
     return text

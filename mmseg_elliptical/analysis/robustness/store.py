@@ -58,9 +58,11 @@ class ResultStore:
             checkpoint (str): Checkpoint path.
         """
         stat = os.stat(checkpoint)
-        ident = dict(config=config, checkpoint=checkpoint,
-                     checkpoint_size=stat.st_size,
-                     checkpoint_mtime=int(stat.st_mtime))
+        ident = dict(
+            config=config,
+            checkpoint=checkpoint,
+            checkpoint_size=stat.st_size,
+            checkpoint_mtime=int(stat.st_mtime))
         entry = self.data['models'].setdefault(name, dict(ident, cells={}))
         found = {k: entry.get(k) for k in ident}
         if found != ident:

@@ -1,22 +1,20 @@
 """A hook that ends a run with a summary: the IoU table and a picture."""
-import os.path as osp
-import tempfile
-import time
-from typing import Dict, List, Optional, Sequence, Tuple
-
 import cv2
 import mmcv
 import numpy as np
+import os.path as osp
+import tempfile
+import time
 import torch
 import torch.nn.functional as F
 from mmengine.dist import master_only
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.structures import PixelData
-from prettytable import PrettyTable
-
 from mmseg.registry import HOOKS
 from mmseg.structures import SegDataSample
+from prettytable import PrettyTable
+from typing import Dict, List, Optional, Sequence, Tuple
 
 GAP = 4  # white pixels between two scenes of the picture
 
@@ -89,22 +87,28 @@ class SegSummaryHook(Hook):
             if len(self._outputs) < self.num_scenes:
                 self._outputs.append((img, sample))
 
-    def after_val_iter(self, runner, batch_idx: int,
+    def after_val_iter(self,
+                       runner,
+                       batch_idx: int,
                        data_batch: Optional[dict] = None,
                        outputs: Optional[Sequence] = None) -> None:
         self._keep(data_batch, outputs)
 
-    def after_test_iter(self, runner, batch_idx: int,
+    def after_test_iter(self,
+                        runner,
+                        batch_idx: int,
                         data_batch: Optional[dict] = None,
                         outputs: Optional[Sequence] = None) -> None:
         self._keep(data_batch, outputs)
 
-    def after_val_epoch(self, runner,
+    def after_val_epoch(self,
+                        runner,
                         metrics: Optional[Dict[str, float]] = None) -> None:
         self._metrics = metrics
         self.draw(runner)
 
-    def after_test_epoch(self, runner,
+    def after_test_epoch(self,
+                         runner,
                          metrics: Optional[Dict[str, float]] = None) -> None:
         self._metrics = metrics
         self.draw(runner)
@@ -135,23 +139,27 @@ class SegSummaryHook(Hook):
         with tempfile.TemporaryDirectory() as tmp:
             for i, (img, sample) in enumerate(kept):
                 img = _image(img, sample)
-                img = mmcv.imrescale(img, self.scale,
-                                     interpolation='nearest')
+                img = mmcv.imrescale(img, self.scale, interpolation='nearest')
                 drawn = SegDataSample(
                     gt_sem_seg=self._upscaled(sample.gt_sem_seg),
                     pred_sem_seg=self._upscaled(sample.pred_sem_seg))
                 out = osp.join(tmp, f'{i}.png')
                 visualizer.add_datasample(
-                    osp.basename(sample.img_path), img, drawn,
-                    draw_gt=True, draw_pred=True, out_file=out,
+                    osp.basename(sample.img_path),
+                    img,
+                    drawn,
+                    draw_gt=True,
+                    draw_pred=True,
+                    out_file=out,
                     with_labels=self.with_labels)
                 gt, pred = np.split(mmcv.imread(out), 2, axis=1)
                 column = [mmcv.rgb2bgr(img), gt, pred]
                 columns.append(_stack(column, axis=0))
         self._drawn = len(kept)
         self._picture = osp.join(runner.work_dir, self.out_file)
-        mmcv.imwrite(_stack(columns, axis=1), self._picture,
-                     [cv2.IMWRITE_PNG_COMPRESSION, 9])
+        mmcv.imwrite(
+            _stack(columns, axis=1), self._picture,
+            [cv2.IMWRITE_PNG_COMPRESSION, 9])
 
     @master_only
     def report(self, runner, split: str) -> None:

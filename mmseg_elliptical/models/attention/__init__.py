@@ -1,5 +1,5 @@
 from .beit import EllipticalBEiTAttention, EllipticalMAEAttention
-from .core import (AttentionRecord, EllipticalAttentionMixin, relevance)
+from .core import AttentionRecord, EllipticalAttentionMixin, relevance
 from .multihead import (EllipticalAttention,
                         EllipticalEfficientMultiheadAttention,
                         EllipticalGlobalSubsampledAttention)
@@ -9,6 +9,5 @@ __all__ = [
     'AttentionRecord', 'EllipticalAttentionMixin', 'relevance',
     'EllipticalAttention', 'EllipticalEfficientMultiheadAttention',
     'EllipticalGlobalSubsampledAttention', 'EllipticalBEiTAttention',
-    'EllipticalMAEAttention', 'EllipticalShiftWindowMSA',
-    'EllipticalWindowMSA'
+    'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'EllipticalWindowMSA'
 ]

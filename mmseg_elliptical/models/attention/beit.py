@@ -6,14 +6,13 @@ BEiT's relative position bias (cls rows included) added to the scores, its
 ``qk_scale``. The layer scale ``gamma_1`` / ``gamma_2`` lives in the layer,
 whose forward stays mmseg's.
 """
-from typing import Optional
-
 import torch
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
-from torch import Tensor
-
 from mmseg.registry import MODELS
+from torch import Tensor
+from typing import Optional
+
 from ..conversion import elliptical_version_of
 from .core import EllipticalAttentionMixin, relative_position_bias
 
@@ -40,8 +39,8 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
         """The ``[3C]`` qkv bias mmseg uses (``q_bias``, zeros, ``v_bias``
         for ``bias='qv_bias'``), or None."""
         if self.bias == 'qv_bias':
-            return torch.cat((self.q_bias, torch.zeros_like(self.v_bias),
-                              self.v_bias))
+            return torch.cat(
+                (self.q_bias, torch.zeros_like(self.v_bias), self.v_bias))
         return self.qkv.bias
 
     def relative_position_bias(self) -> Optional[Tensor]:
@@ -66,7 +65,10 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
                                   self.packed_qkv_bias())
         bias = self.relative_position_bias()
         out = self.attend(
-            q, k, v, m,
+            q,
+            k,
+            v,
+            m,
             bias=None if bias is None else bias[None],
             dropout_p=self.attn_drop.p,
             scale=self.scale)

@@ -24,13 +24,12 @@ meets q or k, :meth:`~EllipticalAttentionMixin.fused_kernel` alone which
 path runs. The previous layer's values reach an attention through
 :meth:`~EllipticalAttentionMixin.chained` (see :mod:`..chain`).
 """
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
-
 import torch
 import torch.nn.functional as F
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from torch import Tensor
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 from ..checks import check_estimator_args
 
@@ -92,8 +91,7 @@ class Scaling(NamedTuple):
     own_gemm: bool
     in_place: bool
 
-    def apply(self, q: Tensor, k: Tensor,
-              m: Tensor) -> Tuple[Tensor, Tensor]:
+    def apply(self, q: Tensor, k: Tensor, m: Tensor) -> Tuple[Tensor, Tensor]:
         """q and k with ``m`` applied to one of them."""
         if self.keys:
             return q, (k.mul_(m) if self.in_place else k * m)
@@ -292,14 +290,15 @@ class EllipticalAttentionMixin:
         call = self._chain_call
         return self.elliptical and call is not None and call.v_prev is not None
 
-    def project(self,
-                x_q: Tensor,
-                x_kv: Tensor,
-                weight: Tensor,
-                bias: Optional[Tensor],
-                groups: int = 1,
-                to_image: Optional[Callable[[Tensor], Tensor]] = None
-                ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    def project(
+        self,
+        x_q: Tensor,
+        x_kv: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor],
+        groups: int = 1,
+        to_image: Optional[Callable[[Tensor], Tensor]] = None
+    ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         """Project to q, k, v and estimate ``m`` from v and the previous v.
 
         Args:
@@ -321,14 +320,13 @@ class EllipticalAttentionMixin:
         C = weight.shape[0] // 3
         call = self._chain_call
         elliptical = self.scores_elliptically()
-        own_gemm = elliptical and scaling(x_q.shape[1],
-                                          x_kv.shape[1]).own_gemm
+        own_gemm = elliptical and scaling(x_q.shape[1], x_kv.shape[1]).own_gemm
         if x_kv is x_q and not own_gemm:
             q, k, v = split_heads(F.linear(x_q, weight, bias), 3, H)
         else:
             w_q, w_kv = weight.split([C, 2 * C])
-            b_q, b_kv = (None, None) if bias is None else bias.split(
-                [C, 2 * C])
+            b_q, b_kv = (None,
+                         None) if bias is None else bias.split([C, 2 * C])
             k, v = split_heads(F.linear(x_kv, w_kv, b_kv), 2, H)
             q, = split_heads(F.linear(x_q, w_q, b_q), 1, H)
         m = None
@@ -340,9 +338,12 @@ class EllipticalAttentionMixin:
                 if not grad and to_image is None:
                     call.values = call.values.clone()
             if elliptical:
-                m = relevance(v_image, call.v_prev, self.relevance_reduction,
-                              self.relevance_eps,
-                              overwrite=call.owned and not grad)
+                m = relevance(
+                    v_image,
+                    call.v_prev,
+                    self.relevance_reduction,
+                    self.relevance_eps,
+                    overwrite=call.owned and not grad)
                 if call.owned:  # read once: not kept through the MLP
                     call.v_prev = None
                 if self.attention_record is not None:
@@ -409,8 +410,8 @@ class EllipticalAttentionMixin:
                 scores = scores + bias
             if window_mask is not None:
                 shape = scores.shape
-                scores = (scores.view(-1, *window_mask.shape[:1], *shape[1:])
-                          + window_mask).view(shape)
+                scores = (scores.view(-1, *window_mask.shape[:1], *shape[1:]) +
+                          window_mask).view(shape)
             probs = scores.softmax(dim=-1)
             if self.attention_record is not None:
                 self.attention_record.keep('probs', probs)

@@ -5,15 +5,14 @@ queries from the tokens, keys and values from the tokens (ViT, Segmenter head)
 or from spatially reduced tokens (MiT's ``EfficientMultiheadAttention``,
 Twins' ``GlobalSubsampledAttention``).
 """
-from typing import Optional, Sequence
-
 from mmcv.cnn.bricks.transformer import MultiheadAttention
-from torch import Tensor
-
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from mmseg.registry import MODELS
+from torch import Tensor
+from typing import Optional, Sequence
+
 from ..conversion import ConversionError, elliptical_version_of
 from .core import EllipticalAttentionMixin
 
@@ -52,12 +51,14 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
         """
         name = type(module).__name__
         if not module.batch_first:
-            raise ConversionError(f'{name}: elliptical attention supports '
-                             'batch_first=True only ([B, N, C] tokens, as '
-                             'mmseg\'s transformers use).')
+            raise ConversionError(
+                f'{name}: elliptical attention supports '
+                'batch_first=True only ([B, N, C] tokens, as '
+                'mmseg\'s transformers use).')
         if not module.attn._qkv_same_embed_dim:
-            raise ConversionError(f'{name}: elliptical attention needs the packed '
-                             'in_proj_weight (kdim = vdim = embed_dims).')
+            raise ConversionError(
+                f'{name}: elliptical attention needs the packed '
+                'in_proj_weight (kdim = vdim = embed_dims).')
         if module.attn.bias_k is not None:
             raise ConversionError(f'{name}: add_bias_kv is not supported.')
 

@@ -19,14 +19,13 @@ windowing is copied, and the elliptical state stays on ``SwinBlock.attn`` as
 for every other kind (the value chain, ``fused_attn`` and the attention
 records of the analysis tools find it there).
 """
-from functools import partial
-from typing import Optional, Sequence, Tuple
-
 import torch
-from torch import Tensor
-
+from functools import partial
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.registry import MODELS
+from torch import Tensor
+from typing import Optional, Sequence, Tuple
+
 from ..conversion import (ConversionError, elliptical_version_of, qualname,
                           to_elliptical)
 from .core import EllipticalAttentionMixin, relative_position_bias
@@ -65,7 +64,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
     ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`). The
     values it hands on and compares are in image layout,
     ``[B, H, h * w, d]`` over the real tokens of the ``h x w`` feature map,
-    so consecutive blocks match whatever their shifts. ``qk_scale`` is honoured by both paths.
+    so consecutive blocks match whatever their shifts. ``qk_scale`` is
+    honoured by both paths.
 
     The relative position bias plus shift mask reach
     :meth:`~.core.EllipticalAttentionMixin.attend` as its bias and
@@ -151,8 +151,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         rows, heads, T, d = v.shape
         gh, gw = self.window_grid(hw_shape)
-        tokens = v.detach().transpose(1, 2).reshape(
-            rows // (gh * gw), gh * gw * T, heads * d)
+        tokens = v.detach().transpose(1, 2).reshape(rows // (gh * gw),
+                                                    gh * gw * T, heads * d)
         tokens = tokens.index_select(1, self.image_slots(hw_shape, v.device))
         return tokens.view(*tokens.shape[:2], heads, d).transpose(1, 2)
 
@@ -174,7 +174,11 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         rows, T, C = x.shape
         grid = self.window_grid(hw_shape)
         q, k, v, m = self.project(
-            x, x, w_msa.qkv.weight, w_msa.qkv.bias, groups=grid[0] * grid[1],
+            x,
+            x,
+            w_msa.qkv.weight,
+            w_msa.qkv.bias,
+            groups=grid[0] * grid[1],
             to_image=partial(self.to_image, hw_shape=hw_shape))
         bias = w_msa.relative_position_bias()[None]  # [1, H, Wt, Wt]
         out = self.attend_windows_of(q, k, v, m, bias, mask, grid)
@@ -183,8 +187,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
 
     def attend_windows_of(self, q: Tensor, k: Tensor, v: Tensor,
                           m: Optional[Tensor], bias: Tensor,
-                          mask: Optional[Tensor],
-                          grid: Tuple[int, int]) -> Tensor:
+                          mask: Optional[Tensor], grid: Tuple[int,
+                                                              int]) -> Tensor:
         """:meth:`attend` over the windows of each image of the batch.
 
         The explicit path adds the shift mask per window in one call
@@ -221,6 +225,5 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
             outs.append(
                 self.attend(q[rows], k[rows], v[rows],
                             None if m is None else m[rows],
-                            last if row % gh == gh - 1 else inner,
-                            **options))
+                            last if row % gh == gh - 1 else inner, **options))
         return torch.cat(outs)

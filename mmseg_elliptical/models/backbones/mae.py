@@ -1,8 +1,8 @@
 """mmseg's MAE backbone with elliptical attention."""
 from mmseg.models.backbones import MAE
 from mmseg.models.backbones.mae import MAETransformerEncoderLayer
-
 from mmseg.registry import MODELS
+
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
 from .beit import EllipticalBEiT

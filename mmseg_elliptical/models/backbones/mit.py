@@ -1,13 +1,12 @@
 """SegFormer's Mix Transformer (MiT) with elliptical attention."""
-from typing import List, Sequence
-
 import torch.nn as nn
 from mmseg.models.backbones import MixVisionTransformer
 from mmseg.models.backbones.mit import TransformerEncoderLayer
-
 from mmseg.registry import MODELS
-from ..conversion import elliptical_version_of
+from typing import List, Sequence
+
 from ..chain import EllipticalLayerMixin
+from ..conversion import elliptical_version_of
 from ..transformer import EllipticalTransformerMixin
 
 
