@@ -4,8 +4,9 @@ import ast
 import glob
 import json
 import os.path as osp
-import pytest
 import sys
+
+import pytest
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command
 from mmengine.config import Config
 

@@ -17,10 +17,11 @@ A decode head that is elliptical in the config gets the same treatment. A
 config whose backbone has no elliptical version is measured as it is.
 """
 import copy
-import torch
-import torch.nn as nn
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')

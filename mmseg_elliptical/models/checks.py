@@ -8,12 +8,13 @@ host synchronisation unless asked to look at the values
 """
 import difflib
 import inspect
-import numpy as np
-import torch
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
-from torch import Tensor
 from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
 
 REDUCTIONS = ('mean', 'median')
 # When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)

@@ -5,13 +5,14 @@ queries from the tokens, keys and values from the tokens (ViT, Segmenter head)
 or from spatially reduced tokens (MiT's ``EfficientMultiheadAttention``,
 Twins' ``GlobalSubsampledAttention``).
 """
+from typing import Optional, Sequence
+
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from mmseg.registry import MODELS
 from torch import Tensor
-from typing import Optional, Sequence
 
 from ..conversion import ConversionError, elliptical_version_of
 from .core import EllipticalAttentionMixin

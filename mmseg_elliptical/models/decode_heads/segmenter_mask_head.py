@@ -1,9 +1,10 @@
 """mmseg's Segmenter mask-transformer head with elliptical attention."""
+from typing import List, Sequence
+
 import torch
 import torch.nn as nn
 from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..backbones.vit import EllipticalViTLayer  # noqa: F401  (registers it)
 from ..checks import looks_at_values
