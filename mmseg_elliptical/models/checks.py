@@ -143,13 +143,25 @@ def check_images(inputs: Tensor,
             f'{inputs.shape[1]}.')
     if not looks_at_values(inputs, check_finite):
         return
-    bad = inputs.numel() - int(torch.isfinite(inputs).sum())
+    bad = count_non_finite(inputs)
     if bad:
         raise ValueError(
             f'{owner}: the input contains {bad} NaN or infinite values '
             f'(shape {tuple(inputs.shape)}); check the images and the '
             'data preprocessor (mean/std), or set '
             "backbone.check_finite='never' to skip this check.")
+
+
+def count_non_finite(x: Tensor) -> int:
+    """How many elements of ``x`` are NaN or infinite (reads ``x``).
+
+    The sum is finite unless an element is NaN / inf (or the sum overflows),
+    so one cheap reduction answers, and the elements are counted only when
+    it is not finite.
+    """
+    if bool(x.sum().isfinite()):
+        return 0
+    return x.numel() - int(torch.isfinite(x).sum())
 
 
 def looks_at_values(x: Tensor, check_finite: str) -> bool:
