@@ -71,7 +71,8 @@ def to_elliptical(module: nn.Module, **options) -> nn.Module:
     Raises:
         ConversionError: If the type (exactly) has no elliptical version, or
             the module's configuration is one the elliptical class does not
-            run (its ``check_convertible`` says which).
+            run (its ``check_convertible`` says which). The module is then
+            left as it was, as it is when ``options`` are rejected.
     """
     cls = ELLIPTICAL_VERSIONS.get(type(module))
     if cls is None:
@@ -86,10 +87,15 @@ def to_elliptical(module: nn.Module, **options) -> nn.Module:
     check = getattr(cls, 'check_convertible', None)
     if check is not None:
         check(module)
-    module.__class__ = cls
-    if hasattr(cls, 'init_elliptical'):
-        module.init_elliptical(**options)
-    elif options:
+    if options and not hasattr(cls, 'init_elliptical'):
         raise ConversionError(
             f'{cls.__name__} takes no options, got {options}.')
+    source = type(module)
+    module.__class__ = cls
+    if hasattr(cls, 'init_elliptical'):
+        try:
+            module.init_elliptical(**options)
+        except BaseException:  # bad options: the module stays as it was
+            module.__class__ = source
+            raise
     return module
