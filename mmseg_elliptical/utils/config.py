@@ -144,12 +144,21 @@ def split_loader(cfg: Config, split: str) -> dict:
 
 def parse_cfg_options(options: Sequence[str]) -> dict:
     """``key=value`` strings parsed as mmengine's ``DictAction`` parses
-    ``--cfg-options`` (lists, tuples, numbers, booleans)."""
+    ``--cfg-options`` (lists, tuples, numbers, booleans).
+
+    Raises:
+        ValueError: An option without ``=``.
+    """
     from types import SimpleNamespace
 
     from mmengine.config import DictAction
     if not options:
         return {}
+    bad = [o for o in options if '=' not in o]
+    if bad:
+        raise ValueError(
+            f'--cfg-options takes key=value pairs, got {bad[0]!r} '
+            "(e.g. 'train_cfg.max_iters=100').")
     namespace = SimpleNamespace()
     DictAction(
         option_strings=[], dest='cfg_options')(None, namespace, list(options))
