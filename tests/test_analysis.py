@@ -5,7 +5,7 @@ import torch.nn as nn
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
 from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
-from test_elliptical_attention import naive_relevance
+from oracles import naive_relevance
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import (LayerRecorder, mean_pairwise_cosine,

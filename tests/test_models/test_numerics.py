@@ -1,20 +1,18 @@
-"""Numerics: degenerate images, odd sizes, bf16 autocast, with_cp.
+"""Numerics of a whole segmentor: degenerate images, odd sizes, bf16
+autocast, with_cp.
 
 Every case runs the elliptical backbone alone and the full segmentor
-(``EncoderDecoder`` with ``EllipticalMaskTransformerHead``) forward and
-backward, and checks that features, losses and every gradient are finite.
+(``EncoderDecoder`` with ``EllipticalMaskTransformerHead``: the tiny demo
+model) forward and backward, and checks that features, losses and every
+gradient are finite.
 """
 import math
-from typing import Dict, List, Tuple
-
 import pytest
 import torch
-from conftest import DEMO_ELLIPTICAL, grads, tiny_config
-from mmengine.structures import PixelData
-from mmseg.registry import MODELS
-from mmseg.structures import SegDataSample
-from mmseg.utils import register_all_modules
+from helpers import (build_segmentor, check_bf16, check_with_cp, grads,
+                     seg_samples)
 from torch import Tensor
+from typing import Dict, Tuple
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -22,42 +20,9 @@ NUM_CLASSES = 5
 PATCH = 8
 
 
-def build_segmentor(**backbone) -> torch.nn.Module:
-    """The tiny elliptical demo segmentor (3 + 2 layers, 48 dims), seeded.
-
-    Args:
-        **backbone: Overrides of the backbone config.
-
-    Returns:
-        torch.nn.Module: The initialised ``EncoderDecoder`` in train mode.
-    """
-    register_all_modules(init_default_scope=True)
-    cfg = tiny_config(DEMO_ELLIPTICAL, 'unused', 'unused').model
-    cfg.backbone.update(backbone)
-    torch.manual_seed(0)
-    model = MODELS.build(cfg)
-    model.init_weights()
-    model.train()
-    return model
-
-
-def seg_samples(batch: int, h: int, w: int) -> List[SegDataSample]:
-    """Data samples with random ground truth of size ``h x w``."""
-    gen = torch.Generator().manual_seed(1)
-    samples = []
-    for _ in range(batch):
-        sample = SegDataSample()
-        sample.gt_sem_seg = PixelData(
-            data=torch.randint(0, NUM_CLASSES, (1, h, w), generator=gen))
-        sample.set_metainfo(
-            dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
-        samples.append(sample)
-    return samples
-
-
 def total_loss(model: torch.nn.Module, x: Tensor) -> Tensor:
     """Sum of the segmentor's training losses on ``x``."""
-    losses = model.loss(x, seg_samples(x.shape[0], *x.shape[-2:]))
+    losses = model.loss(x, seg_samples(x.shape[0], *x.shape[-2:], NUM_CLASSES))
     return sum(v for k, v in losses.items() if 'loss' in k)
 
 
@@ -88,7 +53,7 @@ def segmentor() -> torch.nn.Module:
 
 @pytest.fixture(scope='module')
 def segmentor_median() -> torch.nn.Module:
-    return build_segmentor(relevance_reduction='median')
+    return build_segmentor(**{'model.backbone.relevance_reduction': 'median'})
 
 
 @pytest.mark.parametrize('kind', sorted(DEGENERATE))
@@ -133,7 +98,7 @@ def test_sizes_not_multiple_of_patch(hw: Tuple[int, int], segmentor) -> None:
     segmentor.eval()
     try:
         with torch.no_grad():
-            out = segmentor.predict(x, seg_samples(2, h, w))
+            out = segmentor.predict(x, seg_samples(2, h, w, NUM_CLASSES))
     finally:
         segmentor.train()
     assert out[0].seg_logits.data.shape == (NUM_CLASSES, h, w)
@@ -142,44 +107,38 @@ def test_sizes_not_multiple_of_patch(hw: Tuple[int, int], segmentor) -> None:
 
 @pytest.mark.parametrize('scale', [1.0, 1e4])
 def test_bf16_autocast(scale: float, segmentor) -> None:
+    """The logits and their gradients (``check_bf16`` on the segmentor's
+    ``_forward``), the backbone's features, the loss and every gradient of
+    the training step are finite under bf16 autocast."""
     x = torch.randn(
         2, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * scale
-    with torch.no_grad():
-        ref = segmentor._forward(x)
+    segmentor.zero_grad()
+    check_bf16(segmentor, x, 'autocast', output=lambda m, x: m._forward(x))
     segmentor.zero_grad()
     with torch.autocast('cpu', dtype=torch.bfloat16):
         feat = segmentor.backbone(x)[-1]
-        logits = segmentor._forward(x)
         loss = total_loss(segmentor, x)
     assert torch.isfinite(feat).all()
-    assert torch.isfinite(logits).all() and torch.isfinite(loss)
+    assert torch.isfinite(loss)
     loss.backward()
     assert_all_finite(grads(segmentor))
-    # bf16 keeps ~3 significant digits: the logits differ from fp32's (so
-    # autocast was in effect) but stay close.
-    err = (logits.float() - ref).abs().max() / ref.abs().max()
-    assert 0 < err < 0.1, f'bf16 logits deviate from fp32 by {err:.3g} (rel.)'
 
 
 def test_with_cp_gradients_equal() -> None:
-    plain = build_segmentor()
-    ckpt = build_segmentor(with_cp=True)
+    """The segmentor with a checkpointed backbone: less saved for the
+    backward, the same loss and gradients; without gradients (inference)
+    the checkpointed path is skipped and gives the same logits."""
+
+    def build(with_cp):
+        return build_segmentor(**{'model.backbone.with_cp': with_cp})
+
+    plain, ckpt = check_with_cp(
+        build,
+        torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)),
+        loss=total_loss,
+        max_saved=None)
     assert all(layer.with_cp for layer in ckpt.backbone.layers)
-    ckpt.load_state_dict(plain.state_dict())
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
-    losses = []
-    for model in (plain, ckpt):
-        model.zero_grad()
-        loss = total_loss(model, x)
-        loss.backward()
-        losses.append(loss.detach())
-    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=1e-6)
-    g_plain, g_ckpt = grads(plain), grads(ckpt)
-    assert g_plain.keys() == g_ckpt.keys()
-    for name in g_plain:
-        torch.testing.assert_close(
-            g_ckpt[name], g_plain[name], rtol=0, atol=1e-6, msg=name)
-    # Without gradients (inference) the checkpointed path is skipped.
     torch.testing.assert_close(
         _eval_forward(ckpt, x), _eval_forward(plain, x), rtol=0, atol=1e-6)
 

@@ -1,17 +1,17 @@
-"""The value chain: values reach the next layer, also under with_cp
+"""``models/chain.py``: values reach the next layer, also under with_cp
 recomputation, gradient accumulation and torch.compile.
 
-The oracle is ``naive_forward`` of test_backbone (the method written out
-layer by layer); the chain keeps nothing between forwards.
+The oracle is ``oracles.naive_vit_forward`` (the method written out layer
+by layer); the chain keeps nothing between forwards.
 """
 import pytest
 import torch
-from conftest import check_compiled, check_with_cp, grads
-from test_backbone import ARCH, naive_forward
+from helpers import (VIT_ARCH, check_compiled, check_with_cp, grads, images,
+                     outputs_loss)
+from oracles import naive_vit_forward
 
 from mmseg_elliptical.benchmark.memory import saved_tensors_mb, tensor_peak_mb
 from mmseg_elliptical.models import (EllipticalMixVisionTransformer,
-                                     EllipticalPCPVT,
                                      EllipticalVisionTransformer, ValueChain)
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -24,19 +24,14 @@ MIT = dict(
 
 def build(cls=EllipticalVisionTransformer, **kwargs):
     torch.manual_seed(0)
-    arch = ARCH if cls is EllipticalVisionTransformer else MIT
+    arch = VIT_ARCH if cls is EllipticalVisionTransformer else MIT
     model = cls(**dict(arch, **kwargs))
     model.init_weights()
     return model.train()
 
 
-def images(seed: int, size: int = 32) -> torch.Tensor:
-    return torch.randn(
-        2, 3, size, size, generator=torch.Generator().manual_seed(seed))
-
-
 def loss_of(model, x):
-    return sum(f.square().mean() for f in model(x))
+    return outputs_loss(model(x))
 
 
 @pytest.mark.parametrize(
@@ -83,7 +78,7 @@ def test_inference_holds_one_values_tensor_more():
     the dot-product layers by the previous layer's values only: kept as a
     copy (not as a view that keeps the whole qkv projection alive), dropped
     once read (not held through the next MLP), |v - v_prev| in place."""
-    tokens = torch.randn(2, 257, ARCH['embed_dims'])
+    tokens = torch.randn(2, 257, VIT_ARCH['embed_dims'])
     peaks = {}
     for layers in (None, []):
         model = build(elliptical_layers=layers, mlp_ratio=4).eval()
@@ -155,32 +150,13 @@ def test_a_failed_forward_leaves_no_stale_values():
 
 def test_torch_compile_with_cp_matches_eager():
     """torch breaks the graph around each checkpoint; still correct.
-    Without with_cp (one graph): test_torch_compile_every_family."""
+    Without with_cp (one graph): each backbone's
+    test_torch_compile_matches_eager."""
     model = build(with_cp=True)
     x = images(3)
     torch.testing.assert_close(
-        naive_forward(model, x), model(x)[0], atol=1e-5, rtol=1e-5)
+        naive_vit_forward(model, x), model(x)[0], atol=1e-5, rtol=1e-5)
     out = check_compiled(model, x, fullgraph=False)
     model.train()
     torch.testing.assert_close(
-        out[0], naive_forward(model, x), atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize('cls', [
-    EllipticalVisionTransformer, EllipticalMixVisionTransformer,
-    EllipticalPCPVT
-])
-def test_torch_compile_every_family(cls):
-    """Train mode with gradients, and inference (its own scaling path)."""
-    if cls is EllipticalPCPVT:
-        torch.manual_seed(0)
-        model = cls(
-            embed_dims=[8, 16, 16, 32],
-            num_heads=[1, 2, 2, 4],
-            depths=[2, 1, 1, 1])
-    elif cls is EllipticalMixVisionTransformer:
-        model = build(cls, num_layers=[2, 1, 1, 1])
-    else:
-        model = build(cls)
-    check_compiled(model,
-                   images(4, 32 if cls is EllipticalVisionTransformer else 64))
+        out[0], naive_vit_forward(model, x), atol=1e-5, rtol=1e-5)

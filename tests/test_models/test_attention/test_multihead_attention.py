@@ -1,73 +1,28 @@
-"""The attention kinds of the ViT family against a naive, materialised oracle.
+"""The attention kinds of the ViT family (``attention/multihead.py``: ViT and
+the Segmenter head, MiT, Twins) against ``oracles.naive_attention``.
 
-``naive_attention`` below is the paper's formulation written out with loops
-over images and heads and ``q @ diag(m)``; it shares no code with the
-package. Every path of the package (fused with q from its own GEMM and
-``q * m`` when gradients are on, fused with one qkv GEMM and an in-place
-``q *= m`` under no-grad, explicit with materialised probabilities) must
-give its outputs, values and gradients.
+Every path of the package (fused with q from its own GEMM and ``q * m`` when
+gradients are on, fused with one qkv GEMM and an in-place product under
+no-grad, explicit with materialised probabilities) must give the oracle's
+outputs, values and gradients.
 """
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from conftest import check_attention_dropout
+from helpers import check_attention_dropout
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
-from mmseg.models.backbones.twins import GlobalSubsampledAttention
-from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
+from oracles import naive_attention
 
-from mmseg_elliptical.models import (AttentionRecord, ConversionError,
-                                     EllipticalAttention,
+from mmseg_elliptical.models import (AttentionRecord, EllipticalAttention,
                                      EllipticalEfficientMultiheadAttention,
                                      EllipticalGlobalSubsampledAttention,
-                                     relevance, to_elliptical)
+                                     to_elliptical)
 
 B, HW, C, H = 2, (4, 6), 24, 3
 N = HW[0] * HW[1]
 D = C // H
 KINDS = ('vit', 'mit', 'twins')
-
-
-def naive_relevance(v, v_prev, reduction='mean'):
-    """m per (image, head) written with explicit loops over heads."""
-    out = torch.empty(v.shape[0], v.shape[1], 1, v.shape[-1])
-    for b in range(v.shape[0]):
-        for h in range(v.shape[1]):
-            diff = (v[b, h] - v_prev[b, h]).abs()  # [N, d]
-            m = diff.mean(0) if reduction == 'mean' else diff.median(0).values
-            out[b, h, 0] = m / m.max()
-    return out
-
-
-def kv_tokens(attn, x):
-    """The key/value tokens: x, or MiT/Twins' spatially reduced x."""
-    if getattr(attn, 'sr_ratio', 1) > 1:
-        return attn.norm(nchw_to_nlc(attn.sr(nlc_to_nchw(x, HW))))
-    return x
-
-
-def naive_attention(attn, x, v_prev=None, reduction='mean', identity=None):
-    """x + out_proj(softmax((q diag(m)) k^T / sqrt(d)) v), materialised."""
-    w, bias = attn.attn.in_proj_weight, attn.attn.in_proj_bias
-    if bias is None:
-        bias = torch.zeros(3 * C)
-    x_kv = kv_tokens(attn, x)
-    q = x @ w[:C].T + bias[:C]
-    k = x_kv @ w[C:2 * C].T + bias[C:2 * C]
-    v = x_kv @ w[2 * C:].T + bias[2 * C:]
-
-    def heads(t):
-        return t.reshape(t.shape[0], t.shape[1], H, D).transpose(1, 2)
-
-    q, k, v = heads(q), heads(k), heads(v)
-    if v_prev is not None:
-        m = naive_relevance(v.detach(), v_prev, reduction)
-        q = q @ torch.diag_embed(m[:, :, 0])
-    scores = q @ k.transpose(-2, -1) / D**0.5
-    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(x.shape)
-    identity = x if identity is None else identity
-    return identity + attn.attn.out_proj(out), v
 
 
 def build(kind, bias=True, **kwargs):
@@ -97,6 +52,10 @@ def call(attn, x, v_prev=None, identity=None):
     return out, chain_call.values
 
 
+def naive(attn, x, v_prev=None, reduction='mean', identity=None):
+    return naive_attention(attn, x, v_prev, reduction, identity, hw=HW)
+
+
 def num_kv(kind):
     return N if kind == 'vit' else N // 4
 
@@ -114,17 +73,14 @@ def test_matches_naive(kind, fused, grad, batch, bias):
     identity = torch.randn(batch, N, C)
     with torch.set_grad_enabled(grad):
         out, v = call(attn, x, v_prev, identity)
-        ref, ref_v = naive_attention(attn, x, v_prev, identity=identity)
+        ref, ref_v = naive(attn, x, v_prev, identity=identity)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(v, ref_v)
     assert not v.requires_grad
     # Without previous values: dot-product attention.
     with torch.set_grad_enabled(grad):
         torch.testing.assert_close(
-            call(attn, x)[0],
-            naive_attention(attn, x)[0],
-            atol=1e-5,
-            rtol=1e-5)
+            call(attn, x)[0], naive(attn, x)[0], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize('reduction', ['mean', 'median'])
@@ -133,7 +89,7 @@ def test_median_reduction(reduction):
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
     torch.testing.assert_close(
         call(attn, x, v_prev)[0],
-        naive_attention(attn, x, v_prev, reduction)[0],
+        naive(attn, x, v_prev, reduction)[0],
         atol=1e-5,
         rtol=1e-5)
 
@@ -176,33 +132,11 @@ def test_gradients_reach_qkv_but_not_m(fused):
         assert grad_w[rows].abs().sum() > 0  # q, k and v all get gradient
     attn.zero_grad()
     x2 = x.detach().clone().requires_grad_()
-    ref, _ = naive_attention(attn, x2, v_prev.detach())
+    ref, _ = naive(attn, x2, v_prev.detach())
     ref.square().sum().backward()
     torch.testing.assert_close(
         grad_w, attn.attn.in_proj_weight.grad, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(grad_x, x2.grad, atol=1e-4, rtol=1e-4)
-
-
-def test_relevance_properties():
-    v, v_prev = torch.randn(B, H, N, D), torch.randn(B, H, N, D)
-    m = relevance(v, v_prev)
-    assert m.shape == (B, H, 1, D)
-    torch.testing.assert_close(m.amax(-1), torch.ones(B, H, 1))
-    torch.testing.assert_close(m, naive_relevance(v, v_prev))
-    # Scale invariance: delta in the paper cancels.
-    torch.testing.assert_close(relevance(3 * v, 3 * v_prev), m)
-
-
-def test_relevance_guard_no_nan():
-    v = torch.randn(B, H, N, D)
-    m = relevance(v, v.clone())  # no change at all: max = 0
-    torch.testing.assert_close(m, torch.ones(B, H, 1, D))
-    # One head without change, one with: only the first falls back.
-    v_prev = v.clone()
-    v_prev[:, 1] += torch.randn(B, N, D)
-    m = relevance(v, v_prev)
-    torch.testing.assert_close(m[:, 0], torch.ones(B, 1, D))
-    torch.testing.assert_close(m[:, 1], naive_relevance(v, v_prev)[:, 1])
 
 
 def test_identical_values_give_dot_product():
@@ -237,7 +171,7 @@ def test_attention_dropout_in_train_mode_only(fused):
     attn.fused_attn = fused
     x, v_prev = torch.randn(B, N, C), torch.randn(B, H, N, D)
     check_attention_dropout(attn, lambda: call(attn, x, v_prev)[0],
-                            naive_attention(attn, x, v_prev)[0])
+                            naive(attn, x, v_prev)[0])
 
 
 @pytest.mark.parametrize('kind', ['vit', 'mit'])
@@ -260,46 +194,19 @@ def test_dot_product_mode_equals_mmseg_module(kind):
         attn(*args, identity=identity), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_conversion_keeps_parameters_and_rng():
-    torch.manual_seed(0)
-    mha = EfficientMultiheadAttention(C, H, sr_ratio=2, qkv_bias=True)
-    params = dict(mha.named_parameters())
-    state = torch.get_rng_state()
-    new = to_elliptical(mha, relevance_reduction='median')
-    assert new is mha and type(new) is EllipticalEfficientMultiheadAttention
-    assert torch.equal(torch.get_rng_state(), state)
-    assert dict(new.named_parameters()) == params  # the same tensors
-    # sr and norm stay (they were silently dropped by an earlier version).
-    assert sum(p.numel()
-               for p in new.parameters()) == sum(p.numel()
-                                                 for p in params.values())
-    assert 'sr.weight' in params and 'norm.weight' in params
-    assert new.relevance_reduction == 'median' and new.elliptical
-    twins = to_elliptical(GlobalSubsampledAttention(C, H, sr_ratio=2))
-    assert type(twins) is EllipticalGlobalSubsampledAttention
-
-
-def test_conversion_checks_the_exact_type():
-
-    class MyAttention(MultiheadAttention):
-        pass
-
-    with pytest.raises(
-            TypeError,
-            match=r'test_elliptical_attention\..*'
-            r'MyAttention has no elliptical version \(the type '
-            'must match exactly'):
-        to_elliptical(MyAttention(C, H, batch_first=True))
-    with pytest.raises(
-            ConversionError, match='Linear has no elliptical version'):
-        to_elliptical(nn.Linear(2, 2))
-    with pytest.raises(ConversionError, match='batch_first=True only'):
-        to_elliptical(MultiheadAttention(C, H, batch_first=False))
-
-
 def test_bad_calls():
     attn = build('vit')
     with pytest.raises(ValueError, match='same shape'):
         call(attn, torch.randn(B, N, C), torch.randn(B, H, N + 1, D))
     with pytest.raises(TypeError, match=r"self-attention only .*\['key'\]"):
         attn(torch.randn(B, N, C), key=torch.randn(B, N, C))
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(relevance_reduction='max'), 'relevance_reduction'),
+    (dict(relevance_eps=0), 'relevance_eps'),
+    (dict(relevance_eps=float('nan')), 'relevance_eps'),
+])
+def test_bad_attention_arguments(kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        EllipticalAttention(24, 3, **kwargs)

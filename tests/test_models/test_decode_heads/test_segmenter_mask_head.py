@@ -1,4 +1,6 @@
-"""EllipticalMaskTransformerHead: mmseg compatibility and elliptical layers."""
+"""``decode_heads/segmenter_mask_head.py``: EllipticalMaskTransformerHead
+against mmseg's head, its layers threaded by hand, and its input checks."""
+import pytest
 import torch
 from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 
@@ -75,3 +77,28 @@ def test_training_loss_and_gradients():
     assert all(
         p.grad is not None and torch.isfinite(p.grad).all()
         for p in head.parameters() if p.requires_grad)
+
+
+def test_head_rejects_wrong_channels() -> None:
+    head = build(EllipticalMaskTransformerHead)
+    with pytest.raises(
+            ValueError,
+            match=r'in_channels=24 but the input '
+            r'feature map has shape \(1, 16, 4, 4\)'):
+        head([torch.randn(1, 16, 4, 4)])
+    assert head([torch.randn(1, 24, 4, 4)]).shape == (1, 5, 4, 4)
+
+
+@pytest.mark.parametrize('mode', ['cpu', 'always', True])
+def test_head_rejects_non_finite_features(mode) -> None:
+    head = build(EllipticalMaskTransformerHead, check_finite=mode)
+    feats = torch.randn(1, 24, 4, 4)
+    feats[0, 0, 0, 0] = float('nan')
+    with pytest.raises(
+            ValueError,
+            match='features contain NaN or infinite '
+            'values.*decode_head.check_finite=.never.'):
+        head([feats])
+    for off in ('never', False):
+        out = build(EllipticalMaskTransformerHead, check_finite=off)([feats])
+        assert out.isnan().any()

@@ -1,35 +1,28 @@
-"""Argument and input validation, and the registry error without the plugin.
+"""``models/checks.py``: argument checks at build time and input checks.
 
 Every new argument of the backbones, the head and the attentions is checked
 when the module is built, and the error names the argument, the value and
 what is allowed; a misspelt keyword names the plugin class and the closest
-valid name; bad input at run time names the problem and the fix.
+valid name; bad input at run time names the problem and the fix; the
+non-finite check reads the values only where that costs no host
+synchronisation (``check_finite``).
 """
-import json
-import os.path as osp
-import sys
-
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_ELLIPTICAL, ROOT, run_command
+from helpers import VIT_ARCH
 from mmseg.registry import MODELS
 
-from mmseg_elliptical.models import (ConversionError, EllipticalAttention,
-                                     EllipticalMaskTransformerHead,
+from mmseg_elliptical.models import (EllipticalMaskTransformerHead,
                                      EllipticalMixVisionTransformer,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer)
+from mmseg_elliptical.models.checks import (CHECK_FINITE, check_images,
+                                            looks_at_values)
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
-BACKBONE = dict(
-    img_size=32,
-    patch_size=8,
-    embed_dims=24,
-    num_heads=3,
-    num_layers=4,
-    mlp_ratio=2)
+BACKBONE = VIT_ARCH
 HEAD = dict(
     in_channels=24,
     channels=24,
@@ -159,57 +152,6 @@ def test_error_survives_the_registry() -> None:
         MODELS.build(cfg)
 
 
-# Runs in a fresh interpreter where mmseg_elliptical cannot be imported: the
-# case of a config without ``custom_imports`` (or of the package missing).
-MISSING_PLUGIN = r'''
-import importlib.abc, json, sys
-from mmengine.config import Config
-from mmengine.registry import init_default_scope
-from mmseg.registry import MODELS
-
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] == 'mmseg_elliptical':
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-sys.meta_path.insert(0, Block())
-out = {}
-try:  # the package is not installed, the config imports it
-    Config.fromfile(sys.argv[1])
-except Exception as e:
-    out['installed'] = [type(e).__name__, str(e)]
-# the config has no custom_imports
-cfg = Config.fromfile(sys.argv[1], import_custom_modules=False)
-cfg.pop('custom_imports')
-init_default_scope('mmseg')
-try:
-    MODELS.build(cfg.model)
-except Exception as e:
-    out['custom_imports'] = [type(e).__name__, str(e)]
-out['loaded'] = 'mmseg_elliptical' in sys.modules
-print(json.dumps(out))
-'''
-
-
-def test_registry_error_without_the_plugin() -> None:
-    proc = run_command([sys.executable, '-c', MISSING_PLUGIN, DEMO_ELLIPTICAL])
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out['loaded'] is False
-    kind, msg = out['installed']
-    assert kind == 'ImportError'
-    assert "Failed to import custom modules from {'imports': " \
-        "['mmseg_elliptical']" in msg
-    kind, msg = out['custom_imports']
-    assert kind == 'KeyError'
-    assert ('EllipticalVisionTransformer is not in the mmseg::model registry'
-            in msg)
-    # The wording that the README's troubleshooting section quotes.
-    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as doc:
-        text = doc.read()
-    assert 'is not in the mmseg::model registry' in text
-    assert 'Failed to import custom modules' in text
-
-
 @pytest.mark.parametrize('shape, dtype', [((3, 32, 32), torch.float32),
                                           ((1, 3, 32, 32), torch.uint8)])
 def test_backbone_rejects_bad_images(shape, dtype) -> None:
@@ -219,16 +161,6 @@ def test_backbone_rejects_bad_images(shape, dtype) -> None:
             match=r'expects a float batch of images '
             r'\[B, C, H, W\], got shape'):
         model(torch.zeros(shape, dtype=dtype))
-
-
-def test_head_rejects_wrong_channels() -> None:
-    head = build('head')
-    with pytest.raises(
-            ValueError,
-            match=r'in_channels=24 but the input '
-            r'feature map has shape \(1, 16, 4, 4\)'):
-        head([torch.randn(1, 16, 4, 4)])
-    assert head([torch.randn(1, 24, 4, 4)]).shape == (1, 5, 4, 4)
 
 
 @pytest.mark.parametrize('which', sorted(STAGED))
@@ -264,21 +196,6 @@ def test_misspelt_keyword_names_the_plugin_class(cls, arch, wrong,
                                f"argument '{wrong}'; did you mean '{right}'?")
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(relevance_reduction='max'), 'relevance_reduction'),
-    (dict(relevance_eps=0), 'relevance_eps'),
-    (dict(relevance_eps=float('nan')), 'relevance_eps'),
-])
-def test_bad_attention_arguments(kwargs, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        EllipticalAttention(24, 3, **kwargs)
-
-
-def test_unconvertible_attention_settings() -> None:
-    with pytest.raises(ConversionError, match='batch_first=True only'):
-        EllipticalAttention(24, 3, batch_first=False)
-
-
 @pytest.mark.parametrize('which', ['backbone', 'mit'])
 def test_backbone_rejects_wrong_channels_and_non_finite_images(which):
     cls, arch = MODULES.get(which) or STAGED[which]
@@ -300,13 +217,58 @@ def test_backbone_rejects_wrong_channels_and_non_finite_images(which):
     assert not all(torch.isfinite(o).all() for o in out)
 
 
-def test_head_rejects_non_finite_features() -> None:
-    head = build('head')
-    feats = torch.randn(1, 24, 4, 4)
-    feats[0, 0, 0, 0] = float('nan')
-    with pytest.raises(
-            ValueError,
-            match='features contain NaN or infinite '
-            'values.*decode_head.check_finite=.never.'):
-        head([feats])
-    assert build('head', check_finite=False)([feats]).isnan().any()
+# ------------------------------------------------------------ check_finite
+
+
+@pytest.mark.parametrize('value, mode', [(None, 'cpu'), ('cpu', 'cpu'),
+                                         ('always', 'always'),
+                                         (True, 'always'), ('never', 'never'),
+                                         (False, 'never')])
+def test_check_finite_modes_on_cpu(value, mode):
+    """'cpu' (the default), 'always' (True) and 'never' (False); on the CPU
+    the first two reject NaN input with a clear error, 'never' lets it
+    through."""
+    kwargs = {} if value is None else dict(check_finite=value)
+    model = build('backbone', **kwargs)
+    assert model.check_finite == mode
+    x = torch.zeros(1, 3, 32, 32)
+    x[0, 0, 0, 0] = float('nan')
+    if mode == 'never':
+        assert model(x)[0].isnan().any()
+    else:
+        with pytest.raises(ValueError, match='1 NaN or infinite values'):
+            model(x)
+
+
+@pytest.mark.parametrize('which', sorted(MODULES))
+@pytest.mark.parametrize('value', ['gpu', 'Always', None, 1, 0, 'true'])
+def test_bad_check_finite(which, value):
+    with pytest.raises(ValueError) as info:
+        build(which, check_finite=value)
+    msg = str(info.value)
+    assert f'{MODULES[which][0].__name__}: check_finite={value!r}' in msg
+    assert str(CHECK_FINITE) in msg and 'True / False' in msg
+
+
+@pytest.mark.parametrize('mode, reads_gpu', [('cpu', False), ('always', True),
+                                             ('never', False)])
+def test_check_finite_reads_device_values_only_when_always(mode, reads_gpu):
+    """On another device (``meta``, where any read of the values raises, as
+    a stand-in for a GPU, where it would synchronise) only 'always' reads
+    them; on the CPU all but 'never' do."""
+    meta = torch.empty(1, 3, 8, 8, device='meta')
+    assert looks_at_values(meta, mode) is reads_gpu
+    assert looks_at_values(torch.zeros(1), mode) is (mode != 'never')
+    if reads_gpu:
+        with pytest.raises(RuntimeError, match='meta'):
+            check_images(meta, 'Owner', 3, mode)
+    else:
+        check_images(meta, 'Owner', 3, mode)  # metadata only
+    model = build('backbone', check_finite=mode).to('meta').eval()
+    with torch.no_grad():
+        if reads_gpu:
+            with pytest.raises(RuntimeError, match='meta'):
+                model(torch.empty(1, 3, 32, 32, device='meta'))
+        else:  # the whole forward runs without reading a value
+            assert model(torch.empty(1, 3, 32, 32,
+                                     device='meta'))[0].device.type == 'meta'

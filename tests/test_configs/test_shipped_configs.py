@@ -1,26 +1,22 @@
 """Every shipped config builds with nothing but its ``custom_imports`` and is
-mmseg's own config plus the keys that change."""
-import ast
+mmseg's own config plus the keys that change; without the plugin the
+error names what is missing."""
 import glob
 import json
 import os.path as osp
-import sys
-
 import pytest
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command
+import sys
+from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, ROOT, mmseg_base, mmseg_names,
+                     run_command)
 from mmengine.config import Config
 
-from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils import mmseg_config_path
 
 CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))
     if osp.basename(osp.dirname(p)) != '_base_')
 FAMILY = [p for p in CONFIGS if '/demo/' not in p]
-MMSEG_NAMES = {
-    cls.__name__: src.__name__
-    for src, cls in ELLIPTICAL_VERSIONS.items()
-}
+MMSEG_NAMES = mmseg_names()
 
 # Runs in a fresh interpreter that never imports mmseg_elliptical itself.
 BUILD_ALL = r'''
@@ -59,21 +55,6 @@ def flatten(d, prefix=''):
         else:
             items[f'{prefix}{k}'] = v
     return items
-
-
-def mmseg_base(path: str) -> str:
-    """The ``mmseg::`` config a shipped config inherits (maybe through one of
-    ours)."""
-    with open(path, encoding='utf-8') as f:
-        tree = ast.parse(f.read())
-    bases = next(
-        ast.literal_eval(node.value) for node in tree.body
-        if isinstance(node, ast.Assign) and node.targets[0].id == '_base_')
-    bases = [bases] if isinstance(bases, str) else bases
-    assert len(bases) == 1, (path, bases)
-    if bases[0].startswith('mmseg::'):
-        return bases[0]
-    return mmseg_base(osp.join(osp.dirname(path), bases[0]))
 
 
 def test_every_config_builds_through_custom_imports():
@@ -182,3 +163,54 @@ def test_makefile_demo_targets_name_the_demo_configs():
         line = [ln for ln in text.splitlines() if ln.startswith(f'{var} ?= ')]
         assert len(line) == 1, var
         assert osp.join(ROOT, line[0].split('?=')[1].strip()) == path
+
+
+# Runs in a fresh interpreter where mmseg_elliptical cannot be imported: the
+# case of a config without ``custom_imports`` (or of the package missing).
+MISSING_PLUGIN = r'''
+import importlib.abc, json, sys
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmseg.registry import MODELS
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'mmseg_elliptical':
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Block())
+out = {}
+try:  # the package is not installed, the config imports it
+    Config.fromfile(sys.argv[1])
+except Exception as e:
+    out['installed'] = [type(e).__name__, str(e)]
+# the config has no custom_imports
+cfg = Config.fromfile(sys.argv[1], import_custom_modules=False)
+cfg.pop('custom_imports')
+init_default_scope('mmseg')
+try:
+    MODELS.build(cfg.model)
+except Exception as e:
+    out['custom_imports'] = [type(e).__name__, str(e)]
+out['loaded'] = 'mmseg_elliptical' in sys.modules
+print(json.dumps(out))
+'''
+
+
+def test_registry_error_without_the_plugin() -> None:
+    proc = run_command([sys.executable, '-c', MISSING_PLUGIN, DEMO_ELLIPTICAL])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out['loaded'] is False
+    kind, msg = out['installed']
+    assert kind == 'ImportError'
+    assert "Failed to import custom modules from {'imports': " \
+        "['mmseg_elliptical']" in msg
+    kind, msg = out['custom_imports']
+    assert kind == 'KeyError'
+    assert ('EllipticalVisionTransformer is not in the mmseg::model registry'
+            in msg)
+    # The wording that the README's troubleshooting section quotes.
+    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as doc:
+        text = doc.read()
+    assert 'is not in the mmseg::model registry' in text
+    assert 'Failed to import custom modules' in text

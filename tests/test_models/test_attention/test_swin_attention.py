@@ -1,0 +1,187 @@
+"""``attention/swin.py``: elliptical (shifted) window attention against
+``oracles.naive_window_attention``, mmseg's module, and what it
+materialises."""
+import pytest
+import torch
+from helpers import ShapeSpy, check_attention_dropout
+from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
+from oracles import naive_window_attention
+
+from mmseg_elliptical.models import AttentionRecord, to_elliptical
+from mmseg_elliptical.models.attention import (EllipticalShiftWindowMSA,
+                                               EllipticalWindowMSA)
+
+pytestmark = pytest.mark.usefixtures('single_thread')
+
+C, HEADS, WS = 24, 3, 3
+D = C // HEADS
+HW = (7, 8)  # padded to 9 x 9: 3 x 3 windows of 3 x 3
+L = HW[0] * HW[1]
+NW = 9
+
+
+def build_attention(shift=1, qkv_bias=True, qk_scale=None, **kwargs):
+    torch.manual_seed(0)
+    attn = EllipticalShiftWindowMSA(
+        C,
+        HEADS,
+        WS,
+        shift_size=shift,
+        qkv_bias=qkv_bias,
+        qk_scale=qk_scale,
+        **kwargs)
+    with torch.no_grad():  # a bias that matters
+        attn.w_msa.relative_position_bias_table.normal_()
+        if qkv_bias:
+            attn.w_msa.qkv.bias.normal_()
+    return attn.eval()
+
+
+def call(attn, x, v_prev=None, hw=HW):
+    with attn.chained(v_prev, keep=True) as chain_call:
+        out = attn(x, hw)
+    return out, chain_call.values
+
+
+@pytest.mark.parametrize('shift', [0, 1])
+@pytest.mark.parametrize('fused', [True, False])
+@pytest.mark.parametrize('grad', [True, False])
+@pytest.mark.parametrize('batch', [1, 2])
+@pytest.mark.parametrize('qkv_bias', [True, False])
+def test_window_attention_matches_naive(shift, fused, grad, batch, qkv_bias):
+    attn = build_attention(shift, qkv_bias)
+    attn.fused_attn = fused
+    x = torch.randn(batch, HW[0] * HW[1], C)
+    v_prev = torch.randn(batch, HEADS, HW[0] * HW[1], D)
+    with torch.set_grad_enabled(grad):
+        out, v = call(attn, x, v_prev)
+        ref, ref_v = naive_window_attention(attn, x, HW, v_prev)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v, ref_v)
+        assert not v.requires_grad
+        # Without previous values: dot-product attention, values handed on.
+        out, v = call(attn, x)
+        torch.testing.assert_close(
+            out, naive_window_attention(attn, x, HW)[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v, ref_v)
+
+
+@pytest.mark.parametrize('fused', [True, False])
+def test_qk_scale_is_honoured(fused):
+    attn = build_attention(qk_scale=0.05)
+    attn.fused_attn = fused
+    x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            call(attn, x, v_prev)[0],
+            naive_window_attention(attn, x, HW, v_prev, scale=0.05)[0],
+            atol=1e-5,
+            rtol=1e-5)
+
+
+@pytest.mark.parametrize('fused', [True, False])
+def test_attention_dropout_in_train_mode_only(fused):
+    attn = build_attention(attn_drop_rate=0.5)
+    attn.fused_attn = fused
+    x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
+    check_attention_dropout(attn, lambda: call(attn, x, v_prev)[0],
+                            naive_window_attention(attn, x, HW, v_prev)[0])
+
+
+@pytest.mark.parametrize('fused', [True, False])
+def test_gradients_match_naive_and_m_is_constant(fused):
+    attn = build_attention().train()
+    attn.fused_attn = fused
+    x = torch.randn(2, L, C, requires_grad=True)
+    v_prev = torch.randn(2, HEADS, L, D, requires_grad=True)
+    out, _ = call(attn, x, v_prev)
+    out.square().sum().backward()
+    assert v_prev.grad is None
+    got = {n: p.grad.clone() for n, p in attn.named_parameters()}
+    got_x = x.grad.clone()
+    attn.zero_grad()
+    x2 = x.detach().clone().requires_grad_()
+    naive_window_attention(attn, x2, HW,
+                           v_prev.detach())[0].square().sum().backward()
+    assert set(got) == {
+        'w_msa.relative_position_bias_table', 'w_msa.qkv.weight',
+        'w_msa.qkv.bias', 'w_msa.proj.weight', 'w_msa.proj.bias'
+    }
+    for name, p in attn.named_parameters():
+        torch.testing.assert_close(
+            got[name], p.grad, atol=1e-4, rtol=1e-4, msg=name)
+    torch.testing.assert_close(got_x, x2.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_dot_product_mode_equals_mmseg_module():
+    torch.manual_seed(0)
+    ref = ShiftWindowMSA(C, HEADS, WS, shift_size=1).eval()
+    with torch.no_grad():
+        ref.w_msa.relative_position_bias_table.normal_()
+    x = torch.randn(2, L, C)
+    expected = ref(x, HW)
+    attn = to_elliptical(ref)
+    assert type(attn) is EllipticalShiftWindowMSA
+    assert type(attn.w_msa) is EllipticalWindowMSA
+    torch.testing.assert_close(attn(x, HW), expected, atol=1e-5, rtol=1e-5)
+    # The windows are routed back only during a call, also one that fails.
+    assert attn.w_msa.window_call is None
+    with pytest.raises(AssertionError, match='input feature has wrong size'):
+        attn(x, (5, 5))
+    assert attn.w_msa.window_call is None
+    # w_msa called on its own is mmseg's WindowMSA.
+    windows = torch.randn(4, WS * WS, C)
+    torch.testing.assert_close(
+        attn.w_msa(windows), WindowMSA.forward(attn.w_msa, windows))
+
+
+def test_explicit_probabilities_are_recorded_per_window():
+    attn = build_attention()
+    x, v_prev = torch.randn(2, L, C), torch.randn(2, HEADS, L, D)
+    attn.fused_attn = False
+    attn.attention_record = AttentionRecord()
+    with torch.no_grad():
+        call(attn, x, v_prev)
+    probs, = attn.attention_record.probs
+    m, = attn.attention_record.relevance
+    assert probs.shape == (2 * NW, HEADS, WS * WS, WS * WS)
+    assert m.shape == (2, HEADS, 1, D)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2 * NW, HEADS, 9))
+
+
+def window_square_tensors(shapes, rows, heads, T):
+    """Shapes ``[..., T, T]`` with as many elements as ``[rows, H, T, T]``."""
+    return [
+        s for s in shapes
+        if s[-2:] == (T, T) and torch.Size(s).numel() >= rows * heads * T * T
+    ]
+
+
+@pytest.mark.parametrize('batch', [1, 2])
+@pytest.mark.parametrize('shift', [0, 1])
+def test_fused_inference_materialises_no_window_scores(batch, shift):
+    """mmseg's WindowMSA builds [B * nW, H, Wt, Wt] scores; the fused
+    elliptical path under no-grad (with padding) runs SDPA's flash kernel
+    and builds no window x window tensor larger than the bias: [1, H, Wt,
+    Wt], or one window row's [gw, H, Wt, Wt] in a shifted block."""
+    torch.manual_seed(0)
+    ref = ShiftWindowMSA(C, HEADS, WS, shift_size=shift).eval()
+    ours = build_attention(shift=shift)
+    x, v_prev = torch.randn(batch, L, C), torch.randn(batch, HEADS, L, D)
+    T = WS * WS
+    with torch.no_grad():
+        with ShapeSpy() as spy:
+            ref(x, HW)
+        assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
+        assert not spy.fused()
+        for v in (v_prev, None):  # elliptical and dot-product scores
+            with ShapeSpy() as spy:
+                call(ours, x, v)
+            assert spy.fused()
+            assert max(
+                torch.Size(s).numel() for s in spy.shapes
+                if s[-2:] == (T, T)) == (3 if shift else 1) * HEADS * T * T
+        ours.fused_attn = False  # the paper's formulation materialises them
+        with ShapeSpy() as spy:
+            call(ours, x, v_prev)
+        assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
