@@ -1,16 +1,17 @@
-"""Inference API: ``init_model`` + ``inference_model`` in slide mode on odd
-image sizes, and ``MMSegInferencer`` offline with a config path + weights."""
-import os.path as osp
-from typing import Tuple
-
+"""mmseg's inference API with the plugin's models: ``init_model`` +
+``inference_model`` in slide mode on odd image sizes (against
+``oracles.naive_slide_inference``), and ``MMSegInferencer`` offline with a
+config path + weights."""
 import cv2
 import numpy as np
+import os.path as osp
 import pytest
 import torch
-import torch.nn.functional as F
-from conftest import DEMO_ELLIPTICAL, tiny_config
+from helpers import DEMO_ELLIPTICAL, tiny_config
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import MMSegInferencer, inference_model, init_model
+from oracles import naive_slide_inference
+from typing import Tuple
 
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 
@@ -56,33 +57,6 @@ def image() -> np.ndarray:
     return img
 
 
-def manual_slide(model, img: np.ndarray) -> torch.Tensor:
-    """Slide inference written out: normalise, crop, average the logits."""
-    x = torch.from_numpy(img[..., ::-1].copy()).permute(2, 0, 1).float()
-    x = ((x - 127.5) / 127.5)[None]
-    logits = torch.zeros(1, len(CLASSES), H, W)
-    count = torch.zeros(1, 1, H, W)
-    ys = sorted(
-        {min(y, H - CROP)
-         for y in range(0, H - CROP + STRIDE, STRIDE)})
-    xs = sorted(
-        {min(x, W - CROP)
-         for x in range(0, W - CROP + STRIDE, STRIDE)})
-    with torch.no_grad():
-        for y in ys:
-            for x0 in xs:
-                crop = x[..., y:y + CROP, x0:x0 + CROP]
-                out = F.interpolate(
-                    model._forward(crop),
-                    size=(CROP, CROP),
-                    mode='bilinear',
-                    align_corners=False)
-                logits[..., y:y + CROP, x0:x0 + CROP] += out
-                count[..., y:y + CROP, x0:x0 + CROP] += 1
-    assert count.min() >= 1 and count.max() >= 2  # windows do overlap
-    return (logits / count)[0]
-
-
 def test_init_model_and_slide_inference(elliptical_checkpoint, image) -> None:
     cfg_file, ckpt = elliptical_checkpoint
     model = init_model(cfg_file, ckpt, device='cpu')
@@ -93,7 +67,7 @@ def test_init_model_and_slide_inference(elliptical_checkpoint, image) -> None:
     logits = result.seg_logits.data
     assert logits.shape == (len(CLASSES), H, W)
     assert torch.isfinite(logits).all()
-    expected = manual_slide(model, image)
+    expected = naive_slide_inference(model, image, CROP, STRIDE, len(CLASSES))
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
     assert torch.equal(result.pred_sem_seg.data[0], expected.argmax(0))
 

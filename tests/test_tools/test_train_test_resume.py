@@ -22,7 +22,7 @@ import sys
 
 import pytest
 import torch
-from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
+from helpers import DEMO_ELLIPTICAL, run_tool, tiny_config
 from mmengine.runner import Runner
 
 from mmseg_elliptical.engine import load_from_local, run_mmseg_tool
@@ -30,13 +30,6 @@ from mmseg_elliptical.engine import load_from_local, run_mmseg_tool
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 DETERMINISTIC = dict(seed=0, deterministic=True)
-
-
-def run_tool(script, *args):
-    proc = run_command(
-        [sys.executable,
-         osp.join(ROOT, 'tools', script), *args], timeout=600)
-    return proc.stdout + proc.stderr
 
 
 def config_file(demo_root, tmp_path, work_dir, max_iters, name):

@@ -1,34 +1,27 @@
-"""Multi-process training and testing on CPU (gloo).
+"""``engine/launch.py``: multi-process training on CPU (gloo), the CPU
+launcher's options, and the end of the process group.
 
 One step on 2 processes with 1 image each must give the gradients of 1
 process with both images (DDP averages gradients; the loss is a mean over
-equally many pixels per image), and ``tools/dist_test.sh`` on 2 processes
-must report the metrics of a single-process test.
+equally many pixels per image).
 """
 import faulthandler
 import logging
 import os
 import os.path as osp
-import shutil
-import signal
-import socket
-import subprocess
+import pytest
 import sys
 import time
-from datetime import timedelta
-from typing import Dict, List, Tuple
-
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
+from datetime import timedelta
+from helpers import (SEGMENTOR_NO_DROPOUT, build_segmentor, free_port,
+                     run_command, seg_samples)
 from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
-from mmengine.runner import Runner
-from mmengine.runner.checkpoint import save_checkpoint
-from mmengine.structures import PixelData
 from torch import Tensor
+from typing import Dict, List, Tuple
 
 from mmseg_elliptical.engine.launch import end_process_group
 
@@ -39,46 +32,11 @@ NUM_CLASSES = 5
 WORKER_TIMEOUT_S = 180  # a worker takes ~10 s
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def build_segmentor() -> torch.nn.Module:
-    """The tiny elliptical segmentor, seeded, without any dropout."""
-    from mmseg.registry import MODELS
-    from mmseg.utils import register_all_modules
-    register_all_modules(init_default_scope=True)
-    cfg = tiny_config(
-        DEMO_ELLIPTICAL, 'unused', 'unused', **{
-            'model.backbone.drop_path_rate': 0.0,
-            'model.backbone.drop_rate': 0.0,
-            'model.backbone.attn_drop_rate': 0.0,
-            'model.decode_head.type': 'EllipticalMaskTransformerHead',
-            'model.decode_head.drop_path_rate': 0.0,
-            'model.decode_head.dropout_ratio': 0.0,
-        })
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    return model.train()
-
-
 def batch() -> Tuple[Tensor, List]:
     """Two normalised images with random labels (no ignored pixels)."""
-    from mmseg.structures import SegDataSample
     gen = torch.Generator().manual_seed(0)
     images = torch.randn(WORLD, 3, 64, 64, generator=gen)
-    samples = []
-    for _ in range(WORLD):
-        sample = SegDataSample()
-        sample.gt_sem_seg = PixelData(
-            data=torch.randint(0, NUM_CLASSES, (1, 64, 64), generator=gen))
-        sample.set_metainfo(
-            dict(img_shape=(64, 64), ori_shape=(64, 64), pad_shape=(64, 64)))
-        samples.append(sample)
-    return images, samples
+    return images, seg_samples(WORLD, 64, 64, NUM_CLASSES, generator=gen)
 
 
 def step(model: torch.nn.Module, images: Tensor,
@@ -96,7 +54,8 @@ def step(model: torch.nn.Module, images: Tensor,
 def rank_gradients(rank: int) -> Dict[str, Tensor]:
     """One step of this rank's image through MMDistributedDataParallel."""
     model = MMDistributedDataParallel(
-        module=build_segmentor(), broadcast_buffers=False)
+        module=build_segmentor(**SEGMENTOR_NO_DROPOUT),
+        broadcast_buffers=False)
     images, samples = batch()
     return step(model, images[rank:rank + 1], samples[rank:rank + 1])
 
@@ -172,7 +131,7 @@ def run_workers(out_dir: str) -> None:
 
 def test_two_processes_match_one_process(tmp_path) -> None:
     run_workers(str(tmp_path))
-    ref = step(build_segmentor(), *batch())
+    ref = step(build_segmentor(**SEGMENTOR_NO_DROPOUT), *batch())
     assert 'backbone.layers.2.attn.attn.in_proj_weight' in ref
     assert 'decode_head.layers.1.attn.attn.in_proj_weight' in ref
     for rank in range(WORLD):
@@ -182,146 +141,10 @@ def test_two_processes_match_one_process(tmp_path) -> None:
             torch.testing.assert_close(
                 grads[name], g, rtol=0, atol=1e-6, msg=f'rank {rank}, {name}')
     # Sanity: one image alone gives other gradients (DDP did reduce).
-    single = step(build_segmentor(), *[b[:1] for b in batch()])
+    single = step(
+        build_segmentor(**SEGMENTOR_NO_DROPOUT), *[b[:1] for b in batch()])
     name = 'backbone.layers.2.attn.attn.in_proj_weight'
     assert not torch.allclose(single[name], ref[name], atol=1e-6)
-
-
-def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
-    cfg = tiny_config(
-        DEMO_ELLIPTICAL,
-        demo_root,
-        str(tmp_path / 'single'),
-        experiment_name='ddp_single_test')
-    cfg_file = str(tmp_path / 'tiny.py')
-    cfg.dump(cfg_file)
-    model = build_segmentor()
-    ckpt = str(tmp_path / 'model.pth')
-    save_checkpoint({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
-
-    single = Runner.from_cfg(cfg)
-    single.load_checkpoint(ckpt)
-    expected = single.test()
-
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        PORT=str(free_port()),
-        OMP_NUM_THREADS='1')
-    proc = run_command([
-        'bash', 'tools/dist_test.sh', cfg_file, ckpt,
-        str(WORLD), '--work-dir',
-        str(tmp_path / 'dist')
-    ],
-                       env=env)
-    log = proc.stdout + proc.stderr
-    assert 'Distributed launcher: pytorch' in log
-    # Each rank tested half of the 4 validation images...
-    assert 'Iter(test) [2/2]' in log and 'Iter(test) [4/4]' not in log
-    # ...and the collected metrics are the single process's.
-    line = [
-        ln for ln in log.splitlines()
-        if 'Iter(test) [2/2]' in ln and 'mIoU' in ln
-    ][-1]
-    for key in ('aAcc', 'mIoU', 'mAcc'):
-        assert f'{key}: {expected[key]:.4f}' in line, (key, expected, line)
-
-
-SLEEPER = """
-import os, sys, time
-open(os.path.join(sys.argv[-1], str(os.getpid())), 'w').close()
-time.sleep(300)
-"""
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie (Linux)."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except FileNotFoundError:
-        return False
-
-
-@pytest.mark.skipif(not osp.isdir('/proc/self'), reason='needs /proc')
-def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
-    # The real script, launching a tool that records its pid and sleeps.
-    tools = tmp_path / 'tools'
-    tools.mkdir()
-    shutil.copy(osp.join(ROOT, 'tools', 'dist_launch.sh'), tools)
-    (tools / 'sleep.py').write_text(SLEEPER)
-    pids = tmp_path / 'pids'
-    pids.mkdir()
-    env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()))
-    launcher = subprocess.Popen([
-        'bash',
-        str(tools / 'dist_launch.sh'), 'sleep.py',
-        str(WORLD),
-        str(pids)
-    ],
-                                env=env,
-                                stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while len(os.listdir(pids)) < WORLD:
-            assert time.monotonic() < deadline, 'the workers did not start'
-            time.sleep(0.2)
-        launcher.send_signal(signal.SIGTERM)
-        launcher.wait(60)
-        workers = [int(p) for p in os.listdir(pids)]
-        deadline = time.monotonic() + 30
-        while any(running(pid) for pid in workers):
-            assert time.monotonic() < deadline, 'workers left running'
-            time.sleep(0.2)
-    finally:  # whatever is left: torchrun's group, then each worker
-        for kill, pid in [(os.killpg, launcher.pid)
-                          ] + [(os.kill, int(p)) for p in os.listdir(pids)]:
-            try:
-                kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        launcher.wait()
-
-
-FAKE_SRUN = """#!/usr/bin/env bash
-echo "pid=$$"
-echo "PYTHONPATH=$PYTHONPATH"
-printf '%s\\n' "$@"
-"""
-
-
-def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
-    # A fake srun first on PATH prints its pid, PYTHONPATH and arguments.
-    srun = tmp_path / 'srun'
-    srun.write_text(FAKE_SRUN)
-    srun.chmod(0o755)
-    env = dict(
-        os.environ,
-        PATH=f'{tmp_path}:{os.environ["PATH"]}',
-        GPUS='8',
-        PYTHON='py')
-    proc = subprocess.Popen([
-        'bash',
-        osp.join(ROOT, 'tools', 'slurm_train.sh'), 'part', 'job', 'cfg.py',
-        '--resume'
-    ],
-                            env=env,
-                            stdout=subprocess.PIPE,
-                            text=True)
-    out = proc.communicate(timeout=60)[0].splitlines()
-    assert proc.returncode == 0
-    assert out[0] == f'pid={proc.pid}'  # exec: a signal reaches srun
-    assert out[1].startswith(f'PYTHONPATH={ROOT}:')
-    args = out[2:]
-    assert args[:2] == ['-p', 'part'] and '--job-name=job' in args
-    assert '--ntasks=8' in args and '--kill-on-bad-exit=1' in args
-    assert args[-6:] == [
-        'py', '-u',
-        osp.join(ROOT, 'tools', 'train.py'), '--launcher=slurm', 'cfg.py',
-        '--resume'
-    ]
 
 
 def test_prepare_cpu_launch_options(monkeypatch) -> None:

@@ -1,4 +1,5 @@
-"""ImageCorruption: every corruption runs, deterministic, keeps the image."""
+"""``transforms/image_corruption.py``: ImageCorruption: every corruption
+runs, deterministic, keeps the image."""
 import numpy as np
 import pytest
 from mmseg.registry import TRANSFORMS

@@ -1,0 +1,157 @@
+"""mmseg's launch scripts over the plugin's tools: ``tools/dist_test.sh``
+on 2 processes reports the metrics of a single-process test, a SIGTERM to
+the launch script stops its workers, ``tools/slurm_train.sh`` runs srun in
+its place."""
+import os
+import os.path as osp
+import pytest
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from helpers import (DEMO_ELLIPTICAL, ROOT, SEGMENTOR_NO_DROPOUT,
+                     build_segmentor, free_port, run_command, tiny_config)
+from mmengine.runner import Runner
+from mmengine.runner.checkpoint import save_checkpoint
+
+pytestmark = pytest.mark.usefixtures('single_thread')
+
+WORLD = 2
+
+
+def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
+    cfg = tiny_config(
+        DEMO_ELLIPTICAL,
+        demo_root,
+        str(tmp_path / 'single'),
+        experiment_name='ddp_single_test')
+    cfg_file = str(tmp_path / 'tiny.py')
+    cfg.dump(cfg_file)
+    model = build_segmentor(**SEGMENTOR_NO_DROPOUT)
+    ckpt = str(tmp_path / 'model.pth')
+    save_checkpoint({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
+
+    single = Runner.from_cfg(cfg)
+    single.load_checkpoint(ckpt)
+    expected = single.test()
+
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=str(free_port()),
+        OMP_NUM_THREADS='1')
+    proc = run_command([
+        'bash', 'tools/dist_test.sh', cfg_file, ckpt,
+        str(WORLD), '--work-dir',
+        str(tmp_path / 'dist')
+    ],
+                       env=env)
+    log = proc.stdout + proc.stderr
+    assert 'Distributed launcher: pytorch' in log
+    # Each rank tested half of the 4 validation images...
+    assert 'Iter(test) [2/2]' in log and 'Iter(test) [4/4]' not in log
+    # ...and the collected metrics are the single process's.
+    line = [
+        ln for ln in log.splitlines()
+        if 'Iter(test) [2/2]' in ln and 'mIoU' in ln
+    ][-1]
+    for key in ('aAcc', 'mIoU', 'mAcc'):
+        assert f'{key}: {expected[key]:.4f}' in line, (key, expected, line)
+
+
+SLEEPER = """
+import os, sys, time
+open(os.path.join(sys.argv[-1], str(os.getpid())), 'w').close()
+time.sleep(300)
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not osp.isdir('/proc/self'), reason='needs /proc')
+def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
+    # The real script, launching a tool that records its pid and sleeps.
+    tools = tmp_path / 'tools'
+    tools.mkdir()
+    shutil.copy(osp.join(ROOT, 'tools', 'dist_launch.sh'), tools)
+    (tools / 'sleep.py').write_text(SLEEPER)
+    pids = tmp_path / 'pids'
+    pids.mkdir()
+    env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()))
+    launcher = subprocess.Popen([
+        'bash',
+        str(tools / 'dist_launch.sh'), 'sleep.py',
+        str(WORLD),
+        str(pids)
+    ],
+                                env=env,
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(os.listdir(pids)) < WORLD:
+            assert time.monotonic() < deadline, 'the workers did not start'
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(60)
+        workers = [int(p) for p in os.listdir(pids)]
+        deadline = time.monotonic() + 30
+        while any(running(pid) for pid in workers):
+            assert time.monotonic() < deadline, 'workers left running'
+            time.sleep(0.2)
+    finally:  # whatever is left: torchrun's group, then each worker
+        for kill, pid in [(os.killpg, launcher.pid)
+                          ] + [(os.kill, int(p)) for p in os.listdir(pids)]:
+            try:
+                kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        launcher.wait()
+
+
+FAKE_SRUN = """#!/usr/bin/env bash
+echo "pid=$$"
+echo "PYTHONPATH=$PYTHONPATH"
+printf '%s\\n' "$@"
+"""
+
+
+def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
+    # A fake srun first on PATH prints its pid, PYTHONPATH and arguments.
+    srun = tmp_path / 'srun'
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f'{tmp_path}:{os.environ["PATH"]}',
+        GPUS='8',
+        PYTHON='py')
+    proc = subprocess.Popen([
+        'bash',
+        osp.join(ROOT, 'tools', 'slurm_train.sh'), 'part', 'job', 'cfg.py',
+        '--resume'
+    ],
+                            env=env,
+                            stdout=subprocess.PIPE,
+                            text=True)
+    out = proc.communicate(timeout=60)[0].splitlines()
+    assert proc.returncode == 0
+    assert out[0] == f'pid={proc.pid}'  # exec: a signal reaches srun
+    assert out[1].startswith(f'PYTHONPATH={ROOT}:')
+    args = out[2:]
+    assert args[:2] == ['-p', 'part'] and '--job-name=job' in args
+    assert '--ntasks=8' in args and '--kill-on-bad-exit=1' in args
+    assert args[-6:] == [
+        'py', '-u',
+        osp.join(ROOT, 'tools', 'train.py'), '--launcher=slurm', 'cfg.py',
+        '--resume'
+    ]
