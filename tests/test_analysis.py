@@ -2,7 +2,7 @@
 import pytest
 import torch
 import torch.nn as nn
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
+from helpers import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
 from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 from oracles import naive_relevance

@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
+from helpers import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
 
 from mmseg_elliptical.analysis import seed_sweep as compare
 

@@ -6,7 +6,7 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, load_tool, tiny_config
+from helpers import DEMO_DOT, DEMO_ELLIPTICAL, load_tool, tiny_config
 from mmengine.registry import init_default_scope
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.registry import MODELS
