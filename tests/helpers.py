@@ -107,9 +107,9 @@ NO_DROPOUT = {
 
 
 def tiny_family(name: str, device='cpu', dropout: bool = True, **kwargs):
-    """A family of :data:`TINY_FAMILIES` built from seed 0 (initialised and
-    :func:`randomise` d, on ``device``) and a random input for it (a list
-    of one feature map for the head).
+    """A family of :data:`TINY_FAMILIES` built from seed 0, initialised, with
+    :func:`randomise`'s weights, on ``device``; and a random input for it (a
+    list of one feature map for the head).
 
     Args:
         name (str): The family.
@@ -571,7 +571,7 @@ def check_beit_inputs(cls) -> None:
 
 def check_with_cp(build,
                   x,
-                  loss: Callable = None,
+                  loss: Optional[Callable] = None,
                   max_saved: Optional[float] = 0.5) -> tuple:
     """``build(with_cp)`` (a model in train mode): with ``with_cp=True`` the
     forward saves less for the backward (below ``max_saved`` of it; None:
@@ -624,7 +624,10 @@ def check_attention_dropout(attn, run, clean) -> None:
     torch.testing.assert_close(run(), first)
 
 
-def check_bf16(model, x, how: str, output: Callable = None) -> Tensor:
+def check_bf16(model,
+               x,
+               how: str,
+               output: Optional[Callable] = None) -> Tensor:
     """Under CPU bf16 autocast (forward and backward) or as a bf16 model
     (``model.bfloat16()``): finite outputs and gradients, close to fp32's
     but not equal (so bf16 was in effect).
