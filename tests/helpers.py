@@ -8,18 +8,19 @@ test imports ``helpers`` whatever its depth.
 import importlib.util
 import os
 import os.path as osp
-import pytest
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+from typing import Callable, Dict, List, Optional, Sequence
+
+import pytest
 import torch
 from mmengine.config import Config
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from typing import Callable, Dict, List, Optional, Sequence
 
 from mmseg_elliptical.models import (EllipticalBEiT, EllipticalMAE,
                                      EllipticalMaskTransformerHead,

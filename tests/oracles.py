@@ -7,12 +7,13 @@ package. They read the modules' parameters and use mmseg's modules only for
 what elliptical attention does not change (patch embeddings, FFNs, norms,
 reduction convolutions, position encodings).
 """
+from typing import Dict, Optional, Sequence, Tuple
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from torch import Tensor
-from typing import Dict, Optional, Sequence, Tuple
 
 # --------------------------------------------------------------- the method
 

@@ -2,6 +2,7 @@
 its first images (and sets the sampler's shuffle) without touching the
 original."""
 import copy
+
 import pytest
 from helpers import DEMO_ELLIPTICAL, TINY_GENERATE, tiny_config
 from mmengine.registry import init_default_scope

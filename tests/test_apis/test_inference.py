@@ -2,16 +2,17 @@
 ``inference_model`` in slide mode on odd image sizes (against
 ``oracles.naive_slide_inference``), and ``MMSegInferencer`` offline with a
 config path + weights."""
+import os.path as osp
+from typing import Tuple
+
 import cv2
 import numpy as np
-import os.path as osp
 import pytest
 import torch
 from helpers import DEMO_ELLIPTICAL, tiny_config
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import MMSegInferencer, inference_model, init_model
 from oracles import naive_slide_inference
-from typing import Tuple
 
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 

@@ -2,6 +2,7 @@
 mmseg-dot, paper-ref) and the paper reference against
 ``oracles.naive_attention``."""
 import os.path as osp
+
 import pytest
 import torch
 import torch.nn.functional as F

@@ -2,6 +2,7 @@
 (JSON, Markdown, CSV, plot, the overview of runs), two configs compiled, the
 layer micro-benchmark."""
 import json
+
 import pytest
 from helpers import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T, load_tool
 

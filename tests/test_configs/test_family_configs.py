@@ -4,6 +4,7 @@ segmentor)."""
 import copy
 import glob
 import os.path as osp
+
 import pytest
 import torch
 from helpers import (ROOT, check_interchange, mmseg_base, mmseg_names,

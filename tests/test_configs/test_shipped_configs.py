@@ -4,8 +4,9 @@ error names what is missing."""
 import glob
 import json
 import os.path as osp
-import pytest
 import sys
+
+import pytest
 from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, ROOT, mmseg_base, mmseg_names,
                      run_command)
 from mmengine.config import Config

@@ -2,13 +2,14 @@
 timm / DeiT weights into mmseg's ViT layout, against
 ``oracles.timm_vit_forward``."""
 import argparse
+from typing import Dict
+
 import pytest
 import torch
 from helpers import run_tool_main
 from mmseg.models.backbones import VisionTransformer
 from oracles import timm_vit_forward
 from torch import Tensor
-from typing import Dict
 
 from mmseg_elliptical.converters import convert_deit
 from mmseg_elliptical.engine import load_from_local

@@ -1,10 +1,11 @@
 """``datasets/demo_shapes.py``: the generated demo dataset: layout,
 determinism, loading through mmseg."""
-import cv2
 import json
-import numpy as np
 import os
 import os.path as osp
+
+import cv2
+import numpy as np
 import pytest
 from helpers import TINY_GENERATE
 from mmengine.registry import init_default_scope

@@ -6,8 +6,9 @@ import json
 import os
 import os.path as osp
 import pickle
-import pytest
 import sys
+
+import pytest
 import torch
 from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, build_segmentor, run_command,
                      tiny_config)

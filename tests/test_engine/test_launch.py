@@ -9,19 +9,20 @@ import faulthandler
 import logging
 import os
 import os.path as osp
-import pytest
 import sys
 import time
+from datetime import timedelta
+from typing import Dict, List, Tuple
+
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from datetime import timedelta
 from helpers import (SEGMENTOR_NO_DROPOUT, build_segmentor, free_port,
                      run_command, seg_samples)
 from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
 from torch import Tensor
-from typing import Dict, List, Tuple
 
 from mmseg_elliptical.engine.launch import end_process_group
 

@@ -1,12 +1,13 @@
 """``engine/hooks/seg_summary_hook.py``: the end of a demo run, its summary
 table and picture."""
-import cv2
 import glob
 import json
-import numpy as np
 import os.path as osp
-import pytest
 import re
+
+import cv2
+import numpy as np
+import pytest
 import torch
 from helpers import DEMO_ELLIPTICAL, tiny_config
 from mmengine.dataset import pseudo_collate

@@ -8,9 +8,10 @@ a ``nonzero()``, a Python ``bool`` of a tensor, raises there, as
 ``torch.cuda.set_sync_debug_mode('error')`` does on a GPU) and as a count
 of the ops that read values on the CPU.
 """
+from contextlib import contextmanager
+
 import pytest
 import torch
-from contextlib import contextmanager
 from helpers import (TINY_FAMILIES, HostReads, as_list,
                      check_fused_equals_explicit, outputs_loss, tiny_family)
 

@@ -7,12 +7,13 @@ model) forward and backward, and checks that features, losses and every
 gradient are finite.
 """
 import math
+from typing import Dict, Tuple
+
 import pytest
 import torch
 from helpers import (build_segmentor, check_bf16, check_with_cp, grads,
                      seg_samples)
 from torch import Tensor
-from typing import Dict, Tuple
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 

@@ -4,12 +4,13 @@ the launch script stops its workers, ``tools/slurm_train.sh`` runs srun in
 its place."""
 import os
 import os.path as osp
-import pytest
 import shutil
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 from helpers import (DEMO_ELLIPTICAL, ROOT, SEGMENTOR_NO_DROPOUT,
                      build_segmentor, free_port, run_command, tiny_config)
 from mmengine.runner import Runner

@@ -2,6 +2,7 @@
 mmengine's ``DictAction`` reads ``--cfg-options`` on mmseg's command
 lines."""
 import argparse
+
 import pytest
 from mmengine.config import DictAction
 
