@@ -8,7 +8,7 @@ from typing import List, Sequence
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import EllipticalTransformerMixin, TokenLayout, patch_grid
 
 
 @elliptical_version_of(TransformerEncoderLayer)
@@ -37,3 +37,11 @@ class EllipticalVisionTransformer(EllipticalTransformerMixin,
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [self.layers]
+
+    def token_layout(self) -> List[TokenLayout]:
+        return [
+            TokenLayout(
+                grid=patch_grid(self.patch_embed),
+                stride=tuple(self.patch_embed.projection.stride),
+                prefix=int(self.with_cls_token))
+        ]

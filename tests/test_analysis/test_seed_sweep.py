@@ -6,9 +6,9 @@ import os
 import os.path as osp
 import pytest
 import subprocess
-from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
 
 from mmseg_elliptical.analysis import seed_sweep as compare
+from .builders import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
 
 
 def _scalars(run_dir, stamp, records):
@@ -172,7 +172,7 @@ def test_arguments_are_checked():
                  [DEMO_DOT, DEMO_DOT, '--names', 'a',
                   'a'], [DEMO_DOT, '--seeds', '1', '1']):
         with pytest.raises(SystemExit):
-            load_tool('analysis_tools/compare_seeds.py').main(argv)
+            load_tool('compare_seeds').main(argv)
 
 
 def _tiny_options(demo_root):
@@ -199,7 +199,7 @@ def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
         DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3', '--work-dir',
         work, '--cfg-options', *_tiny_options(demo_root)
     ]
-    summary = load_tool('analysis_tools/compare_seeds.py').main(argv)
+    summary = load_tool('compare_seeds').main(argv)
     for seed in (0, 3):
         run = osp.join(work, 'ell', f'seed{seed}')
         with open(osp.join(run, compare.RESULT)) as f:
@@ -222,5 +222,5 @@ def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
         raise AssertionError('a finished run was trained again')
 
     monkeypatch.setattr(subprocess, 'run', no_training)
-    again = load_tool('analysis_tools/compare_seeds.py').main(argv)
+    again = load_tool('compare_seeds').main(argv)
     assert again['ell']['mIoU'] == summary['ell']['mIoU']
