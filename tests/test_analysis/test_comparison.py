@@ -4,6 +4,7 @@ import json
 import numpy as np
 import os.path as osp
 import pytest
+from mmengine.config import Config
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical import benchmark
@@ -27,6 +28,12 @@ def forbidden(what):
 def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
     tool = load_tool('compare_models')
     work = str(tmp_path / 'report')
+    # The dot-product model's config keeps mmseg's IoUMetric: the report
+    # still gives its per-class IoU.
+    cfg = Config.fromfile(demo_models[2])
+    cfg.test_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
+    cfg.dump(str(tmp_path / 'dot.py'))
+    demo_models = demo_models[:2] + [str(tmp_path / 'dot.py'), demo_models[3]]
     argv = demo_models + [
         '--names', 'ell', 'dot', '--corruptions', 'gaussian_noise',
         '--severities', '3', '--max-images', '2', '--point', '30', '20',

@@ -39,14 +39,20 @@ def test_layers_stages_and_layouts(family, demo_root, tmp_path):
     assert {lay.keys for lay in found.layouts} == {keys.get(family, 'tokens')}
     if family == 'mit':
         assert [lay.reduction for lay in found.layouts] == [3, 1]
-    # The grids recorded in one forward, by hand.
+    # The grids recorded in one forward, by hand: square 64 x 64 inputs
+    # (BEiT, MAE: 32 x 32), and 64 x 96 where the size is free.
     model = build(family, demo_root, tmp_path)
     size = spec.get('crop', 64)
     with LayerRecorder(transformer_layers(model), tokens=False) as rec:
         with torch.no_grad():
             model.backbone(torch.randn(1, 3, size, size))
-    assert [r.grids for r in rec.records] == \
-        [[spec['grids'][s]] for s in spec['stages']]
+            if 'crop' not in spec:
+                model.backbone(torch.randn(1, 3, 64, 96))
+    wide = [(64 // sh, 96 // sw) for sh, sw in spec['strides']]
+    assert [r.grids
+            for r in rec.records] == [[spec['grids'][s]] +
+                                      ([wide[s]] if 'crop' not in spec else [])
+                                      for s in spec['stages']]
 
 
 @pytest.mark.parametrize('family', ['vit', 'swin'])

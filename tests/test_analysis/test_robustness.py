@@ -48,6 +48,18 @@ def test_pipeline_insertion():
         rb.corrupted_loader_cfg(loader, 'rain', 1)
 
 
+def test_per_class_iou_evaluator():
+    from mmengine.config import Config
+    cfg = Config(
+        dict(test_evaluator=dict(type='IoUMetric', iou_metrics=['mIoU'])))
+    rb.with_per_class_iou(cfg)
+    assert cfg.test_evaluator == dict(
+        type='PerClassIoUMetric', iou_metrics=['mIoU'])
+    other = Config(dict(test_evaluator=dict(type='CityscapesMetric')))
+    rb.with_per_class_iou(other)
+    assert other.test_evaluator.type == 'CityscapesMetric'
+
+
 def test_model_specs_errors(demo_models):
     with pytest.raises(ValueError, match='pairs'):
         model_specs(demo_models[:3])
