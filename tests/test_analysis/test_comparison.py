@@ -60,15 +60,16 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
             assert len(row['round_ms']) == 3 and row['median_ms'] > 0
             assert row['peak_mem_mb'] > 0
     assert data['attention']['point'] == (30, 20)
-    # The speed table: each model over the first, per round.
+    # The speed table: each model over the reference (the last), per round.
     ratio = np.median(
-        np.divide(data['speed']['dot']['infer']['round_ms'],
-                  data['speed']['ell']['infer']['round_ms']))
+        np.divide(data['speed']['ell']['infer']['round_ms'],
+                  data['speed']['dot']['infer']['round_ms']))
     md = open(osp.join(work, 'report.md')).read()
-    dot_row = next(line for line in md.splitlines()
-                   if line.startswith('| dot | ') and 'ms' not in line
-                   and line.count('|') == 10)
-    assert dot_row.split(' | ')[5].startswith(f'{ratio:.3f} (')
+    rows = [line for line in md.splitlines() if line.count('|') == 10]
+    assert rows[0].split(' | ')[5] == 'time inference / dot'
+    assert rows[2].startswith('| ell | ')
+    assert rows[2].split(' | ')[5].startswith(f'{ratio:.3f} (')
+    assert rows[3].split(' | ')[5:7] == ['1.000 (1.000-1.000)', '1.000']
     for section in ('## Accuracy', '## Robustness', '## Representation',
                     '## Attention', '## Speed'):
         assert section in md
@@ -105,5 +106,7 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
 
     with pytest.raises(SystemExit, match='settings'):
         tool.main(argv + ['--speed-size', '64'])
+    with pytest.raises(SystemExit, match="reference 'x' is none"):
+        tool.main(argv + ['--reference', 'x'])
     with pytest.raises(SystemExit, match='two or more'):
         tool.main(demo_models[:2] + ['--work-dir', str(tmp_path / 'one')])

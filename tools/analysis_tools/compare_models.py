@@ -82,6 +82,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='square input size of the speed section')
     p.add_argument('--speed-batch', type=int, default=1)
     p.add_argument('--speed-rounds', type=int, default=10)
+    p.add_argument(
+        '--reference',
+        help='model the speed and memory ratios divide by (default: the '
+        'last)')
     p.add_argument('--work-dir', default='work_dirs/report')
     p.add_argument('--device', default='cpu')
     p.add_argument(
@@ -115,6 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         speed_size=args.speed_size,
         speed_batch=args.speed_batch,
         speed_rounds=args.speed_rounds,
+        reference=args.reference,
         cfg_options=args.cfg_options or {},
         device=args.device)
     try:

@@ -46,6 +46,8 @@ class ReportOptions:
         speed_size (int): Square input size of the speed section.
         speed_batch (int): Images per step.
         speed_rounds (int): Interleaved timing rounds.
+        reference (str, optional): The model the speed ratios divide by
+            (default: the last one).
         cfg_options (dict): Overrides of every config.
         device (str): Device.
     """
@@ -62,6 +64,7 @@ class ReportOptions:
     speed_size: int = 512
     speed_batch: int = 1
     speed_rounds: int = 10
+    reference: Optional[str] = None
     cfg_options: Dict = field(default_factory=dict)
     device: str = 'cpu'
 
