@@ -35,11 +35,12 @@ def accuracy_table(store: rb.ResultStore, names: Sequence[str]) -> str:
     return markdown_table(['metric', *names], rows, spec='.2f')
 
 
-def speed_table(speed: Dict[str, Dict]) -> str:
-    """Median time and peak memory per model, and each model over the first
-    (time: median of the per-round ratios, interquartile range)."""
+def speed_table(speed: Dict[str, Dict], reference: str) -> str:
+    """Median time and peak memory per model, and each model over the
+    reference (time: median of the per-round ratios, interquartile range).
+    """
     names = list(speed)
-    ref = speed[names[0]]
+    ref = speed[reference]
     rows = []
     for n in names:
         row = [n]
@@ -53,18 +54,30 @@ def speed_table(speed: Dict[str, Dict]) -> str:
             row.append(a['peak_mem_mb'] / b['peak_mem_mb']
                        if a['peak_mem_mb'] and b['peak_mem_mb'] else None)
         rows.append(row)
-    first = names[0]
     return markdown_table([
         'model', 'inference ms', 'inference peak MiB', 'training step ms',
-        'training peak MiB', f'time inference / {first}',
-        f'memory inference / {first}', f'time training / {first}',
-        f'memory training / {first}'
+        'training peak MiB', f'time inference / {reference}',
+        f'memory inference / {reference}', f'time training / {reference}',
+        f'memory training / {reference}'
     ], rows)
 
 
 def _models_table(specs: Sequence[ModelSpec]) -> str:
     return markdown_table(['model', 'config', 'checkpoint'],
-                          [[s.name, s.config, s.checkpoint] for s in specs])
+                          [[s.name, s.config, s.checkpoint] for s in specs],
+                          left=3)
+
+
+def reference_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
+    """The model the speed ratios divide by: ``options.reference``, by
+    default the last one (``elliptical / baseline`` when the baseline comes
+    last)."""
+    names = [s.name for s in specs]
+    reference = options.reference or names[-1]
+    if reference not in names:
+        raise ValueError(f'reference {reference!r} is none of the models '
+                         f'{names}.')
+    return reference
 
 
 def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
@@ -106,11 +119,11 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         f'## Speed and peak memory ({options.speed_size}x'
         f'{options.speed_size}, batch {options.speed_batch})', '',
         f'Each config\'s segmentor (`mode="tensor"`), inference and one '
-        f'training step, {meta["threads"]} thread(s), '
+        f'training step, torch threads: {meta["threads"]}, '
         f'{options.speed_rounds} interleaved rounds on '
         f'{meta["device_name"]}; peak memory: '
         f'{next(iter(speed.values()))["infer"]["memory_measure"]}.', '',
-        speed_table(speed)
+        speed_table(speed, reference_of(specs, options))
     ]
     text = '\n'.join(text)
     with open(osp.join(work_dir, 'report.md'), 'w') as f:
@@ -203,6 +216,7 @@ def compare_models(specs: Sequence[ModelSpec],
     if len(specs) < 2:
         raise ValueError(f'The report compares two or more models, got '
                          f'{len(specs)}.')
+    reference_of(specs, options)
     start = time.time()
     os.makedirs(work_dir, exist_ok=True)
     parts: Dict[str, object] = {}
