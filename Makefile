@@ -10,7 +10,9 @@
 # other configs and options), make speed (the README's speed table: every
 # backbone family at 512, one benchmark run each, on one thread; about 30
 # min; each run's report in work_dirs/speed/NAME/, the table in
-# work_dirs/speed/overview.md).
+# work_dirs/speed/overview.md), make report (both demo checkpoints side by
+# side: accuracy per class, robustness, collapse, attention, speed; trains a
+# missing one first; what is measured already is kept; work_dirs/report/).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
@@ -27,7 +29,7 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare lint test benchmark speed
+.PHONY: setup demo demo-dot compare lint test benchmark speed report
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -41,6 +43,22 @@ demo-dot: setup
 compare: setup
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \
 		--names elliptical dot-product --seeds $(SEEDS) --work-dir work_dirs/compare
+
+DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
+DEMO_DOT_CKPT := work_dirs/demo_dot/iter_3000.pth
+REPORT_ARGS ?= --image data/demo_shapes/images/validation/demo_00002.jpg \
+	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20
+
+report: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
+	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_models.py \
+		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
+		--names elliptical dot-product $(REPORT_ARGS) --work-dir work_dirs/report
+
+$(DEMO_CKPT):
+	$(MAKE) demo
+
+$(DEMO_DOT_CKPT):
+	$(MAKE) demo-dot
 
 LINT_PATHS := mmseg_elliptical tools tests configs setup.py
 

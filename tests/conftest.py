@@ -4,7 +4,7 @@ import pytest
 
 pytest.register_assert_rewrite('helpers', 'oracles')
 
-from helpers import TINY_GENERATE  # noqa: E402
+import helpers  # noqa: E402
 
 
 @pytest.fixture(scope='session')
@@ -12,7 +12,7 @@ def demo_root(tmp_path_factory) -> str:
     """A small demo dataset generated once per session."""
     from mmseg_elliptical.datasets import generate_demo_shapes
     root = str(tmp_path_factory.mktemp('data') / 'demo_shapes')
-    generate_demo_shapes(root, **TINY_GENERATE)
+    generate_demo_shapes(root, **helpers.TINY_GENERATE)
     return root
 
 
@@ -30,3 +30,34 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope='session')
+def demo_models(demo_root, tmp_path_factory):
+    """Config and random-weight checkpoint of a tiny elliptical demo model
+    and its dot-product twin (same weights).
+
+    Returns:
+        list[str]: ``[config, checkpoint, config, checkpoint]``.
+    """
+    tmp = tmp_path_factory.mktemp('demo_models')
+    paths = []
+    for name, path in (('ell', helpers.DEMO_ELLIPTICAL), ('dot',
+                                                          helpers.DEMO_DOT)):
+        cfg = helpers.demo_config(path, demo_root, str(tmp / f'wd_{name}'))
+        paths += helpers.save_model(cfg, str(tmp / f'{name}.py'))
+    return paths
+
+
+@pytest.fixture(scope='session')
+def family_models(demo_root, tmp_path_factory):
+    """``{family: [config, checkpoint]}`` of every tiny family model."""
+    tmp = tmp_path_factory.mktemp('family_models')
+    return {
+        family:
+        helpers.save_model(
+            helpers.family_config(family, demo_root,
+                                  str(tmp / f'wd_{family}')),
+            str(tmp / f'{family}.py'))
+        for family in helpers.FAMILIES
+    }

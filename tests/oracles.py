@@ -411,3 +411,27 @@ def naive_blend(rgb: np.ndarray, seg: np.ndarray, palette,
     """mmseg's drawing of a label map over an image."""
     colours = np.asarray(palette, np.float64)[seg]
     return (rgb * (1 - alpha) + colours * alpha).astype(np.uint8)
+
+
+# ------------------------------------------------------------ the analysis
+
+
+def pairwise_cosine(tokens: torch.Tensor) -> torch.Tensor:
+    """``[B]`` mean of ``cos(x_i, x_j)`` over ``i < j`` from the full
+    ``N x N`` similarity matrix."""
+    x = tokens.double()
+    sim = torch.nn.functional.cosine_similarity(
+        x[:, :, None], x[:, None], dim=-1)
+    i, j = torch.triu_indices(x.shape[1], x.shape[1], offset=1)
+    return sim[:, i, j].mean(-1)
+
+
+def window_slot(row: int, col: int, padded: int, window: int,
+                shift: int) -> tuple:
+    """Swin's window (row-major among ``padded // window`` per side) and
+    position of grid token ``(row, col)`` of a square grid padded to
+    ``padded`` and rolled by ``-shift``, by hand."""
+    r, c = (row - shift) % padded, (col - shift) % padded
+    per_side = padded // window
+    return ((r // window) * per_side + c // window,
+            (r % window) * window + c % window)

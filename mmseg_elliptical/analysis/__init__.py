@@ -1,24 +1,34 @@
-"""The evidence: representation collapse, attention maps, robustness.
+"""The evidence: representation collapse, attention maps, robustness, and
+the report that compares models side by side.
 
-Nothing here changes a model unless asked: recording exists only inside a
-:class:`LayerRecorder` ``with`` block, and ``transformer_layers(...,
-convert=True)`` converts mmseg's own model in place to its elliptical
-version in dot-product mode (it computes the same) when its probabilities
-are wanted. Each analysis has its module (:mod:`.collapse`,
-:mod:`.attention_maps`, :mod:`.robustness`, :mod:`.seed_sweep`); the tools
-under ``tools/analysis_tools/`` are their command lines.
+Every analysis finds a model's transformer layers through the model's own
+declarations (:func:`~.layers.transformer_layers`: ``layer_stages()`` and
+``token_layout()`` of its elliptical class), so a new family needs no edit
+here. Nothing here changes a model unless asked: recording exists only inside
+a :class:`LayerRecorder` ``with`` block, and ``transformer_layers(...,
+convert=True)`` converts mmseg's own model in place to its elliptical version
+in dot-product mode (it computes the same) when its probabilities are
+wanted. Each analysis has its module (:mod:`.collapse`, :mod:`.attention_maps`
+with :mod:`.tokens` and :mod:`.attention_figures`, :mod:`.robustness`,
+:mod:`.seed_sweep`, :mod:`.comparison`); the tools under
+``tools/analysis_tools/`` are their command lines.
 """
-from .attention_maps import (model_attention, plot_attention, plot_relevance,
-                             query_patch, upsample)
-from .collapse import measure_collapse, write_collapse_report
+from .attention_figures import (plot_attention, plot_relevance, shown_heads,
+                                shown_layers)
+from .attention_maps import image_maps, model_attention
+from .collapse import CollapseMeter, measure_collapse, write_collapse_report
 from .layers import TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
 from .recorder import LayerRecord, LayerRecorder
 from .statistics import mean_pairwise_cosine, relevance_spread
+from .tokens import (attention_row, grid_to_image, input_point, query_token,
+                     slide_boxes, window_keys)
 
 __all__ = [
-    'model_attention', 'plot_attention', 'plot_relevance', 'query_patch',
-    'upsample', 'measure_collapse', 'write_collapse_report',
-    'TransformerLayers', 'transformer_layers', 'subset_loader_cfg',
-    'LayerRecord', 'LayerRecorder', 'mean_pairwise_cosine', 'relevance_spread'
+    'plot_attention', 'plot_relevance', 'shown_heads', 'shown_layers',
+    'image_maps', 'model_attention', 'CollapseMeter', 'measure_collapse',
+    'write_collapse_report', 'TransformerLayers', 'transformer_layers',
+    'subset_loader_cfg', 'LayerRecord', 'LayerRecorder',
+    'mean_pairwise_cosine', 'relevance_spread', 'attention_row',
+    'grid_to_image', 'input_point', 'query_token', 'slide_boxes', 'window_keys'
 ]

@@ -1,79 +1,118 @@
-"""Where one query patch attends, in chosen layers and heads, per model.
+"""Where one query pixel's token attends, in chosen layers and heads.
 
-:func:`model_attention` runs a model on one image (mmseg's
-``inference_model``, whole-image mode) with its attentions on their explicit
-path and keeps the probabilities of the patch under the query pixel, drawn
-over the image by :func:`plot_attention`; :func:`plot_relevance` draws the
-relevance ``m`` of every elliptical layer (heads x head coordinates).
-mmseg's own dot-product models are converted in place to their elliptical
-version in dot-product mode, which computes the same.
-``tools/analysis_tools/attention_maps.py`` is the command line.
+:func:`model_attention` runs a model once on one image, through the
+config's own test pipeline and data preprocessor, on the crop the model
+would see (the whole image, or in slide mode the first of mmseg's crops
+that holds the query pixel), with the chosen layers' attentions on their
+explicit path; it keeps the probabilities of the token under the query
+pixel as maps on the token grid, whatever the keys are
+(:func:`~.tokens.attention_row`: global tokens for ViT, BEiT and MAE, the
+reduced grid of MiT and Twins, the query's window for Swin), and ``m`` of
+every elliptical layer. Tokens that are no image grid (decoder queries) have
+no maps. mmseg's own dot-product models are converted in place to their
+elliptical version in dot-product mode, which computes the same.
+:mod:`.attention_figures` draws them; ``tools/analysis_tools/
+attention_maps.py`` is the command line.
 """
+import copy
+from contextlib import ExitStack
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import cv2
 import numpy as np
 import torch
+import torch.nn as nn
 
 from ..utils.config import ModelSpec, load_config
-from ..utils.report import pyplot, save_figure
-from .layers import transformer_layers
-from .recorder import LayerRecorder
+from .layers import TransformerLayers, transformer_layers
+from .recorder import LayerRecord, LayerRecorder
+from .robustness.pipeline import dataset_pipelines
+from .tokens import (attention_row, grid_to_image, input_point, query_token,
+                     slide_boxes)
 
 
-def query_patch(point: Sequence[int], ori_shape: Sequence[int],
-                img_shape: Sequence[int], stride: Sequence[int],
-                grid: Sequence[int]) -> Tuple[int, int]:
-    """The patch ``(row, col)`` that covers a pixel of the original image.
+def default_layers(num_layers: int) -> List[int]:
+    """Layer 1, the middle one and the last."""
+    return sorted({min(1, num_layers - 1), num_layers // 2, num_layers - 1})
 
-    The pipeline resizes the original image to ``img_shape`` and the patch
-    embedding pads it at the bottom/right to whole patches; the last row and
-    column of patches may thus cover padding.
 
-    Args:
-        point (Sequence[int]): ``(x, y)``: column and row in the original
-            image.
-        ori_shape (Sequence[int]): ``(H, W)`` of the original image.
-        img_shape (Sequence[int]): ``(h, w)`` of the resized input.
-        stride (Sequence[int]): Patch stride ``(sh, sw)`` in input pixels.
-        grid (Sequence[int]): Patch grid ``(rows, cols)``.
+def prepare_image(model: nn.Module, cfg, image: str) -> Tuple:
+    """One image through the config's test pipeline (without annotations)
+    and the model's data preprocessor.
 
     Returns:
-        tuple[int, int]: The patch's row and column.
-
-    Raises:
-        ValueError: If the point lies outside the original image.
+        tuple: ``inputs`` ``[1, 3, H, W]`` and the image's metainfo.
     """
+    from mmcv.transforms import Compose
+    from mmengine.dataset import pseudo_collate
+    pipeline = dataset_pipelines(cfg.test_dataloader.dataset)[0]
+    pipeline = [
+        copy.deepcopy(t) for t in pipeline
+        if str(t.get('type', '')).split('.')[-1] != 'LoadAnnotations'
+    ]
+    data = Compose(pipeline)(dict(img_path=image))
+    batch = model.data_preprocessor(pseudo_collate([data]), False)
+    return batch['inputs'], batch['data_samples'][0].metainfo
+
+
+def crop_of(test_cfg: Optional[Dict], input_shape: Sequence[int],
+            point: Sequence[int]) -> Tuple[int, int, int, int]:
+    """The crop the model sees around an input pixel ``(x, y)``: the whole
+    input, or in slide mode the first crop (mmseg's order) holding it."""
+    h, w = input_shape
+    if not test_cfg or test_cfg.get('mode') != 'slide':
+        return 0, h, 0, w
     x, y = point
-    if not (0 <= x < ori_shape[1] and 0 <= y < ori_shape[0]):
-        raise ValueError(f'point ({x}, {y}) lies outside the {ori_shape[1]} '
-                         f'x {ori_shape[0]} image (x is the column, y the '
-                         'row).')
-    row = int(y * img_shape[0] / ori_shape[0]) // stride[0]
-    col = int(x * img_shape[1] / ori_shape[1]) // stride[1]
-    return min(row, grid[0] - 1), min(col, grid[1] - 1)
+    for box in slide_boxes((h, w), test_cfg['crop_size'], test_cfg['stride']):
+        if box[0] <= y < box[1] and box[2] <= x < box[3]:
+            return box
+    raise ValueError(f'no slide crop holds input pixel ({x}, {y}).')
 
 
-def upsample(grid: np.ndarray, stride: Sequence[int], img_shape: Sequence[int],
-             ori_shape: Sequence[int]) -> np.ndarray:
-    """A patch-grid map at the original image's resolution.
+def check_map_layers(found: TransformerLayers, layers: Sequence[int],
+                     name: str) -> None:
+    """Raise a ValueError for layers out of range or without a grid."""
+    n = len(found.layers)
+    bad = [i for i in layers if not 0 <= i < n]
+    if bad:
+        raise ValueError(f'{name}: layers {bad} out of range; the '
+                         f'{found.part} has layers 0..{n - 1}.')
+    no_grid = [i for i in layers if found.layout(i).grid is None]
+    if no_grid:
+        raise ValueError(
+            f'{name}: the tokens of {found.part} layers {no_grid} '
+            f'({type(found.module).__name__}) are no image grid (its '
+            'token_layout() says so): attention maps do not apply; '
+            'representation collapse does.')
 
-    Args:
-        grid (np.ndarray): ``h x w`` values, one per patch.
-        stride (Sequence[int]): Patch stride ``(sh, sw)`` in input pixels.
-        img_shape (Sequence[int]): Size of the resized input before padding.
-        ori_shape (Sequence[int]): Size of the original image.
 
-    Returns:
-        np.ndarray: ``ori_shape`` map.
-    """
-    full = np.kron(grid, np.ones(tuple(stride), dtype=grid.dtype))
-    full = full[:img_shape[0], :img_shape[1]]
-    if tuple(full.shape) != tuple(ori_shape[:2]):
-        full = cv2.resize(
-            full, (int(ori_shape[1]), int(ori_shape[0])),
-            interpolation=cv2.INTER_NEAREST)
-    return full
+def _backbone_grids(model: nn.Module, found: TransformerLayers,
+                    stack: ExitStack) -> Optional[LayerRecorder]:
+    """A recorder of the backbone's grids, when a layout takes its grid
+    from the backbone (a decode head on a feature map)."""
+    if all(layout.grid != 'backbone' for layout in found.layouts):
+        return None
+    backbone = transformer_layers(model, 'backbone')
+    return stack.enter_context(
+        LayerRecorder(backbone, tokens=False, grids=True))
+
+
+def _grid(found: TransformerLayers, index: int, record: LayerRecord,
+          backbone: Optional[LayerRecorder]) -> Tuple[Tuple, Tuple]:
+    """The grid ``(h, w)`` and stride of one recorded call."""
+    layout = found.layout(index)
+    if layout.grid != 'backbone':
+        return record.grids[0], tuple(int(s) for s in layout.stride)
+    count = record.probs[0].shape[-2] - layout.prefix - layout.suffix
+    found_grids = {(r.grids[0], tuple(backbone.found.layout(i).stride))
+                   for i, r in enumerate(backbone.records)
+                   if r.grids and r.grids[0][0] * r.grids[0][1] == count}
+    if len(found_grids) != 1:
+        raise ValueError(
+            f'The {found.part}\'s {count} grid tokens match '
+            f'{len(found_grids)} backbone grids ({sorted(found_grids)}), so '
+            'their place on the image is unknown; declare the grid in its '
+            'token_layout().')
+    return found_grids.pop()
 
 
 @torch.no_grad()
@@ -84,165 +123,121 @@ def model_attention(spec: ModelSpec,
                     part: str = 'backbone',
                     cfg_options: Optional[dict] = None,
                     device: str = 'cpu') -> Dict:
-    """Run one model on an image and return its attention rows and ``m``.
+    """Run one model on an image and return its attention maps and ``m``.
 
     Args:
         spec (ModelSpec): The model.
         image (str): Image file.
         point (Sequence[int]): Query pixel ``(x, y)`` in the image.
         layers (Sequence[int], optional): Layers whose maps are kept
-            (default: 1, the middle one and the last).
+            (global indices; default: 1, the middle one and the last).
         part (str): ``'backbone'`` or ``'decode_head'``.
         cfg_options (dict, optional): Overrides of the config.
         device (str): Device. Defaults to ``'cpu'``.
 
     Returns:
-        dict: ``maps`` ``{layer: [H, ori_h, ori_w]}`` (query row over the
-        patches), ``cls_mass`` ``{layer: [H]}`` (probability on non-patch
-        tokens), ``relevance`` ``{layer: [H, d]}`` of elliptical layers,
-        ``num_layers`` and ``num_heads``.
+        dict: ``layers`` ``{layer: {maps [H, h, w] (the query row on the
+        token grid), off_grid [H] (probability on tokens that are no grid
+        cells), grid, stride, query (row, col), stage}}``, ``relevance``
+        ``{layer: [H, d]}`` of elliptical layers, ``box`` (the crop in the
+        input), ``input_shape``, ``img_shape``, ``ori_shape`` and
+        ``num_layers``.
     """
-    from mmseg.apis import inference_model, init_model
+    from mmseg.apis import init_model
     cfg = load_config(spec.config, cfg_options)
-    cfg.model.test_cfg = dict(mode='whole')  # one forward: one attention
     model = init_model(cfg, spec.checkpoint, device=device)
     found = transformer_layers(model, part, convert=True)
-    patch_embed = model.backbone.patch_embed
-    with LayerRecorder(
-            found.layers,
-            tokens=False,
-            probs=True,
-            relevance=True,
-            patch_embed=patch_embed) as rec:
-        sample = inference_model(model, image)
-    if len(rec.hw_shapes) != 1:
-        raise ValueError(f'{spec.name}: expected one forward pass, got '
-                         f'{len(rec.hw_shapes)} (test-time augmentation?).')
-    h, w = rec.hw_shapes[0]
-    stride = tuple(int(s) for s in patch_embed.projection.stride)
-    img_shape = sample.metainfo['img_shape']
-    ori_shape = sample.metainfo['ori_shape']
+    layers = sorted(set(layers)) if layers else default_layers(
+        len(found.layers))
+    check_map_layers(found, layers, spec.name)
+    inputs, meta = prepare_image(model, cfg, image)
     try:
-        row, col = query_patch(point, ori_shape, img_shape, stride, (h, w))
+        xy = input_point(point, meta['ori_shape'], meta['img_shape'])
     except ValueError as exc:
         raise ValueError(f'point: {exc}') from None
-    start = found.patch_slice.start or 0
-    query = start + row * w + col
-    n = len(found.layers)
-    layers = layers if layers else sorted({min(1, n - 1), n // 2, n - 1})
-    bad = [i for i in layers if not 0 <= i < n]
-    if bad:
-        raise ValueError(f'{spec.name}: layers {bad} out of range; the '
-                         f'{part} has layers 0..{n - 1}.')
-    out = dict(maps={}, cls_mass={}, relevance={}, num_layers=n)
+    box = crop_of(model.test_cfg, inputs.shape[-2:], xy)
+    crop = inputs[:, :, box[0]:box[1], box[2]:box[3]]
+    metas = [dict(meta, img_shape=tuple(crop.shape[-2:]))]
+    with ExitStack() as stack:
+        backbone = _backbone_grids(model, found, stack)
+        rec = stack.enter_context(
+            LayerRecorder(
+                found, tokens=False, probs=layers, relevance=True,
+                to_cpu=True))
+        model.encode_decode(crop, metas)
+    out = dict(
+        layers={},
+        relevance={},
+        box=box,
+        input_shape=tuple(inputs.shape[-2:]),
+        img_shape=tuple(meta['img_shape'][:2]),
+        ori_shape=tuple(meta['ori_shape'][:2]),
+        num_layers=len(found.layers))
     for i, record in enumerate(rec.records):
         if record.relevance:
-            out['relevance'][i] = record.relevance[0][0, :,
-                                                      0].float().cpu().numpy()
+            out['relevance'][i] = record.relevance[0][0, :, 0].float().numpy()
         if i not in layers:
             continue
-        probs = record.probs[0][0, :, query]
-        patches = probs[:, found.patch_slice].float().cpu().numpy()
-        out['cls_mass'][i] = 1 - patches.sum(-1)
-        out['maps'][i] = np.stack([
-            upsample(p.reshape(h, w), stride, img_shape, ori_shape)
-            for p in patches
-        ])
-    out['num_heads'] = next(iter(out['maps'].values())).shape[0]
+        if len(record.probs) != 1:
+            raise ValueError(
+                f'{spec.name}: layer {i} attended {len(record.probs)} times '
+                'in one forward of the model; expected once.')
+        grid, stride = _grid(found, i, record, backbone)
+        query = query_token(xy, box, stride, grid)
+        maps, off_grid = attention_row(record.probs[0], found.layout(i), grid,
+                                       query, found.attention(i))
+        out['layers'][i] = dict(
+            maps=maps,
+            off_grid=off_grid,
+            grid=grid,
+            stride=stride,
+            query=query,
+            stage=found.stages[i])
     return out
 
 
-def plot_attention(image: np.ndarray, results: Dict[str, Dict],
-                   point: Sequence[int], layers: List[int],
-                   heads: Optional[List[int]], mean_heads: bool,
-                   path: str) -> None:
-    """Grid: rows are models, columns the image then (layer, head) maps.
-
-    Each map is scaled to its own maximum; the title gives the probability
-    the query puts on non-patch tokens (cls token, class embeddings) when
-    it is at least 0.05.
-    """
-    plt = pyplot()
-    columns = []
-    for i in layers:
-        columns += [(i, hd) for hd in heads]
-        if mean_heads:
-            columns.append((i, 'mean'))
-    gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
-    fig, axes = plt.subplots(
-        len(results),
-        len(columns) + 1,
-        squeeze=False,
-        figsize=(1.35 * (len(columns) + 1), 1.55 * len(results)))
-    for r, (name, res) in enumerate(results.items()):
-        ax = axes[r][0]
-        ax.imshow(image)
-        ax.plot(*point, marker='+', color='w', ms=9, mew=2)
-        ax.set_ylabel(name, fontsize=7)
-        ax.set_title('query', fontsize=7)
-        for c, (i, hd) in enumerate(columns, start=1):
-            ax = axes[r][c]
-            maps = res['maps'][i]
-            amap = maps.mean(0) if hd == 'mean' else maps[hd]
-            ax.imshow(gray, cmap='gray', vmin=0, vmax=255)
-            ax.imshow(
-                amap,
-                cmap='inferno',
-                alpha=0.8,
-                vmin=0,
-                vmax=max(float(amap.max()), 1e-8))
-            ax.plot(*point, marker='+', color='c', ms=7, mew=1.5)
-            cls = res['cls_mass'][i]
-            cls = cls.mean() if hd == 'mean' else cls[hd]
-            head = 'mean' if hd == 'mean' else f'h{hd}'
-            ax.set_title(
-                f'L{i} {head}' + (f' cls {cls:.2f}' if cls >= 0.05 else ''),
-                fontsize=6)
-    for ax in axes.ravel():
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.tight_layout(pad=0.3)
-    save_figure(fig, path, dpi=100, compact=True)
+def image_maps(result: Dict, layer: int) -> np.ndarray:
+    """The maps of one layer at the original image's resolution
+    (:func:`~.tokens.grid_to_image`)."""
+    entry = result['layers'][layer]
+    return grid_to_image(
+        np.asarray(entry['maps']), entry['stride'], result['box'],
+        result['input_shape'], result['img_shape'], result['ori_shape'])
 
 
-def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
-    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer.
+def to_json(result: Dict) -> Dict:
+    """:func:`model_attention`'s result as JSON data (lists, string keys)."""
 
-    Returns:
-        bool: False (nothing written) when no model is elliptical.
-    """
-    ell = {n: r['relevance'] for n, r in results.items() if r['relevance']}
-    if not ell:
-        return False
-    plt = pyplot()
-    rows = max(len(v) for v in ell.values())
-    fig, axes = plt.subplots(
-        rows,
-        len(ell),
-        squeeze=False,
-        figsize=(4.5 * len(ell), 0.55 * rows + 0.8))
-    for c, (name, rel) in enumerate(ell.items()):
-        for r, (i, m) in enumerate(sorted(rel.items())):
-            ax = axes[r][c]
-            im = ax.imshow(
-                m,
-                cmap='viridis',
-                vmin=0,
-                vmax=1,
-                aspect='auto',
-                interpolation='nearest')
-            ax.set_yticks(range(m.shape[0]))
-            ax.tick_params(labelsize=5)
-            ax.set_ylabel(f'L{i}', fontsize=6, rotation=0, labelpad=10)
-            if r == 0:
-                ax.set_title(
-                    f'{name}: m of the elliptical {part} layers\n'
-                    '(rows: heads, columns: head coordinates)',
-                    fontsize=7)
-            if r != len(rel) - 1:
-                ax.set_xticks([])
-        for r in range(len(rel), rows):
-            axes[r][c].axis('off')
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label='m')
-    save_figure(fig, path, dpi=100)
-    return True
+    def plain(v):
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, tuple):
+            return list(v)
+        return v
+
+    return plain(result)
+
+
+def from_json(data: Dict) -> Dict:
+    """The inverse of :func:`to_json`."""
+    out = dict(data)
+    out['layers'] = {
+        int(k):
+        dict(
+            v,
+            maps=np.asarray(v['maps'], dtype=np.float32),
+            off_grid=np.asarray(v['off_grid']),
+            grid=tuple(v['grid']),
+            stride=tuple(v['stride']),
+            query=tuple(v['query']))
+        for k, v in data['layers'].items()
+    }
+    out['relevance'] = {
+        int(k): np.asarray(v, dtype=np.float32)
+        for k, v in data['relevance'].items()
+    }
+    for key in ('box', 'input_shape', 'img_shape', 'ori_shape'):
+        out[key] = tuple(data[key])
+    return out

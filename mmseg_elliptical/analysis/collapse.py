@@ -1,11 +1,16 @@
-"""Representation collapse per layer: mean pairwise cosine of patch tokens.
+"""Representation collapse per layer: mean pairwise cosine of the tokens.
 
-For every image, every transformer layer's output patch tokens (the cls
-token excluded) give the mean over pairs ``i < j`` of ``cos(x_i, x_j)``
-(:func:`~.statistics.mean_pairwise_cosine`), averaged over images, per layer
-(the paper's measure of over-smoothing). For elliptical layers the spread of
-the relevance ``m`` (std over head coordinates, mean over heads and images)
-comes with it: 0 means the metric is a sphere (dot product).
+For every forward of the model part (an image, or one crop of mmseg's
+sliding-window inference), every transformer layer's output tokens give the
+mean over pairs ``i < j`` of ``cos(x_i, x_j)``
+(:func:`~.statistics.mean_pairwise_cosine`, ``O(N C)``), over the grid
+tokens its :class:`~mmseg_elliptical.models.transformer.TokenLayout`
+declares (cls token and class embeddings left out; Swin's layers output no
+padding) or all tokens when they are no image grid (decoder queries). The
+values are averaged per layer, in forward order across stages (the paper's
+measure of over-smoothing, its Fig. 6). For elliptical layers the spread of
+the relevance ``m`` (std over head coordinates, mean over heads and
+forwards) comes with it: 0 means the metric is a sphere (dot product).
 ``tools/analysis_tools/collapse.py`` is the command line.
 """
 from typing import Dict, List, Optional
@@ -14,12 +19,94 @@ import torch
 from mmengine.runner import Runner
 from mmengine.utils import ProgressBar
 
+from ..models import EllipticalAttentionMixin
 from ..utils.config import ModelSpec, load_config, split_loader
 from ..utils.report import markdown_table, pyplot, write_report
-from .layers import transformer_layers
+from .layers import TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
 from .recorder import LayerRecorder
 from .statistics import mean_pairwise_cosine, relevance_spread
+
+
+def inference_mode(test_cfg: Optional[Dict]) -> str:
+    """How the segmentor runs at test time, in words (the report's)."""
+    test_cfg = test_cfg or {}
+    if test_cfg.get('mode') == 'slide':
+        crop, stride = test_cfg['crop_size'], test_cfg['stride']
+        return (f'slide: per crop of {crop[0]}x{crop[1]}, stride '
+                f'{stride[0]}x{stride[1]}')
+    return 'whole image'
+
+
+class CollapseMeter:
+    """Context manager: the collapse of every layer over the forwards run
+    inside it.
+
+    Example::
+
+        found = transformer_layers(model, convert=True)
+        with CollapseMeter(found) as meter:
+            for x in images:
+                model.backbone(x)
+                meter.collect()
+        per_layer = meter.result()
+
+    Args:
+        found (TransformerLayers): The layers (elliptical ones, i.e. found
+            with ``convert=True``, for the spread of ``m``).
+    """
+
+    def __init__(self, found: TransformerLayers) -> None:
+        self.found = found
+        n = len(found.layers)
+        self.cos: List[List[torch.Tensor]] = [[] for _ in range(n)]
+        self.spread: List[List[torch.Tensor]] = [[] for _ in range(n)]
+        self.tokens = [0] * n
+        relevance = all(
+            isinstance(found.attention(i), EllipticalAttentionMixin)
+            for i in range(n))
+        self.recorder = LayerRecorder(
+            found, relevance=relevance, grids=False, to_cpu=True)
+
+    def __enter__(self) -> 'CollapseMeter':
+        self.recorder.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.recorder.__exit__(*exc)
+
+    @torch.no_grad()
+    def collect(self) -> None:
+        """Take the statistics of what was recorded since the last call
+        (every forward of every layer is one sample) and drop the tokens."""
+        for i, record in enumerate(self.recorder.records):
+            for out in record.tokens:
+                counted = self.found.counted_tokens(i, out)
+                self.tokens[i] = counted.shape[1]
+                self.cos[i].append(mean_pairwise_cosine(counted))
+            self.spread[i] += [relevance_spread(m) for m in record.relevance]
+        self.recorder.clear()
+
+    def result(self) -> Dict:
+        """Per layer ``cosine`` and ``cosine_std`` (over samples),
+        ``relevance_spread`` (None for dot-product layers), ``stage`` and
+        ``tokens`` (counted tokens of the last sample), and ``samples``."""
+        if not self.cos[0]:
+            raise ValueError('No forward of the layers was collected.')
+        out = dict(
+            cosine=[],
+            cosine_std=[],
+            relevance_spread=[],
+            stage=list(self.found.stages),
+            tokens=list(self.tokens))
+        for cos, spread in zip(self.cos, self.spread):
+            values = torch.cat(cos)
+            out['cosine'].append(values.mean().item())
+            out['cosine_std'].append(values.std(correction=0).item())
+            out['relevance_spread'].append(
+                torch.cat(spread).mean().item() if spread else None)
+        out['samples'] = int(torch.cat(self.cos[0]).numel())
+        return out
 
 
 @torch.no_grad()
@@ -28,8 +115,13 @@ def measure_collapse(spec: ModelSpec,
                      part: str = 'backbone',
                      max_images: Optional[int] = None,
                      cfg_options: Optional[dict] = None,
-                     device: str = 'cpu') -> Dict:
+                     device: str = 'cpu',
+                     progress: bool = True) -> Dict:
     """Per-layer mean pairwise cosine and relevance spread of one model.
+
+    The images go through the config's own ``<split>_dataloader`` pipeline
+    and ``model.test_step`` (its ``test_cfg``: in slide mode every crop is
+    one sample; fixed-size backbones such as BEiT get crops of their size).
 
     Args:
         spec (ModelSpec): The model.
@@ -39,11 +131,11 @@ def measure_collapse(spec: ModelSpec,
         max_images (int, optional): Use only the first images.
         cfg_options (dict, optional): Overrides of the config.
         device (str): Device. Defaults to ``'cpu'``.
+        progress (bool): Show a progress bar. Defaults to True.
 
     Returns:
-        dict: ``cosine`` and ``cosine_std`` (over images) and
-        ``relevance_spread`` (None for dot-product layers) per layer, and
-        ``images``.
+        dict: :meth:`CollapseMeter.result` plus ``images`` and
+        ``inference`` (whole image, or the slide crops).
     """
     from mmseg.apis import init_model
     cfg = load_config(spec.config, cfg_options)
@@ -52,69 +144,66 @@ def measure_collapse(spec: ModelSpec,
     model = init_model(cfg, spec.checkpoint, device=device)
     found = transformer_layers(model, part, convert=True)  # to record m
     loader = Runner.build_dataloader(loader_cfg)
-    bar = ProgressBar(len(loader.dataset))
-    n = len(found.layers)
-    cos: List[List[torch.Tensor]] = [[] for _ in range(n)]
-    spread: List[List[torch.Tensor]] = [[] for _ in range(n)]
-    with LayerRecorder(found.layers, relevance=True, to_cpu=True) as rec:
+    bar = ProgressBar(len(loader.dataset)) if progress else None
+    images = 0
+    with CollapseMeter(found) as meter:
         for batch in loader:
             model.test_step(batch)
-            for i, record in enumerate(rec.records):
-                for tokens in record.tokens:
-                    cos[i].append(
-                        mean_pairwise_cosine(tokens[:, found.patch_slice]))
-                spread[i] += [relevance_spread(m) for m in record.relevance]
-            rec.clear()
-            for _ in range(len(batch['inputs'])):
-                bar.update()
-    result = dict(cosine=[], cosine_std=[], relevance_spread=[])
-    for i in range(n):
-        values = torch.cat(cos[i])
-        result['cosine'].append(values.mean().item())
-        result['cosine_std'].append(values.std(correction=0).item())
-        result['relevance_spread'].append(
-            torch.cat(spread[i]).mean().item() if spread[i] else None)
-    result['images'] = int(values.numel())
-    return result
+            meter.collect()
+            images += len(batch['inputs'])
+            if bar is not None:
+                for _ in range(len(batch['inputs'])):
+                    bar.update()
+    if bar is not None:
+        print()
+    return dict(
+        meter.result(),
+        images=images,
+        inference=inference_mode(cfg.model.get('test_cfg')))
 
 
-def write_collapse_report(results: Dict[str, Dict], out_dir: str,
-                          part: str) -> str:
-    """Write ``collapse.{json,md,csv,png}`` (the figure: cosine and the
-    spread of ``m`` per layer, models side by side); return the markdown.
-    """
+def collapse_table(results: Dict[str, Dict]) -> tuple:
+    """``(header, rows)``: one row per layer, models side by side."""
     names = list(results)
     layers = max(len(r['cosine']) for r in results.values())
     ell = [
         n for n in names
         if any(v is not None for v in results[n]['relevance_spread'])
     ]
-    header = ['layer'] + [f'{n} cos' for n in names] + \
+    first = results[names[0]]
+    header = ['layer', 'stage', 'tokens'] + [f'{n} cos' for n in names] + \
         [f'{n} m spread' for n in ell]
     rows = []
     for i in range(layers):
-        row = [i]
+        row = [
+            i, first['stage'][i] if i < len(first['stage']) else None,
+            first['tokens'][i] if i < len(first['tokens']) else None
+        ]
         for key, models in (('cosine', names), ('relevance_spread', ell)):
             row += [
                 results[n][key][i] if i < len(results[n][key]) else None
                 for n in models
             ]
         rows.append(row)
-    text = markdown_table(header, rows, left=0)
+    return header, rows
 
+
+def collapse_figure(results: Dict[str, Dict], part: str):
+    """Cosine per layer (left) and the spread of ``m`` (right), one line
+    per model; dotted lines mark where a new stage starts."""
     from matplotlib.ticker import MaxNLocator
+    ell = [
+        n for n, r in results.items()
+        if any(v is not None for v in r['relevance_spread'])
+    ]
     panels = 2 if ell else 1
     fig, axes = pyplot().subplots(
         1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
     ax = axes[0][0]
-    for n in names:
+    for n, r in results.items():
         ax.plot(
-            range(len(results[n]['cosine'])),
-            results[n]['cosine'],
-            marker='o',
-            ms=3,
-            label=n)
-    ax.set_ylabel('mean pairwise cosine of patch tokens')
+            range(len(r['cosine'])), r['cosine'], marker='o', ms=3, label=n)
+    ax.set_ylabel('mean pairwise cosine of tokens')
     ax.set_title('representation collapse (lower: more diverse)', fontsize=9)
     if ell:
         ax = axes[0][1]
@@ -124,17 +213,34 @@ def write_collapse_report(results: Dict[str, Dict], out_dir: str,
             ax.plot(xs, [values[i] for i in xs], marker='o', ms=3, label=n)
         ax.set_ylabel('std of m over coordinates')
         ax.set_title('spread of the relevance m (0: dot product)', fontsize=9)
+    stages = next(iter(results.values()))['stage']
+    starts = [i for i in range(1, len(stages)) if stages[i] != stages[i - 1]]
     for ax in axes[0]:
+        for i in starts:
+            ax.axvline(i - 0.5, color='0.6', ls=':', lw=0.8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel(f'{part} layer')
+        ax.set_xlabel(f'{part} layer (forward order across stages)')
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def write_collapse_report(results: Dict[str, Dict], out_dir: str,
+                          part: str) -> str:
+    """Write ``collapse.{json,md,csv,png}``; return the markdown."""
+    header, rows = collapse_table(results)
+    text = markdown_table(header, rows, left=0)
+    notes = [
+        f'- {n}: {r["images"]} images, {r["samples"]} samples '
+        f'({r["inference"]})' for n, r in results.items()
+    ]
+    text += '\n' + '\n'.join(notes) + '\n'
     write_report(
         out_dir,
         'collapse',
         data=results,
         markdown=text,
         table=(header, rows),
-        figure=fig)
+        figure=collapse_figure(results, part))
     return text

@@ -6,12 +6,13 @@ path, so a model outside the ``with`` block runs exactly as it would without
 this module (no statistics, no global state).
 """
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Collection, List, Tuple, Union
 
 import torch.nn as nn
 from torch import Tensor
 
 from ..models import AttentionRecord, EllipticalAttentionMixin
+from .layers import TransformerLayers
 
 
 @dataclass
@@ -20,12 +21,17 @@ class LayerRecord(AttentionRecord):
     :meth:`LayerRecorder.clear`.
 
     Attributes:
-        tokens (list[Tensor]): Output tokens ``[B, N, C]`` (of ``layer.ffn``).
-        probs (list[Tensor]): Attention probabilities ``[B, H, N, N]``.
+        tokens (list[Tensor]): Output tokens ``[B, N, C]`` of the layer.
+        probs (list[Tensor]): Attention probabilities ``[B', H, N, M]``.
         relevance (list[Tensor]): ``m`` ``[B, H, 1, d]`` of the calls that
             scored elliptically (none for dot-product layers).
+        grids (list[tuple[int, int]]): The ``(h, w)`` token grid of each
+            call, when the layer's :class:`~..models.transformer.TokenLayout`
+            has an ``'argument'`` or :class:`~..models.transformer.GridSource`
+            grid.
     """
     tokens: List[Tensor] = field(default_factory=list)
+    grids: List[Tuple[int, int]] = field(default_factory=list)
 
 
 class LayerRecorder:
@@ -34,41 +40,45 @@ class LayerRecorder:
     Example::
 
         found = transformer_layers(model, convert=True)
-        with LayerRecorder(found.layers, probs=True, relevance=True) as rec:
+        with LayerRecorder(found, probs=True, relevance=True) as rec:
             model.test_step(batch)
         last_tokens = rec.records[-1].tokens[0]
 
     Args:
-        layers (Sequence[nn.Module]): mmseg ``TransformerEncoderLayer`` s
-            (with ``attn`` and ``ffn``); elliptical ones (see
-            :func:`~.layers.transformer_layers`) for ``probs`` and
-            ``relevance``.
+        found (TransformerLayers): The layers (see
+            :func:`~.layers.transformer_layers`; elliptical ones, i.e. found
+            with ``convert=True``, for ``probs`` and ``relevance``).
         tokens (bool): Record every layer's output tokens. Defaults to True.
-        probs (bool): Record the attention probabilities: the attentions run
-            their explicit path inside the block. Defaults to False.
+        probs (bool or Collection[int]): Record the attention probabilities
+            of every layer (True) or of the layers with these indices: their
+            attentions run their explicit path inside the block. Defaults to
+            False.
         relevance (bool): Record ``m`` of elliptical layers. Defaults to False.
-        patch_embed (nn.Module, optional): Also record the patch grid shape
-            ``(h, w)`` this module returns, in :attr:`hw_shapes`.
+        grids (bool): Record each call's token grid ``(h, w)`` from the
+            layouts' grid sources. Defaults to True.
         to_cpu (bool): Move recorded tensors to the CPU. Defaults to False.
     """
 
     def __init__(self,
-                 layers: Sequence[nn.Module],
+                 found: TransformerLayers,
                  tokens: bool = True,
-                 probs: bool = False,
+                 probs: Union[bool, Collection[int]] = False,
                  relevance: bool = False,
-                 patch_embed: Optional[nn.Module] = None,
+                 grids: bool = True,
                  to_cpu: bool = False) -> None:
-        self.layers = list(layers)
+        self.found = found
+        self.layers = list(found.layers)
+        n = len(self.layers)
+        self.probs_layers = set(range(n) if probs is True else probs or ())
         self.want_tokens = tokens
-        self.want_probs = probs
-        self.want_attention = probs or relevance
-        self.patch_embed = patch_embed
+        self.want_relevance = relevance
+        self.want_grids = grids
         self.to_cpu = to_cpu
-        if self.want_attention:
+        self.attentions = [found.attention(i) for i in range(n)]
+        if self.probs_layers or relevance:
             plain = [
-                type(layer.attn).__name__ for layer in self.layers
-                if not isinstance(layer.attn, EllipticalAttentionMixin)
+                type(a).__name__ for a in self.attentions
+                if not isinstance(a, EllipticalAttentionMixin)
             ]
             if plain:
                 raise TypeError(
@@ -76,10 +86,13 @@ class LayerRecorder:
                     f'attentions, got {plain}; find the layers with '
                     'transformer_layers(model, part, convert=True).')
         self.records: List[LayerRecord] = []
-        self.hw_shapes: List[Tuple[int, int]] = []
         self._handles: List[Any] = []
-        self._fused: List[bool] = []
+        self._fused: List[Tuple[nn.Module, bool]] = []
+        self._entered = False
         self.clear()
+
+    def _watched(self, i: int) -> bool:
+        return i in self.probs_layers or self.want_relevance
 
     def _token_hook(self, index: int):
 
@@ -88,23 +101,52 @@ class LayerRecorder:
 
         return hook
 
-    def _patch_hook(self, module: nn.Module, args: tuple, output: Any) -> None:
-        self.hw_shapes.append(tuple(int(s) for s in output[1]))
+    def _argument_hook(self, index: int):
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            hw = args[1] if len(args) > 1 else kwargs.get('hw_shape')
+            self.records[index].grids.append(tuple(int(s) for s in hw))
+
+        return hook
+
+    def _source_hook(self, indices: List[int], read):
+
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            hw = tuple(int(s) for s in read(output))
+            for i in indices:
+                self.records[i].grids.append(hw)
+
+        return hook
+
+    def _register_grids(self) -> None:
+        found = self.found
+        for s, layout in enumerate(found.layouts):
+            indices = [i for i, st in enumerate(found.stages) if st == s]
+            if layout.grid == 'argument':
+                for i in indices:
+                    self._handles.append(
+                        self.layers[i].register_forward_pre_hook(
+                            self._argument_hook(i), with_kwargs=True))
+            elif layout.grid not in (None, 'backbone'):
+                self._handles.append(
+                    layout.grid.module.register_forward_hook(
+                        self._source_hook(indices, layout.grid.read)))
 
     def __enter__(self) -> 'LayerRecorder':
         try:
             for i, layer in enumerate(self.layers):
                 if self.want_tokens:
                     self._handles.append(
-                        layer.ffn.register_forward_hook(self._token_hook(i)))
-                if self.want_attention:
-                    layer.attn.attention_record = self.records[i]
-                    self._fused.append(layer.attn.fused_attn)
-                    if self.want_probs:
-                        layer.attn.fused_attn = False
-            if self.patch_embed is not None:
-                self._handles.append(
-                    self.patch_embed.register_forward_hook(self._patch_hook))
+                        layer.register_forward_hook(self._token_hook(i)))
+                if self._watched(i):
+                    attn = self.attentions[i]
+                    attn.attention_record = self.records[i]
+                    self._fused.append((attn, attn.fused_attn))
+                    if i in self.probs_layers:
+                        attn.fused_attn = False
+            if self.want_grids:
+                self._register_grids()
+            self._entered = True
         except BaseException:
             self.remove()
             raise
@@ -119,17 +161,18 @@ class LayerRecorder:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for layer, fused in zip(self.layers, self._fused):
-            layer.attn.attention_record = None
-            layer.attn.fused_attn = fused
+        for attn, fused in self._fused:
+            attn.attention_record = None
+            attn.fused_attn = fused
         self._fused.clear()
+        self._entered = False
 
     def clear(self) -> None:
         """Drop what was recorded so far, keeping the hooks."""
         self.records[:] = [
             LayerRecord(to_cpu=self.to_cpu) for _ in self.layers
         ]
-        for layer, record in zip(self.layers, self.records):
-            if self._fused:  # inside the block: attentions get the new ones
-                layer.attn.attention_record = record
-        self.hw_shapes = []
+        if self._entered:  # the attentions get the new records
+            for i, record in enumerate(self.records):
+                if self._watched(i):
+                    self.attentions[i].attention_record = record

@@ -4,9 +4,14 @@ An elliptical backbone (or head) is the mmseg class with
 :class:`EllipticalTransformerMixin` mixed in before it: ``__init__`` builds
 mmseg's model, then :func:`chain_stages` converts the layers that
 :meth:`EllipticalTransformerMixin.layer_stages` returns and chains their
-values, per stage. A subclass declares only ``layer_stages``.
+values, per stage. A subclass declares ``layer_stages`` and, for the
+analysis tools, ``token_layout`` (:class:`TokenLayout`: how its tokens lie
+on the image; nothing in the forward reads it).
 """
-from typing import List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import (Any, Callable, List, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import torch.nn as nn
 
@@ -14,6 +19,94 @@ from .chain import ValueChain
 from .checks import (check_elliptical_layers, check_estimator_args,
                      check_finite_mode, check_images, check_kwargs)
 from .conversion import to_elliptical
+
+
+class GridSource(NamedTuple):
+    """Where the analysis reads the ``(h, w)`` token grid of a stage.
+
+    Attributes:
+        module (nn.Module): A module called (``module(...)``, so that its
+            forward hooks run) once per forward of the model part.
+        read (callable): Maps that module's forward output to ``(h, w)``.
+    """
+    module: nn.Module
+    read: Callable[[Any], Sequence[int]]
+
+    def __repr__(self) -> str:
+        return f'GridSource({type(self.module).__name__})'
+
+
+def patch_grid(patch_embed: nn.Module) -> GridSource:
+    """The grid of mmseg's ``PatchEmbed``, whose output is ``(x, hw)``."""
+    return GridSource(patch_embed, itemgetter(1))
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """How the tokens of one stage's layers lie on the image.
+
+    Declared per stage by :meth:`EllipticalTransformerMixin.token_layout`
+    for the analysis (``mmseg_elliptical.analysis``: representation
+    collapse, attention maps); the forward never reads it. The default,
+    ``TokenLayout()``, describes tokens that are no image grid (e.g. the
+    queries of a Mask2Former decoder): collapse is measured over all of them
+    and attention maps do not apply. The layers' output tokens are
+    ``[B, prefix + h * w + suffix, C]`` (grid tokens row-major).
+
+    Attributes:
+        grid (str or GridSource, optional): Where the analysis finds the
+            stage's ``(h, w)`` grid per forward: ``'argument'``, the layers'
+            own ``hw_shape`` argument (the second positional one, as in
+            mmseg's MiT, Twins and Swin layers); a :class:`GridSource`;
+            ``'backbone'``: the tokens are a feature map of the backbone (a
+            decode head's), the grid and stride are those of the backbone
+            stage with as many grid tokens; or None (default): the tokens
+            are no image grid.
+        stride (tuple[int, int], optional): Input pixels per grid token
+            (rows, columns): token ``(r, c)`` stands for input pixels
+            ``[r * sh, (r + 1) * sh) x [c * sw, (c + 1) * sw)``. Needed with
+            ``'argument'`` and :class:`GridSource` grids.
+        prefix (int): Leading tokens that are no grid cells (cls token).
+        suffix (int): Trailing tokens that are no grid cells (Segmenter's
+            class embeddings).
+        keys (str): Where the attention's keys lie: ``'tokens'`` (the
+            layer's own tokens, prefix, grid and suffix: global attention),
+            ``'reduced'`` (the grid reduced by a strided ``reduction`` x
+            ``reduction`` convolution: ``h // r`` x ``w // r`` keys,
+            row-major; MiT, Twins), ``'windows'`` (the query's window:
+            probabilities ``[B * windows, H, T, T]``, and the layer's
+            attention gives each grid token's slot ``window * T + position``
+            by ``image_slots(hw_shape, device)`` and the windows per side by
+            ``window_grid(hw_shape)``; Swin).
+        reduction (int): The reduction of ``'reduced'`` keys.
+    """
+    grid: Union[str, GridSource, None] = None
+    stride: Optional[Tuple[int, int]] = None
+    prefix: int = 0
+    suffix: int = 0
+    keys: str = 'tokens'
+    reduction: int = 1
+
+    KEYS = ('tokens', 'reduced', 'windows')
+
+    def __post_init__(self) -> None:
+        if self.keys not in self.KEYS:
+            raise ValueError(f'TokenLayout: keys={self.keys!r} must be one '
+                             f'of {self.KEYS}.')
+        if isinstance(self.grid,
+                      str) and self.grid not in ('argument', 'backbone'):
+            raise ValueError(f'TokenLayout: grid={self.grid!r} must be '
+                             '"argument", "backbone", a GridSource or None.')
+
+
+def stage_strides(steps: Sequence[Sequence[int]]) -> List[Tuple[int, int]]:
+    """Input pixels per token of each stage, from the strides ``(sh, sw)`` of
+    the modules that start the stages (patch embeddings, patch merging)."""
+    out, rows, cols = [], 1, 1
+    for sh, sw in steps:
+        rows, cols = rows * sh, cols * sw
+        out.append((rows, cols))
+    return out
 
 
 def chain_stages(stages: Sequence[Sequence[nn.Module]],
@@ -118,6 +211,12 @@ class EllipticalTransformerMixin:
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         """The transformer layers of each stage, in forward order."""
         raise NotImplementedError
+
+    def token_layout(self) -> List[TokenLayout]:
+        """How each stage's tokens lie on the image, one entry per stage of
+        :meth:`layer_stages` (for the analysis only). Default: tokens that
+        are no image grid."""
+        return [TokenLayout() for _ in self.layer_stages()]
 
     def input_channels(self) -> Optional[int]:
         """The channels of the input (the first convolution's), found once

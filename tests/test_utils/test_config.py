@@ -1,12 +1,14 @@
-"""``utils/config.py``: ``parse_cfg_options`` reads ``key=value`` strings as
-mmengine's ``DictAction`` reads ``--cfg-options`` on mmseg's command
-lines."""
+"""``utils/config.py``: ``model_specs`` / ``model_names`` name the tools'
+(config, checkpoint) pairs; ``parse_cfg_options`` reads ``key=value``
+strings as mmengine's ``DictAction`` reads ``--cfg-options`` on mmseg's
+command lines."""
 import argparse
 
 import pytest
 from mmengine.config import DictAction
 
-from mmseg_elliptical.utils.config import parse_cfg_options
+from mmseg_elliptical.utils.config import (model_names, model_specs,
+                                           parse_cfg_options)
 
 OPTIONS = [
     'a=1', 'b.c=[1,2]', 'd=(1,2)', 'e=True', 'f=x', 'g=1,2', 'h=1.5', 'i=None',
@@ -47,3 +49,24 @@ def test_no_options(options):
 def test_an_option_without_a_value(bad):
     with pytest.raises(ValueError, match=rf"key=value.*got {bad!r}"):
         parse_cfg_options(['a=1', bad])
+
+
+def test_model_specs_errors(demo_models):
+    with pytest.raises(ValueError, match='pairs'):
+        model_specs(demo_models[:3])
+    with pytest.raises(ValueError, match='config first'):
+        model_specs(demo_models[1::-1])
+    with pytest.raises(ValueError, match='does not exist'):
+        model_specs([demo_models[0], 'missing.pth'])
+    specs = model_specs(demo_models)
+    assert [s.name for s in specs] == ['ell', 'dot']
+
+
+def test_model_names():
+    assert model_names(['a/x.py', 'b/y.py']) == ['x', 'y']
+    assert model_names(['a/x.py', 'b/x.py']) == ['x#0', 'x#1']
+    assert model_names(['a/x.py'], ['ell']) == ['ell']
+    with pytest.raises(ValueError, match='2 names for 1'):
+        model_names(['a/x.py'], ['p', 'q'])
+    with pytest.raises(ValueError, match='must differ'):
+        model_names(['a/x.py', 'b/y.py'], ['p', 'p'])

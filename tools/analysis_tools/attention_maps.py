@@ -1,13 +1,16 @@
-"""Where one query patch attends, in chosen layers and heads, per model.
+"""Where one query pixel's token attends, in chosen layers and heads, per model.
 
-Runs each model on one image (mmseg's ``inference_model``, whole-image
-mode) with its attentions on their explicit path, records the attention
-probabilities of the patch under the query pixel, and draws them over the
-image (mmseg's own dot-product models are converted in place to their
-elliptical version in dot-product mode, which computes the same):
-one row per model, one column per (layer, head). For models with elliptical
-attention it also plots the relevance ``m`` of every elliptical layer
-(heads x head coordinates).
+Runs each model once on one image (the config's test pipeline; in slide mode
+on the first crop that holds the query) with the chosen layers' attentions
+on their explicit path, and draws the probabilities of the token under the
+query pixel over the image: global attention over the patch grid (ViT,
+BEiT, MAE), the spatially reduced keys upsampled (MiT, Twins), the query's
+window in its place (Swin); one row per model, one column per (layer,
+head). mmseg's own dot-product models are converted in place to their
+elliptical version in dot-product mode, which computes the same. For models
+with elliptical attention it also plots the relevance ``m`` of every
+elliptical layer (heads x head coordinates). The work is
+:mod:`mmseg_elliptical.analysis.attention_maps`.
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
@@ -28,7 +31,8 @@ from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
-                                       plot_relevance)
+                                       plot_relevance, shown_heads,
+                                       shown_layers)
 from mmseg_elliptical.utils import model_specs
 
 
@@ -54,9 +58,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--layers',
         nargs='+',
         type=int,
-        help='layers to show (default: 1, middle, last)')
+        help='layers to show, global indices in forward order across stages '
+        '(default: 1, middle, last)')
     parser.add_argument(
-        '--heads', nargs='+', type=int, help='heads to show (default: all)')
+        '--heads',
+        nargs='+',
+        type=int,
+        help='heads to show (default: the first 4)')
     parser.add_argument(
         '--mean-heads',
         action='store_true',
@@ -88,25 +96,16 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         raise SystemExit(f'image {args.image} does not exist.')
     try:
         specs = model_specs(args.models, args.names)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    try:
         results = {
             s.name:
             model_attention(s, args.image, args.point, args.layers, args.part,
                             args.cfg_options, args.device)
             for s in specs
         }
+        layers = shown_layers(results)
+        heads = shown_heads(results, layers, args.heads)
     except ValueError as e:
         raise SystemExit(str(e))
-    layers = sorted(
-        set.intersection(*(set(r['maps']) for r in results.values())))
-    num_heads = min(r['num_heads'] for r in results.values())
-    heads = args.heads if args.heads else list(range(num_heads))
-    bad = [hd for hd in heads if not 0 <= hd < num_heads]
-    if bad:
-        raise SystemExit(f'--heads {bad} out of range; the models have '
-                         f'heads 0..{num_heads - 1}.')
     image = cv2.cvtColor(cv2.imread(args.image), cv2.COLOR_BGR2RGB)
     plot_attention(image, results, args.point, layers, heads, args.mean_heads,
                    args.out)

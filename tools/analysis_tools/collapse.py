@@ -1,9 +1,12 @@
-"""Representation collapse per layer: mean pairwise cosine of patch tokens.
+"""Representation collapse per layer: mean pairwise cosine of the tokens.
 
-The measure is :mod:`mmseg_elliptical.analysis.collapse`'s: per layer and
-model, the mean cosine of token pairs averaged over the images of a split,
-and the spread of the relevance ``m`` of elliptical layers. Outputs (in ``--out-dir``): ``collapse.json``, ``collapse.md``,
-``collapse.csv`` and ``collapse.png``.
+The measure is :mod:`mmseg_elliptical.analysis.collapse`'s: per layer (in
+forward order across stages) and model, the mean cosine of pairs of the
+layer's grid tokens (cls token, class embeddings left out) averaged over the
+forwards of the config's test pipeline (one per image, or per crop in slide
+mode), and the spread of the relevance ``m`` of elliptical layers. Outputs
+(in ``--out-dir``): ``collapse.json``, ``collapse.md``, ``collapse.csv`` and
+``collapse.png``.
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 

@@ -79,12 +79,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     if bad:
         raise SystemExit(f'Unknown severities {bad}; valid are 1-5.')
     severities = sorted(set(args.severities))
-    os.makedirs(args.work_dir, exist_ok=True)
     try:
         corruptions = rb.resolve_corruptions(args.corruptions)
         specs = model_specs(args.models, args.names)
     except ValueError as e:
         raise SystemExit(str(e))
+    os.makedirs(args.work_dir, exist_ok=True)
     try:
         store = rb.run_grid(
             specs,

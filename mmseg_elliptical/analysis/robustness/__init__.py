@@ -7,7 +7,7 @@ mmengine's test loop on a built model, :mod:`.grid` drives the grid and
 command line.
 """
 from .evaluator import CellEvaluator
-from .grid import GROUPS, resolve_corruptions, run_grid
+from .grid import GROUPS, resolve_corruptions, run_grid, with_per_class_iou
 from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
                        insert_after_loading)
 from .report import (csv_rows, heatmaps, markdown_tables, summarise,
@@ -16,7 +16,8 @@ from .store import CLEAN, GridError, ResultStore, cell_key
 
 __all__ = [
     'CellEvaluator', 'GROUPS', 'resolve_corruptions', 'run_grid',
-    'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
-    'csv_rows', 'heatmaps', 'markdown_tables', 'summarise',
-    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key'
+    'with_per_class_iou', 'corrupted_loader_cfg', 'dataset_pipelines',
+    'insert_after_loading', 'csv_rows', 'heatmaps', 'markdown_tables',
+    'summarise', 'write_robustness_report', 'CLEAN', 'GridError',
+    'ResultStore', 'cell_key'
 ]

@@ -50,7 +50,8 @@ def run_grid(specs: Sequence[ModelSpec],
              seed: int = 0,
              max_images: Optional[int] = None,
              cfg_options: Optional[Dict] = None,
-             quiet: bool = True) -> ResultStore:
+             quiet: bool = True,
+             per_class: bool = False) -> ResultStore:
     """Evaluate every model on the clean and every corrupted cell, resuming.
 
     Finished cells are read from ``<work_dir>/robustness.json``; each new one
@@ -66,6 +67,9 @@ def run_grid(specs: Sequence[ModelSpec],
         max_images (int, optional): Evaluate only the first images.
         cfg_options (dict, optional): Overrides of every config.
         quiet (bool): Hide the runners' INFO logs. Defaults to True.
+        per_class (bool): Also keep the IoU of every class (``IoU.<class>``):
+            an ``IoUMetric`` test evaluator becomes the plugin's
+            ``PerClassIoUMetric`` (the same means). Defaults to False.
 
     Returns:
         ResultStore: The results of every cell.
@@ -76,6 +80,8 @@ def run_grid(specs: Sequence[ModelSpec],
         seed=seed,
         max_images=max_images,
         cfg_options=cfg_options or {})
+    if per_class:
+        settings['per_class'] = True
     store = ResultStore(osp.join(work_dir, 'robustness.json'), settings)
     for spec in specs:
         store.add_model(*spec)
@@ -94,6 +100,8 @@ def run_grid(specs: Sequence[ModelSpec],
         if not todo[spec.name]:
             continue
         cfg = load_config(spec.config, cfg_options)
+        if per_class:
+            with_per_class_iou(cfg)
         evaluator = CellEvaluator(
             cfg, spec.checkpoint, osp.join(work_dir, spec.name), quiet=quiet)
         for corruption, severity in todo[spec.name]:
@@ -112,6 +120,15 @@ def run_grid(specs: Sequence[ModelSpec],
     if bar is not None:
         print()
     return store
+
+
+def with_per_class_iou(cfg) -> None:
+    """Make an ``IoUMetric`` test evaluator of ``cfg`` the plugin's
+    ``PerClassIoUMetric`` (same arguments and means, plus ``IoU.<class>``)."""
+    evaluator = cfg.get('test_evaluator')
+    if isinstance(evaluator, dict) and \
+            str(evaluator.get('type')).split('.')[-1] == 'IoUMetric':
+        evaluator['type'] = 'PerClassIoUMetric'
 
 
 def timestamp() -> str:

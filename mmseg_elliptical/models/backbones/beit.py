@@ -8,7 +8,7 @@ from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import EllipticalTransformerMixin, TokenLayout, patch_grid
 
 
 @elliptical_version_of(BEiTTransformerEncoderLayer)
@@ -38,6 +38,14 @@ class EllipticalBEiT(EllipticalTransformerMixin, BEiT):
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [self.layers]
+
+    def token_layout(self) -> List[TokenLayout]:
+        return [
+            TokenLayout(
+                grid=patch_grid(self.patch_embed),
+                stride=tuple(self.patch_embed.projection.stride),
+                prefix=1)
+        ]
 
     def check_inputs(self, inputs) -> None:
         """Also reject images whose patch grid is not ``img_size``'s."""

@@ -8,7 +8,8 @@ from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import (EllipticalTransformerMixin, TokenLayout,
+                           stage_strides)
 
 
 @elliptical_version_of(TransformerEncoderLayer)
@@ -38,3 +39,15 @@ class EllipticalMixVisionTransformer(EllipticalTransformerMixin,
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [stage[1] for stage in self.layers]
+
+    def token_layout(self) -> List[TokenLayout]:
+        strides = stage_strides(
+            [stage[0].projection.stride for stage in self.layers])
+        return [
+            TokenLayout(
+                grid='argument',
+                stride=stride,
+                keys='reduced',
+                reduction=stage[1][0].attn.sr_ratio)
+            for stride, stage in zip(strides, self.layers)
+        ]

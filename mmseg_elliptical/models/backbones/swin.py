@@ -8,7 +8,8 @@ from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import (EllipticalTransformerMixin, TokenLayout,
+                           stage_strides)
 
 
 @elliptical_version_of(SwinBlock)
@@ -41,3 +42,12 @@ class EllipticalSwinTransformer(EllipticalTransformerMixin, SwinTransformer):
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [stage.blocks for stage in self.stages]
+
+    def token_layout(self) -> List[TokenLayout]:
+        steps = [self.patch_embed.projection.stride] + [
+            stage.downsample.sampler.stride for stage in self.stages[:-1]
+        ]
+        return [
+            TokenLayout(grid='argument', stride=stride, keys='windows')
+            for stride in stage_strides(steps)
+        ]

@@ -8,7 +8,8 @@ from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import (EllipticalTransformerMixin, TokenLayout,
+                           stage_strides)
 
 
 @elliptical_version_of(GSAEncoderLayer)
@@ -40,3 +41,15 @@ class EllipticalPCPVT(EllipticalTransformerMixin, PCPVT):
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return list(self.layers)
+
+    def token_layout(self) -> List[TokenLayout]:
+        strides = stage_strides(
+            [embed.projection.stride for embed in self.patch_embeds])
+        return [
+            TokenLayout(
+                grid='argument',
+                stride=stride,
+                keys='reduced',
+                reduction=stage[0].attn.sr_ratio)
+            for stride, stage in zip(strides, self.layers)
+        ]

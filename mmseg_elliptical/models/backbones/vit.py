@@ -9,7 +9,7 @@ from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import EllipticalTransformerMixin, TokenLayout, patch_grid
 
 
 @elliptical_version_of(TransformerEncoderLayer)
@@ -38,3 +38,11 @@ class EllipticalVisionTransformer(EllipticalTransformerMixin,
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [self.layers]
+
+    def token_layout(self) -> List[TokenLayout]:
+        return [
+            TokenLayout(
+                grid=patch_grid(self.patch_embed),
+                stride=tuple(self.patch_embed.projection.stride),
+                prefix=int(self.with_cls_token))
+        ]

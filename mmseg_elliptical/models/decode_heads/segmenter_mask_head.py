@@ -8,7 +8,7 @@ from mmseg.registry import MODELS
 from ..backbones.vit import EllipticalViTLayer  # noqa: F401  (registers it)
 from ..checks import count_non_finite, looks_at_values
 from ..conversion import elliptical_version_of
-from ..transformer import EllipticalTransformerMixin
+from ..transformer import EllipticalTransformerMixin, TokenLayout
 
 
 @MODELS.register_module()
@@ -33,6 +33,10 @@ class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [self.layers]
+
+    def token_layout(self) -> List[TokenLayout]:
+        """The backbone's patch tokens, then the class embeddings."""
+        return [TokenLayout(grid='backbone', suffix=self.num_classes)]
 
     def input_channels(self) -> int:
         return self.in_channels

@@ -1,0 +1,246 @@
+"""The comparison report: every section measured, then one folder.
+
+:func:`compare_models` runs (or resumes, see :mod:`.sections`) every
+section for two or more models and writes ``<work_dir>/report.md`` and
+``report.json`` beside the figures ``robustness.png``, ``collapse.png``,
+``attention.png`` and ``attention_relevance.png`` (and each section's own
+``.md`` / ``.csv``). ``tools/analysis_tools/compare_models.py`` is the
+command line, ``make report`` runs it on the two demo checkpoints.
+"""
+import json
+import os
+import os.path as osp
+import time
+from typing import Dict, List, Sequence
+
+import cv2
+
+from ...benchmark.timing import paired_ratio
+from ...utils.config import ModelSpec
+from ...utils.report import markdown_table
+from .. import robustness as rb
+from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
+                                 shown_layers)
+from ..collapse import write_collapse_report
+from . import sections
+from .sections import ReportOptions
+
+
+def accuracy_table(store: rb.ResultStore, names: Sequence[str]) -> str:
+    """Clean mIoU, aAcc, mAcc and the IoU of every class (rows), models
+    side by side (columns)."""
+    cells = {n: store.data['models'][n]['cells']['clean'] for n in names}
+    keys = ['mIoU', 'aAcc', 'mAcc']
+    classes = [k for k in cells[names[0]] if k.startswith('IoU.')]
+    rows = [[k] + [cells[n].get(k) for n in names] for k in keys + classes]
+    return markdown_table(['metric', *names], rows, spec='.2f')
+
+
+def speed_table(speed: Dict[str, Dict], reference: str) -> str:
+    """Median time and peak memory per model, and each model over the
+    reference (time: median of the per-round ratios, interquartile range).
+    """
+    names = list(speed)
+    ref = speed[reference]
+    rows = []
+    for n in names:
+        row = [n]
+        for mode in ('infer', 'train'):
+            r = speed[n][mode]
+            row += [r['median_ms'], r['peak_mem_mb']]
+        for mode in ('infer', 'train'):
+            a, b = speed[n][mode], ref[mode]
+            ratio = paired_ratio(a['round_ms'], b['round_ms'])
+            row.append(f'{ratio.median:.3f} ({ratio.q1:.3f}-{ratio.q3:.3f})')
+            row.append(a['peak_mem_mb'] / b['peak_mem_mb']
+                       if a['peak_mem_mb'] and b['peak_mem_mb'] else None)
+        rows.append(row)
+    return markdown_table([
+        'model', 'inference ms', 'inference peak MiB', 'training step ms',
+        'training peak MiB', f'time inference / {reference}',
+        f'memory inference / {reference}', f'time training / {reference}',
+        f'memory training / {reference}'
+    ], rows)
+
+
+def _models_table(specs: Sequence[ModelSpec]) -> str:
+    return markdown_table(['model', 'config', 'checkpoint'],
+                          [[s.name, s.config, s.checkpoint] for s in specs],
+                          left=3)
+
+
+def reference_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
+    """The model the speed ratios divide by: ``options.reference``, by
+    default the last one (``elliptical / baseline`` when the baseline comes
+    last)."""
+    names = [s.name for s in specs]
+    reference = options.reference or names[-1]
+    if reference not in names:
+        raise ValueError(f'reference {reference!r} is none of the models '
+                         f'{names}.')
+    return reference
+
+
+def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
+                   parts: Dict, work_dir: str) -> str:
+    """``report.md`` of the measured sections; returns its text."""
+    names = [s.name for s in specs]
+    corruptions = rb.resolve_corruptions(options.corruptions)
+    severities = sorted(set(options.severities))
+    store = parts['robustness']
+    robustness = rb.write_robustness_report(store, names, corruptions,
+                                            severities, 'mIoU', work_dir)
+    collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
+    speed = parts['speed']
+    meta = next(iter(speed.values()))['meta']
+    image, point = parts['query']
+    images = options.max_images or 'all'
+    text = [
+        f'# Comparison of {", ".join(names)}', '',
+        _models_table(specs), '',
+        f'Test split of each config ({images} images), '
+        f'one run per model.', '', '## Accuracy (clean test split)', '',
+        accuracy_table(store, names), '',
+        f'## Robustness: {", ".join(corruptions)} at severities '
+        f'{", ".join(map(str, severities))}', '', robustness, '',
+        '![mIoU per corruption and severity](robustness.png)', '',
+        f'## Representation collapse ({options.part})', '',
+        'Mean pairwise cosine of the tokens each layer outputs (forward '
+        'order across stages; cls token and class embeddings left out), '
+        'and the spread of `m` in elliptical layers.', '', collapse,
+        '![Mean pairwise cosine per layer](collapse.png)', '',
+        f'## Attention ({options.part})', '',
+        f'Query pixel ({point[0]}, {point[1]}) of `{image}`; each map '
+        'scaled to its own maximum.', '',
+        '![Attention of one query token](attention.png)', ''
+    ]
+    if osp.exists(osp.join(work_dir, 'attention_relevance.png')):
+        text += ['![Relevance m per head](attention_relevance.png)', '']
+    text += [
+        f'## Speed and peak memory ({options.speed_size}x'
+        f'{options.speed_size}, batch {options.speed_batch})', '',
+        f'Each config\'s segmentor (`mode="tensor"`), inference and one '
+        f'training step, torch threads: {meta["threads"]}, '
+        f'{options.speed_rounds} interleaved rounds on '
+        f'{meta["device_name"]}; peak memory: '
+        f'{next(iter(speed.values()))["infer"]["memory_measure"]}.', '',
+        speed_table(speed, reference_of(specs, options))
+    ]
+    text = '\n'.join(text)
+    with open(osp.join(work_dir, 'report.md'), 'w') as f:
+        f.write(text)
+    return text
+
+
+def write_figures(parts: Dict, options: ReportOptions, work_dir: str) -> None:
+    """``attention.png`` and ``attention_relevance.png``."""
+    image, point = parts['query']
+    results = parts['attention']
+    layers = shown_layers(results)
+    heads = shown_heads(results, layers, options.heads)
+    picture = cv2.cvtColor(cv2.imread(image), cv2.COLOR_BGR2RGB)
+    plot_attention(picture, results, point, layers, heads, True,
+                   osp.join(work_dir, 'attention.png'))
+    rel = osp.join(work_dir, 'attention_relevance.png')
+    if not plot_relevance(results, rel, options.part) and osp.exists(rel):
+        os.remove(rel)
+
+
+def report_data(specs: Sequence[ModelSpec], options: ReportOptions,
+                parts: Dict, seconds: float) -> Dict:
+    """``report.json``: settings, models and every section's numbers (the
+    attention maps themselves are in ``cells/attention.json``)."""
+    names = [s.name for s in specs]
+    corruptions = rb.resolve_corruptions(options.corruptions)
+    severities = sorted(set(options.severities))
+    store = parts['robustness']
+    cells = {n: store.data['models'][n]['cells'] for n in names}
+    attention = {
+        n:
+        dict(
+            layers={
+                i:
+                dict(
+                    off_grid=e['off_grid'].tolist(),
+                    grid=e['grid'],
+                    stride=e['stride'],
+                    query=e['query'],
+                    stage=e['stage'])
+                for i, e in r['layers'].items()
+            },
+            num_layers=r['num_layers'],
+            box=r['box'])
+        for n, r in parts['attention'].items()
+    }
+    return dict(
+        options=dict(vars(options)),
+        models=[s._asdict() for s in specs],
+        accuracy={n: cells[n]['clean']
+                  for n in names},
+        robustness={
+            n: rb.summarise(cells[n], corruptions, severities, 'mIoU')
+            for n in names
+        },
+        collapse=parts['collapse'],
+        attention=dict(
+            image=parts['query'][0], point=parts['query'][1],
+            models=attention),
+        speed={
+            n: {
+                m: {
+                    k: v[m][k]
+                    for k in ('median_ms', 'iqr_ms', 'peak_mem_mb',
+                              'memory_measure', 'round_ms')
+                }
+                for m in ('infer', 'train')
+            }
+            for n, v in parts['speed'].items()
+        },
+        seconds=round(seconds, 1))
+
+
+def compare_models(specs: Sequence[ModelSpec],
+                   options: ReportOptions,
+                   work_dir: str,
+                   quiet: bool = True) -> Dict:
+    """Measure (or resume) every section and write the report.
+
+    Args:
+        specs (Sequence[ModelSpec]): Two or more models.
+        options (ReportOptions): What to measure.
+        work_dir (str): The report folder (also holds ``cells/``).
+        quiet (bool): Hide the test runners' INFO logs.
+
+    Returns:
+        dict: The data of ``report.json``.
+    """
+    if len(specs) < 2:
+        raise ValueError(f'The report compares two or more models, got '
+                         f'{len(specs)}.')
+    reference_of(specs, options)
+    start = time.time()
+    os.makedirs(work_dir, exist_ok=True)
+    parts: Dict[str, object] = {}
+    parts['robustness'] = sections.accuracy_and_robustness(
+        specs, options, work_dir, quiet)
+    parts['collapse'] = sections.collapse(specs, options, work_dir)
+    image, point, parts['attention'] = sections.attention(
+        specs, options, work_dir)
+    parts['query'] = (image, point)
+    parts['speed'] = sections.speed(specs, options, work_dir)
+    write_figures(parts, options, work_dir)
+    write_markdown(specs, options, parts, work_dir)
+    data = report_data(specs, options, parts, time.time() - start)
+    with open(osp.join(work_dir, 'report.json'), 'w') as f:
+        json.dump(data, f, indent=1)
+    return data
+
+
+def report_files(work_dir: str) -> List[str]:
+    """The report's files, for the tool to print."""
+    names = ('report.md', 'report.json', 'robustness.png', 'collapse.png',
+             'attention.png', 'attention_relevance.png')
+    return [
+        osp.join(work_dir, n) for n in names
+        if osp.exists(osp.join(work_dir, n))
+    ]

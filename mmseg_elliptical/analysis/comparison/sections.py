@@ -1,0 +1,229 @@
+"""The sections of the comparison report, each measured once and kept.
+
+Every section keeps its results in a
+:class:`~..robustness.store.ResultStore` under ``<work_dir>/cells/``
+(``robustness.json`` through the robustness grid; ``collapse.json``,
+``attention.json``, ``speed.json``), written as soon as a model's result
+is in: a rerun of the same command computes only what is missing, and a
+file written under other settings, or for another checkpoint, is refused
+with the file to delete.
+"""
+import os.path as osp
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import cv2
+
+from ...utils.config import ModelSpec, load_config
+from .. import robustness as rb
+from ..attention_maps import from_json, model_attention, to_json
+from ..collapse import measure_collapse
+
+#: The corruptions of ``make report`` and the README (one per family of
+#: ImageNet-C: noise, blur, weather, digital).
+DEFAULT_CORRUPTIONS = ('gaussian_noise', 'defocus_blur', 'snow', 'contrast')
+
+
+@dataclass
+class ReportOptions:
+    """What the comparison report measures.
+
+    Attributes:
+        corruptions (list[str]): Corruptions (names or groups) of the
+            robustness grid.
+        severities (list[int]): Their severities.
+        max_images (int, optional): Evaluate and measure only the first test
+            images.
+        seed (int): Seed of the corruptions and of the speed models' weights.
+        part (str): ``'backbone'`` or ``'decode_head'``: whose layers the
+            collapse and attention sections show.
+        image (str, optional): Image of the attention figure; default: the
+            first test image.
+        point (tuple[int, int], optional): Its query pixel ``(x, y)``;
+            default: the image's centre.
+        layers (list[int], optional): Layers of the attention figure
+            (default: 1, the middle one and the last).
+        heads (list[int], optional): Heads of the attention figure.
+        speed_size (int): Square input size of the speed section.
+        speed_batch (int): Images per step.
+        speed_rounds (int): Interleaved timing rounds.
+        reference (str, optional): The model the speed ratios divide by
+            (default: the last one).
+        cfg_options (dict): Overrides of every config.
+        device (str): Device.
+    """
+    corruptions: List[str] = field(
+        default_factory=lambda: list(DEFAULT_CORRUPTIONS))
+    severities: List[int] = field(default_factory=lambda: [1, 5])
+    max_images: Optional[int] = None
+    seed: int = 0
+    part: str = 'backbone'
+    image: Optional[str] = None
+    point: Optional[Sequence[int]] = None
+    layers: Optional[List[int]] = None
+    heads: Optional[List[int]] = None
+    speed_size: int = 512
+    speed_batch: int = 1
+    speed_rounds: int = 10
+    reference: Optional[str] = None
+    cfg_options: Dict = field(default_factory=dict)
+    device: str = 'cpu'
+
+
+def store_of(work_dir: str, section: str, settings: Dict,
+             specs: Sequence[ModelSpec]) -> rb.ResultStore:
+    """The section's store under ``<work_dir>/cells/``, models declared."""
+    store = rb.ResultStore(
+        osp.join(work_dir, 'cells', f'{section}.json'), settings)
+    for spec in specs:
+        store.add_model(*spec)
+    return store
+
+
+def accuracy_and_robustness(specs: Sequence[ModelSpec],
+                            options: ReportOptions,
+                            work_dir: str,
+                            quiet: bool = True) -> rb.ResultStore:
+    """Clean mIoU (per class too) and the corrupted cells of every model
+    (:func:`~..robustness.grid.run_grid`)."""
+    return rb.run_grid(
+        specs,
+        rb.resolve_corruptions(options.corruptions),
+        sorted(set(options.severities)),
+        osp.join(work_dir, 'cells'),
+        'mIoU',
+        options.seed,
+        options.max_images,
+        options.cfg_options,
+        quiet=quiet,
+        per_class=True)
+
+
+def collapse(specs: Sequence[ModelSpec], options: ReportOptions,
+             work_dir: str) -> Dict[str, Dict]:
+    """Collapse per layer of every model on the test split."""
+    store = store_of(
+        work_dir, 'collapse',
+        dict(
+            part=options.part,
+            max_images=options.max_images,
+            cfg_options=options.cfg_options), specs)
+    for spec in specs:
+        if store.get(spec.name, 'collapse') is None:
+            print(f'collapse: {spec.name}')
+            store.put(
+                spec.name, 'collapse',
+                measure_collapse(spec, 'test', options.part,
+                                 options.max_images, options.cfg_options,
+                                 options.device))
+    return {s.name: store.get(s.name, 'collapse') for s in specs}
+
+
+def first_test_image(spec: ModelSpec, cfg_options: Dict) -> str:
+    """The image file of the first sample of a config's test dataset."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
+    cfg = load_config(spec.config, cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    dataset = DATASETS.build(cfg.test_dataloader.dataset)
+    return dataset.get_data_info(0)['img_path']
+
+
+def attention_query(specs: Sequence[ModelSpec],
+                    options: ReportOptions) -> tuple:
+    """The image and query pixel of the attention figure."""
+    image = options.image or first_test_image(specs[0], options.cfg_options)
+    if not osp.isfile(image):
+        raise ValueError(f'image {image} does not exist.')
+    point = options.point
+    if point is None:
+        h, w = cv2.imread(image).shape[:2]
+        point = (w // 2, h // 2)
+    return image, tuple(int(p) for p in point)
+
+
+def attention(specs: Sequence[ModelSpec], options: ReportOptions,
+              work_dir: str) -> tuple:
+    """The attention maps and ``m`` of every model at one query pixel.
+
+    Returns:
+        tuple: ``image``, ``point`` and ``{name: model_attention(...)}``.
+    """
+    image, point = attention_query(specs, options)
+    store = store_of(
+        work_dir, 'attention',
+        dict(
+            image=osp.abspath(image),
+            point=list(point),
+            layers=options.layers,
+            part=options.part,
+            cfg_options=options.cfg_options), specs)
+    for spec in specs:
+        if store.get(spec.name, 'attention') is None:
+            print(f'attention: {spec.name}')
+            store.put(
+                spec.name, 'attention',
+                to_json(
+                    model_attention(spec, image, point, options.layers,
+                                    options.part, options.cfg_options,
+                                    options.device)))
+    return image, point, {
+        s.name: from_json(store.get(s.name, 'attention'))
+        for s in specs
+    }
+
+
+def speed(specs: Sequence[ModelSpec], options: ReportOptions,
+          work_dir: str) -> Dict[str, Dict]:
+    """Time and peak tensor memory of every segmentor, interleaved.
+
+    The models are the configs' segmentors (``mode='tensor'``, random
+    weights of the seed: time and memory do not depend on them), measured
+    together by :func:`~mmseg_elliptical.benchmark.run_benchmark` at one
+    size, inference and one training step, one thread; when a model is
+    missing all are measured again (their rounds interleave).
+
+    Returns:
+        dict: ``{name: {'infer': row, 'train': row}}`` (benchmark rows:
+        ``median_ms``, ``round_ms``, ``peak_mem_mb``, ...).
+    """
+    from mmengine.utils import ProgressBar
+
+    from ...benchmark import BenchmarkOptions, BenchModel, run_benchmark
+    settings = dict(
+        size=options.speed_size,
+        batch_size=options.speed_batch,
+        rounds=options.speed_rounds,
+        seed=options.seed,
+        device=options.device,
+        cfg_options=options.cfg_options)
+    store = store_of(work_dir, 'speed', settings, specs)
+    if any(store.get(s.name, 'speed') is None for s in specs):
+        bench = BenchmarkOptions(
+            sizes=[options.speed_size],
+            train_sizes=[options.speed_size],
+            batch_size=options.speed_batch,
+            rounds=options.speed_rounds,
+            device=options.device,
+            memory='tensors' if options.device == 'cpu' else 'inline',
+            seed=options.seed)
+        models = [
+            BenchModel(
+                s.name,
+                s.name,
+                'model',
+                s.config,
+                dict(load_config(s.config, options.cfg_options).model),
+                whole_model=True) for s in specs
+        ]
+        print(f'speed: {len(specs)} models at {options.speed_size}')
+        bar = ProgressBar(2 * options.speed_rounds * len(specs))
+        data = run_benchmark(models, bench, on_step=bar.update)
+        print()
+        for spec in specs:
+            rows = {
+                r['mode']: r
+                for r in data['results'] if r['model'] == spec.name
+            }
+            store.put(spec.name, 'speed', dict(rows, meta=data['meta']))
+    return {s.name: store.get(s.name, 'speed') for s in specs}

@@ -1,0 +1,113 @@
+"""The comparison report on two tiny models: each section against an
+independent computation, resumed without recomputing, refused when stale."""
+import json
+import os.path as osp
+
+import numpy as np
+import pytest
+from helpers import hand_collapse, hand_miou, load_tool
+from mmengine.config import Config
+
+import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical import benchmark
+from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.comparison import sections
+
+pytest.importorskip('imagecorruptions')
+
+pytestmark = pytest.mark.usefixtures('single_thread')
+
+
+def forbidden(what):
+
+    def fail(*args, **kwargs):
+        raise AssertionError(f'{what} was measured again')
+
+    return fail
+
+
+def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
+    tool = load_tool('analysis_tools/compare_models.py')
+    work = str(tmp_path / 'report')
+    # The dot-product model's config keeps mmseg's IoUMetric: the report
+    # still gives its per-class IoU.
+    cfg = Config.fromfile(demo_models[2])
+    cfg.test_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
+    cfg.dump(str(tmp_path / 'dot.py'))
+    demo_models = demo_models[:2] + [str(tmp_path / 'dot.py'), demo_models[3]]
+    argv = demo_models + [
+        '--names', 'ell', 'dot', '--corruptions', 'gaussian_noise',
+        '--severities', '3', '--max-images', '2', '--point', '30', '20',
+        '--speed-size', '32', '--speed-rounds', '3', '--work-dir', work
+    ]
+    data = tool.main(argv)
+    names = ['ell', 'dot']
+    for i, name in enumerate(names):
+        paths = demo_models[2 * i:2 * i + 2]
+        acc = data['accuracy'][name]
+        assert acc['mIoU'] == pytest.approx(hand_miou(paths, 2), abs=0.01)
+        assert {'IoU.background', 'IoU.ring'} <= set(acc)
+        summary = data['robustness'][name]
+        assert summary['clean'] == acc['mIoU']
+        assert list(summary['grid']) == ['gaussian_noise']
+        cos, samples, _ = hand_collapse(paths, lambda bb: bb.layers[1],
+                                        slice(1, None), 2)
+        collapse = data['collapse'][name]
+        assert collapse['cosine'][1] == pytest.approx(cos, abs=1e-6)
+        assert collapse['samples'] == samples == 2
+        assert sorted(data['attention']['models'][name]['layers']) == [1, 2]
+        for mode in ('infer', 'train'):
+            row = data['speed'][name][mode]
+            assert len(row['round_ms']) == 3 and row['median_ms'] > 0
+            assert row['peak_mem_mb'] > 0
+    assert data['attention']['point'] == (30, 20)
+    # The speed table: each model over the reference (the last), per round.
+    ratio = np.median(
+        np.divide(data['speed']['ell']['infer']['round_ms'],
+                  data['speed']['dot']['infer']['round_ms']))
+    md = open(osp.join(work, 'report.md')).read()
+    rows = [line for line in md.splitlines() if line.count('|') == 10]
+    assert rows[0].split(' | ')[5] == 'time inference / dot'
+    assert rows[2].startswith('| ell | ')
+    assert rows[2].split(' | ')[5].startswith(f'{ratio:.3f} (')
+    assert rows[3].split(' | ')[5:7] == ['1.000 (1.000-1.000)', '1.000']
+    for section in ('## Accuracy', '## Robustness', '## Representation',
+                    '## Attention', '## Speed'):
+        assert section in md
+    for name in ('report.md', 'report.json', 'robustness.png', 'collapse.png',
+                 'attention.png', 'attention_relevance.png'):
+        assert osp.getsize(osp.join(work, name)) > 0
+    saved = json.loads(open(osp.join(work, 'report.json')).read())
+
+    # A finished report is not measured again.
+    monkeypatch.setattr(rb, 'CellEvaluator', forbidden('a robustness cell'))
+    monkeypatch.setattr(sections, 'measure_collapse', forbidden('collapse'))
+    monkeypatch.setattr(sections, 'model_attention', forbidden('attention'))
+    monkeypatch.setattr(benchmark, 'run_benchmark', forbidden('speed'))
+    again = tool.main(argv)
+    for key in ('accuracy', 'robustness', 'collapse', 'speed'):
+        assert json.loads(json.dumps(again[key])) == saved[key]
+
+    # One model's speed missing: both are measured again, together.
+    store = json.loads(open(osp.join(work, 'cells', 'speed.json')).read())
+    del store['models']['dot']['cells']['speed']
+    with open(osp.join(work, 'cells', 'speed.json'), 'w') as f:
+        json.dump(store, f)
+    measured = []
+
+    def counting(models, options, on_step=None):
+        measured.append([m.name for m in models])
+        return run_benchmark(models, options, on_step)
+
+    run_benchmark = benchmark.runner.run_benchmark
+    monkeypatch.setattr(benchmark, 'run_benchmark', counting)
+    again = tool.main(argv)
+    assert measured == [names]
+    assert again['collapse'] == saved['collapse']
+
+    with pytest.raises(SystemExit, match='settings'):
+        tool.main(argv + ['--speed-size', '64'])
+    with pytest.raises(SystemExit, match="reference 'x' is none"):
+        tool.main(argv + ['--reference', 'x'])
+    with pytest.raises(SystemExit, match='two or more'):
+        tool.main(demo_models[:2] + ['--work-dir', str(tmp_path / 'one')])
