@@ -2,6 +2,7 @@
 mmseg's own config plus the keys that change."""
 import ast
 import glob
+import importlib.util
 import json
 import os.path as osp
 import pytest
@@ -16,6 +17,12 @@ CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))
     if osp.basename(osp.dirname(p)) != '_base_')
 FAMILY = [p for p in CONFIGS if '/demo/' not in p]
+# MaskFormer / Mask2Former need the mmdet extra (without it they fail with the
+# install hint: tests/test_models/test_decode_heads/test_mmdet_extra.py)
+BUILDABLE = [
+    p for p in CONFIGS if importlib.util.find_spec('mmdet') is not None
+    or osp.basename(osp.dirname(p)) not in ('mask2former', 'maskformer')
+]
 MMSEG_NAMES = {
     cls.__name__: src.__name__
     for src, cls in ELLIPTICAL_VERSIONS.items()
@@ -76,9 +83,9 @@ def mmseg_base(path: str) -> str:
 
 
 def test_every_config_builds_through_custom_imports():
-    proc = run_command([sys.executable, '-c', BUILD_ALL, *CONFIGS])
+    proc = run_command([sys.executable, '-c', BUILD_ALL, *BUILDABLE])
     built = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(built) == set(CONFIGS)
+    assert set(built) == set(BUILDABLE)
     for path, (backbone, head) in built.items():
         name = osp.basename(path)
         expected = Config.fromfile(path).model.backbone.type
@@ -110,6 +117,10 @@ def test_configs_are_mmseg_configs_plus_the_attention(path):
     }
     if '_elliptical-mask_' in name:
         expected.add('model.decode_head.type')
+    if theirs.get('custom_imports.allow_failed_imports') is False:
+        # mmseg's Mask2Former Swin-T/S import mmdet.models (mmseg's
+        # Mask2Former head imports it; ours name the extra without it)
+        expected.discard('custom_imports.allow_failed_imports')
     assert changed == expected
     assert MMSEG_NAMES[ours['model.backbone.type']] == \
         theirs['model.backbone.type']
