@@ -62,7 +62,12 @@ class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
         own = list(cls.OWN_ARGS)
         for klass in cls.mmseg_class().__mro__:
             if '__init__' in vars(klass) and klass is not object:
-                own += inspect.signature(klass.__init__).parameters
+                own += [
+                    n for n, p in inspect.signature(
+                        klass.__init__).parameters.items()
+                    if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                  p.KEYWORD_ONLY)
+                ]
         check_kwargs(cls, BaseDecodeHead, kwargs, own)
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
