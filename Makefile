@@ -8,8 +8,9 @@
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
 # other configs and options), make speed (the README's speed table: every
-# backbone family at 512, one benchmark run each, on one thread; about 30
-# min; each run's report in work_dirs/speed/NAME/, the table in
+# backbone family at 512, one benchmark run each, on one thread, and the
+# Mask2Former Swin-T segmentor with mmseg's and the elliptical decoder; about
+# 45 min; each run's report in work_dirs/speed/NAME/, the table in
 # work_dirs/speed/overview.md).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
@@ -76,7 +77,7 @@ speed: setup
 		--names beit-b --rounds 6 --saved-tensors --cfg-options model.backbone.img_size=512 \
 		--out-dir work_dirs/speed/beit-b
 	$(SPEED) $(M2F_T)_8xb2-160k_ade20k-512x512.py $(M2F_T)_elliptical-mask_8xb2-160k_ade20k-512x512.py \
-		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 4 --saved-tensors \
+		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 3 --saved-tensors \
 		--out-dir work_dirs/speed/m2f-swin-t
 	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
 	$(PY) tools/analysis_tools/benchmark.py --out-dir work_dirs/speed --overview \
