@@ -1,12 +1,13 @@
 """Shared fixtures: the demo configs shrunk to test size, demo data in tmp."""
 import os
 import os.path as osp
-import pytest
 import signal
 import subprocess
 import tempfile
-from mmengine.config import Config
 from typing import Dict, Optional, Sequence
+
+import pytest
+from mmengine.config import Config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = osp.join(ROOT, 'configs', 'demo')

@@ -7,6 +7,7 @@ score scale, and ``m`` from ``naive_relevance``. It shares no code with the
 package nor with mmseg's forward.
 """
 import os.path as osp
+
 import pytest
 import torch
 from conftest import (ROOT, build_pair, check_attention_dropout, check_bf16,

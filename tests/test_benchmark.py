@@ -4,8 +4,9 @@ formulation written here, and the command line at tiny sizes."""
 import importlib.util
 import json
 import os.path as osp
-import pytest
 import sys
+
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

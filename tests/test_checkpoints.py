@@ -5,9 +5,11 @@ import json
 import os
 import os.path as osp
 import pickle
-import pytest
 import runpy
 import sys
+from typing import Dict
+
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
@@ -18,7 +20,6 @@ from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
 from mmseg.utils import register_all_modules
 from torch import Tensor
-from typing import Dict
 
 from mmseg_elliptical.converters import convert_deit
 from mmseg_elliptical.engine import load_from_local

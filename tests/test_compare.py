@@ -1,11 +1,12 @@
 """tools/analysis_tools/compare_seeds.py: each seed trained once, resumable,
 mean ± std."""
 import json
-import numpy as np
 import os
 import os.path as osp
-import pytest
 import subprocess
+
+import numpy as np
+import pytest
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
 
 from mmseg_elliptical.analysis import seed_sweep as compare

@@ -5,8 +5,9 @@ import glob
 import importlib.util
 import json
 import os.path as osp
-import pytest
 import sys
+
+import pytest
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, run_command
 from mmengine.config import Config
 

@@ -9,25 +9,26 @@ import faulthandler
 import logging
 import os
 import os.path as osp
-import pytest
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
+from typing import Dict, List, Tuple
+
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
-from datetime import timedelta
 from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import save_checkpoint
 from mmengine.structures import PixelData
 from torch import Tensor
-from typing import Dict, List, Tuple
 
 from mmseg_elliptical.engine.launch import end_process_group
 

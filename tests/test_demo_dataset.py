@@ -1,9 +1,10 @@
 """The generated demo dataset: layout, determinism, loading through mmseg."""
-import cv2
 import json
-import numpy as np
 import os
 import os.path as osp
+
+import cv2
+import numpy as np
 import pytest
 from conftest import TINY_GENERATE
 from mmengine.registry import init_default_scope

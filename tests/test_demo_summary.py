@@ -1,11 +1,12 @@
 """The end of a demo run: per-class IoU metric, summary table and picture."""
-import cv2
 import glob
 import json
-import numpy as np
 import os.path as osp
-import pytest
 import re
+
+import cv2
+import numpy as np
+import pytest
 import torch
 from conftest import DEMO_ELLIPTICAL, tiny_config
 from mmengine.dataset import pseudo_collate

@@ -1,8 +1,9 @@
 """The evidence tools end to end on tiny random checkpoints and demo data."""
 import json
-import numpy as np
 import os
 import os.path as osp
+
+import numpy as np
 import pytest
 import torch
 from conftest import DEMO_DOT, DEMO_ELLIPTICAL, load_tool, tiny_config

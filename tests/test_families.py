@@ -10,6 +10,7 @@ embeddings, MixFFN/FFN, norms, the reduction conv, position encodings).
 import copy
 import glob
 import os.path as osp
+
 import pytest
 import torch
 from conftest import ROOT, check_interchange

@@ -1,15 +1,16 @@
 """Inference API: ``init_model`` + ``inference_model`` in slide mode on odd
 image sizes, and ``MMSegInferencer`` offline with a config path + weights."""
+import os.path as osp
+from typing import Tuple
+
 import cv2
 import numpy as np
-import os.path as osp
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import DEMO_ELLIPTICAL, tiny_config
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import MMSegInferencer, inference_model, init_model
-from typing import Tuple
 
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 

@@ -5,6 +5,8 @@ Every case runs the elliptical backbone alone and the full segmentor
 backward, and checks that features, losses and every gradient are finite.
 """
 import math
+from typing import Dict, List, Tuple
+
 import pytest
 import torch
 from conftest import DEMO_ELLIPTICAL, grads, tiny_config
@@ -13,7 +15,6 @@ from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 from mmseg.utils import register_all_modules
 from torch import Tensor
-from typing import Dict, List, Tuple
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 

@@ -8,6 +8,7 @@ textbook formula, the shift mask from the three regions of each axis, and
 the package (nor with mmseg's ``ShiftWindowMSA`` beyond its parameters).
 """
 import os.path as osp
+
 import pytest
 import torch
 from conftest import (ROOT, build_pair, check_attention_dropout, check_bf16,

@@ -17,9 +17,10 @@ the flips come from per-worker seeds derived from the seed, rank and worker
 id, which the skip replays too.
 """
 import os.path as osp
-import pytest
 import re
 import sys
+
+import pytest
 import torch
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command, tiny_config
 from mmengine.runner import Runner

@@ -6,10 +6,11 @@ what is allowed; a misspelt keyword names the plugin class and the closest
 valid name; bad input at run time names the problem and the fix.
 """
 import json
-import numpy as np
 import os.path as osp
-import pytest
 import sys
+
+import numpy as np
+import pytest
 import torch
 from conftest import DEMO_ELLIPTICAL, ROOT, run_command
 from mmseg.registry import MODELS

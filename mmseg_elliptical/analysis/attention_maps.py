@@ -9,10 +9,11 @@ mmseg's own dot-product models are converted in place to their elliptical
 version in dot-product mode, which computes the same.
 ``tools/analysis_tools/attention_maps.py`` is the command line.
 """
+from typing import Dict, List, Optional, Sequence, Tuple
+
 import cv2
 import numpy as np
 import torch
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..utils.config import ModelSpec, load_config
 from ..utils.report import pyplot, save_figure

@@ -8,10 +8,11 @@ the relevance ``m`` (std over head coordinates, mean over heads and images)
 comes with it: 0 means the metric is a sphere (dot product).
 ``tools/analysis_tools/collapse.py`` is the command line.
 """
+from typing import Dict, List, Optional
+
 import torch
 from mmengine.runner import Runner
 from mmengine.utils import ProgressBar
-from typing import Dict, List, Optional
 
 from ..utils.config import ModelSpec, load_config, split_loader
 from ..utils.report import markdown_table, pyplot, write_report

@@ -1,8 +1,9 @@
 """The transformer layers of a segmentor's backbone or decode head."""
-import torch.nn as nn
 from dataclasses import dataclass
-from mmengine.model import is_model_wrapper
 from typing import List, Optional
+
+import torch.nn as nn
+from mmengine.model import is_model_wrapper
 
 from ..models import EllipticalTransformerMixin, to_elliptical
 

@@ -1,7 +1,8 @@
 """Dataloader configs of the analyses."""
 import copy
-from mmengine.config import ConfigDict
 from typing import Dict, Optional
+
+from mmengine.config import ConfigDict
 
 
 def subset_loader_cfg(loader_cfg: Dict,

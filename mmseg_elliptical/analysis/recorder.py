@@ -5,10 +5,11 @@ every hook and record is removed and every attention is back on its fused
 path, so a model outside the ``with`` block runs exactly as it would without
 this module (no statistics, no global state).
 """
-import torch.nn as nn
 from dataclasses import dataclass, field
-from torch import Tensor
 from typing import Any, List, Optional, Sequence, Tuple
+
+import torch.nn as nn
+from torch import Tensor
 
 from ..models import AttentionRecord, EllipticalAttentionMixin
 

@@ -5,12 +5,13 @@ multiply-add counts as one FLOP, forward only) has no handle for
 ``aten::scaled_dot_product_attention``: it would skip the two N x M matmuls
 of fused attention. :func:`count_flops` adds it, from the traced shapes.
 """
+from typing import Any, Dict, List, Tuple
+
 import numpy as np
 import torch
 import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer, parameter_count
 from mmengine.analysis.jit_handles import get_shape
-from typing import Any, Dict, List, Tuple
 
 from .models import run_forward
 

@@ -14,8 +14,9 @@ One :class:`~mmseg_elliptical.models.EllipticalAttention` (default: ViT-T's,
   probabilities (``fused_attn=False``), under no-grad.
 """
 import contextlib
-import torch
 from typing import Callable, Dict, Optional
+
+import torch
 
 from ..utils.report import markdown_table
 from .timing import make_timer, paired_ratio, run_interleaved, summarise

@@ -20,10 +20,11 @@ import ctypes
 import gc
 import multiprocessing as mp
 import resource
-import torch
-import torch.nn as nn
 from queue import Empty
 from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
 
 MB = 2**20
 

@@ -21,10 +21,11 @@ head's raw outputs. mmdet's MaskFormer and Mask2Former heads need the data
 samples for that, which :class:`TensorForward` makes from the input's shape.
 """
 import copy
-import torch
-import torch.nn as nn
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')

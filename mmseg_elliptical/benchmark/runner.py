@@ -8,11 +8,12 @@ ratios of each config's elliptical model to its baselines
 """
 import os
 import platform
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
 import torch
 import torch.nn as nn
-from dataclasses import asdict, dataclass, field
 from torch.utils.benchmark.utils.common import set_torch_threads
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .flops import count_flops, count_params
 from .memory import peak_rss_in_child, saved_tensors_mb, step_peak_mb

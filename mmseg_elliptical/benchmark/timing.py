@@ -8,13 +8,14 @@ model). Load from other processes then hits all models alike, and the
 ratio of two models is taken per round (:func:`paired_ratio`): a drift of
 the machine's speed between rounds cancels.
 """
-import numpy as np
 import random
 import time
 from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
 from torch.utils.benchmark import Measurement, Timer
 from torch.utils.benchmark.utils.timer import timer as synced_timer
-from typing import Callable, Dict, List, Optional, Sequence
 
 CLOCKS = ('wall', 'process')
 #: Verdicts of a ratio against a target (see :func:`verdict`).

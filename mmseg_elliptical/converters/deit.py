@@ -23,8 +23,9 @@ both ``VisionTransformer`` and ``EllipticalVisionTransformer``.
 import re
 import runpy
 from collections import OrderedDict
-from torch import Tensor
 from typing import Callable, Dict, List, Mapping, Tuple
+
+from torch import Tensor
 
 from ..utils.mmseg_files import mmseg_tool_path
 

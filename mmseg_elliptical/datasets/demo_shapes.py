@@ -12,16 +12,17 @@ use shape. Files are written once, deterministically from a seed, under
     data_root/images/{training,validation}/demo_00000.jpg
     data_root/annotations/{training,validation}/demo_00000.png
 """
-import cv2
 import json
-import numpy as np
 import os
 import os.path as osp
 import shutil
 import tempfile
+from typing import Dict
+
+import cv2
+import numpy as np
 from mmseg.datasets import BaseSegDataset
 from mmseg.registry import DATASETS
-from typing import Dict
 
 CLASSES = ('background', 'disc', 'square', 'triangle', 'ring')
 PALETTE = [[0, 0, 0], [230, 25, 75], [60, 180, 75], [0, 130, 200],

@@ -17,13 +17,14 @@ Set the environment variable ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` before
 the import to keep mmengine's loader, or call
 :func:`unregister_checkpoint_loader` to restore it later.
 """
-import numpy as np
 import os
 import os.path as osp
+from typing import Callable, List, Optional
+
+import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
-from typing import Callable, List, Optional
 
 ENV_SWITCH = 'MMSEG_ELLIPTICAL_CHECKPOINT_LOADER'
 _mmengine_loader: Optional[Callable] = None

@@ -27,9 +27,10 @@ import gc
 import os
 import runpy
 import sys
+from typing import List, Optional, Sequence
+
 import torch
 import torch.distributed as dist
-from typing import List, Optional, Sequence
 
 from ..utils.mmseg_files import mmseg_tool_path
 

@@ -13,12 +13,81 @@ values as an explicit input of the checkpointed function: a recomputation in
 the backward sees the values of its own forward, also when several forwards
 run before one backward (gradient accumulation).
 """
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence
+
 import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
-from typing import List, Optional, Sequence
 
-from .attention.core import ChainCall
+
+@dataclass
+class ChainCall:
+    """One call of an attention inside a value chain.
+
+    Attributes:
+        v_prev (Tensor, optional): The previous layer's values, in the layout
+            the attention compares (``[B, H, N, d]``), or None.
+        keep (bool): Whether the next layer reads this layer's values.
+        owned (bool): ``v_prev`` belongs to the call: it is released once
+            read and, without gradient, overwritten by ``|v - v_prev|``.
+        values (Tensor, optional): This layer's values (detached), set when
+            ``keep``; without gradient a copy, so that the qkv projection
+            they would view is freed.
+    """
+    v_prev: Optional[Tensor] = None
+    keep: bool = False
+    owned: bool = False
+    values: Optional[Tensor] = None
+
+
+class ChainCallMixin:
+    """How an attention receives the previous layer's values for one call
+    and hands its own on (:class:`ChainCall`); mixed into every elliptical
+    attention by :class:`~.attention.core.EllipticalAttentionMixin`."""
+    _chain_call: Optional[ChainCall] = None
+
+    @contextmanager
+    def chained(self,
+                v_prev: Optional[Tensor] = None,
+                keep: bool = False,
+                owned: bool = False) -> Iterator[ChainCall]:
+        """Give the calls inside the previous values; collect this layer's.
+
+        Example::
+
+            with attn.chained(v_prev, keep=True) as call:
+                out = attn(x)          # scores with m from call.v_prev
+            v = call.values            # this layer's values, detached
+
+        Args:
+            v_prev (Tensor, optional): The previous layer's values (None:
+                dot-product scores).
+            keep (bool): Collect this layer's values in ``call.values``.
+            owned (bool): ``v_prev`` may be overwritten (see
+                :class:`ChainCall`). Defaults to False.
+
+        Yields:
+            ChainCall: The call's state.
+        """
+        call = self.begin_call(v_prev, keep, owned)
+        try:
+            yield call
+        finally:
+            self.end_call()
+
+    def begin_call(self,
+                   v_prev: Optional[Tensor] = None,
+                   keep: bool = False,
+                   owned: bool = False) -> ChainCall:
+        """Start a chain call (what :meth:`chained` does on entry)."""
+        self._chain_call = ChainCall(v_prev, keep, owned)
+        return self._chain_call
+
+    def end_call(self) -> None:
+        """End the chain call (what :meth:`chained` does on exit)."""
+        self._chain_call = None
 
 
 class ValueChain:

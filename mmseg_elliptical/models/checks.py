@@ -8,12 +8,13 @@ host synchronisation unless asked to look at the values
 """
 import difflib
 import inspect
-import numpy as np
-import torch
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
-from torch import Tensor
 from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
 
 REDUCTIONS = ('mean', 'median')
 # When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)
@@ -142,13 +143,25 @@ def check_images(inputs: Tensor,
             f'{inputs.shape[1]}.')
     if not looks_at_values(inputs, check_finite):
         return
-    bad = inputs.numel() - int(torch.isfinite(inputs).sum())
+    bad = count_non_finite(inputs)
     if bad:
         raise ValueError(
             f'{owner}: the input contains {bad} NaN or infinite values '
             f'(shape {tuple(inputs.shape)}); check the images and the '
             'data preprocessor (mean/std), or set '
             "backbone.check_finite='never' to skip this check.")
+
+
+def count_non_finite(x: Tensor) -> int:
+    """How many elements of ``x`` are NaN or infinite (reads ``x``).
+
+    The sum is finite unless an element is NaN / inf (or the sum overflows),
+    so one cheap reduction answers, and the elements are counted only when
+    it is not finite.
+    """
+    if bool(x.sum().isfinite()):
+        return 0
+    return x.numel() - int(torch.isfinite(x).sum())
 
 
 def looks_at_values(x: Tensor, check_finite: str) -> bool:

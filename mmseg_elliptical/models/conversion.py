@@ -11,8 +11,9 @@ class does not run) is a :class:`ConversionError` that names it.
 The one verb is :func:`to_elliptical`; :func:`elliptical_version` looks the
 class up without converting anything.
 """
-import torch.nn as nn
 from typing import Callable, Dict, Optional
+
+import torch.nn as nn
 
 ELLIPTICAL_VERSIONS: Dict[type, type] = {}
 

@@ -6,8 +6,9 @@ mmseg's model, then :func:`chain_stages` converts the layers that
 :meth:`EllipticalTransformerMixin.layer_stages` returns and chains their
 values, per stage. A subclass declares only ``layer_stages``.
 """
-import torch.nn as nn
 from typing import List, Optional, Sequence, Tuple, Union
+
+import torch.nn as nn
 
 from .chain import ValueChain
 from .checks import (check_elliptical_layers, check_estimator_args,

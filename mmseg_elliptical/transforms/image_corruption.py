@@ -8,10 +8,11 @@ severity)`` and numpy's global state is restored afterwards, so evaluations
 are repeatable and training randomness is left untouched.
 """
 import hashlib
+from typing import Dict, Optional, Tuple
+
 import numpy as np
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
-from typing import Dict, Optional, Tuple
 
 #: The 15 corruptions of ImageNet-C / Cityscapes-C, in the library's order.
 COMMON_CORRUPTIONS: Tuple[str,

@@ -6,8 +6,9 @@ checkpoint)`` pairs; both go through :func:`model_names`. Every config is
 read with :func:`load_config` (``cfg_options``, ``mmseg::`` paths).
 """
 import os.path as osp
-from mmengine.config import Config
 from typing import List, NamedTuple, Optional, Sequence
+
+from mmengine.config import Config
 
 from .mmseg_files import mmseg_config_path
 
@@ -144,8 +145,9 @@ def split_loader(cfg: Config, split: str) -> dict:
 def parse_cfg_options(options: Sequence[str]) -> dict:
     """``key=value`` strings parsed as mmengine's ``DictAction`` parses
     ``--cfg-options`` (lists, tuples, numbers, booleans)."""
-    from mmengine.config import DictAction
     from types import SimpleNamespace
+
+    from mmengine.config import DictAction
     if not options:
         return {}
     namespace = SimpleNamespace()

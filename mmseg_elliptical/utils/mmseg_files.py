@@ -1,6 +1,7 @@
 """Find and run what mmseg's wheel ships under ``mmseg/.mim``."""
-import mmseg
 import os.path as osp
+
+import mmseg
 
 
 def _mim_file(folder: str, name: str) -> str:

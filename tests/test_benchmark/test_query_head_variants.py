@@ -1,6 +1,7 @@
 """The benchmark's variants of the Mask2Former / MaskFormer configs, whose
 heads need the data samples to run as ``mode='tensor'`` does."""
 import os.path as osp
+
 import pytest
 import torch
 

@@ -20,10 +20,11 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         --names elliptical dot-product --point 28 48 --layers 1 3 5
 """  # noqa: E501
 import argparse
-import cv2
 import os.path as osp
-from mmengine.config import DictAction
 from typing import Dict, Optional, Sequence
+
+import cv2
+from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,

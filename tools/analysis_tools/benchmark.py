@@ -27,10 +27,11 @@ import dataclasses
 import json
 import os.path as osp
 import sys
+from typing import Dict, List, Optional, Sequence, Union
+
 import torch
 from mmengine.config import DictAction
 from mmengine.utils import ProgressBar
-from typing import Dict, List, Optional, Sequence, Union
 
 from mmseg_elliptical.benchmark import (DEFAULT_ROLES, ROLES, BenchmarkOptions,
                                         BenchModel, derive_variants,

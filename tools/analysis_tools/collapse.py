@@ -16,8 +16,9 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 """  # noqa: E501
 import argparse
 import os
-from mmengine.config import DictAction
 from typing import Dict, Optional, Sequence
+
+from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report

@@ -19,8 +19,9 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 """  # noqa: E501
 import argparse
 import os
-from mmengine.config import DictAction
 from typing import Dict, Optional, Sequence
+
+from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb

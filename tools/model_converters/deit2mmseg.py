@@ -15,6 +15,7 @@ type='Pretrained', checkpoint=DST)``) at it.
 import argparse
 import os
 import os.path as osp
+
 import torch
 
 import mmseg_elliptical  # noqa: F401  (weights-only checkpoint loader)

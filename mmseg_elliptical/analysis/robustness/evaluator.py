@@ -2,8 +2,9 @@
 import copy
 import numbers
 import warnings
-from mmengine.config import Config
 from typing import Dict
+
+from mmengine.config import Config
 
 
 class CellEvaluator:

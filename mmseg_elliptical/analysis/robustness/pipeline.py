@@ -4,8 +4,9 @@
 :class:`~mmseg_elliptical.transforms.ImageCorruption` right after the image
 loading transform of whatever dataset it uses (wrappers included).
 """
-from mmengine.config import ConfigDict
 from typing import Dict, List, Optional
+
+from mmengine.config import ConfigDict
 
 from ...transforms.image_corruption import check_corruption
 from ..loaders import subset_loader_cfg

@@ -1,10 +1,12 @@
 """A hook that ends a run with a summary: the IoU table and a picture."""
-import cv2
-import mmcv
-import numpy as np
 import os.path as osp
 import tempfile
 import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import cv2
+import mmcv
+import numpy as np
 import torch
 import torch.nn.functional as F
 from mmengine.dist import master_only
@@ -14,7 +16,6 @@ from mmengine.structures import PixelData
 from mmseg.registry import HOOKS
 from mmseg.structures import SegDataSample
 from prettytable import PrettyTable
-from typing import Dict, List, Optional, Sequence, Tuple
 
 GAP = 4  # white pixels between two scenes of the picture
 

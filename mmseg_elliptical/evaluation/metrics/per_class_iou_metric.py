@@ -1,8 +1,9 @@
 """mmseg's ``IoUMetric`` with the per-class IoU among its results."""
+from typing import Dict
+
 import numpy as np
 from mmseg.evaluation import IoUMetric
 from mmseg.registry import METRICS
-from typing import Dict
 
 
 @METRICS.register_module()

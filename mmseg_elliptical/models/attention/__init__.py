@@ -1,13 +1,15 @@
 from .beit import EllipticalBEiTAttention, EllipticalMAEAttention
-from .core import AttentionRecord, EllipticalAttentionMixin, relevance
+from .core import EllipticalAttentionMixin, relevance, scaling
 from .multihead import (EllipticalAttention,
                         EllipticalEfficientMultiheadAttention,
                         EllipticalGlobalSubsampledAttention)
 from .swin import EllipticalShiftWindowMSA, EllipticalWindowMSA
+from .utils import AttentionRecord, relative_position_bias
 
 __all__ = [
-    'AttentionRecord', 'EllipticalAttentionMixin', 'relevance',
-    'EllipticalAttention', 'EllipticalEfficientMultiheadAttention',
+    'AttentionRecord', 'EllipticalAttentionMixin', 'relevance', 'scaling',
+    'relative_position_bias', 'EllipticalAttention',
+    'EllipticalEfficientMultiheadAttention',
     'EllipticalGlobalSubsampledAttention', 'EllipticalBEiTAttention',
     'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'EllipticalWindowMSA'
 ]

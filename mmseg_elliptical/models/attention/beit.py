@@ -6,15 +6,17 @@ BEiT's relative position bias (cls rows included) added to the scores, its
 ``qk_scale``. The layer scale ``gamma_1`` / ``gamma_2`` lives in the layer,
 whose forward stays mmseg's.
 """
+from typing import Optional
+
 import torch
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 from mmseg.registry import MODELS
 from torch import Tensor
-from typing import Optional
 
 from ..conversion import elliptical_version_of
-from .core import EllipticalAttentionMixin, relative_position_bias
+from .core import EllipticalAttentionMixin
+from .utils import relative_position_bias
 
 
 @MODELS.register_module()

@@ -22,16 +22,17 @@ probabilities (the paper's formulation: attention maps, the benchmark's
 paper reference, the tests' oracle). :func:`scaling` alone decides how ``m``
 meets q or k, :meth:`~EllipticalAttentionMixin.fused_kernel` alone which
 path runs. The previous layer's values reach an attention through
-:meth:`~EllipticalAttentionMixin.chained` (see :mod:`..chain`).
+:meth:`~..chain.ChainCallMixin.chained` (see :mod:`..chain`).
 """
+from typing import Callable, NamedTuple, Optional, Tuple
+
 import torch
 import torch.nn.functional as F
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from torch import Tensor
-from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
+from ..chain import ChainCall, ChainCallMixin
 from ..checks import check_estimator_args
+from .utils import AttentionRecord
 
 # On the CPU, SDPA has no fused kernel for a mask that needs a gradient or
 # for dropout; its math kernel is then slower than the explicit path up to
@@ -133,65 +134,7 @@ def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
     return x.permute(2, 0, 3, 1, 4).unbind(0)
 
 
-def relative_position_bias(table: Tensor, index: Tensor) -> Tensor:
-    """mmseg's relative position bias ``[H, N, N]`` of BEiT and Swin.
-
-    One ``index_select`` on the transposed ``[L, H]`` table gives the
-    ``[H, N, N]`` bias in one tensor (mmseg looks rows up, then permutes
-    them into a second one).
-
-    Args:
-        table (Tensor): ``relative_position_bias_table`` ``[L, H]``.
-        index (Tensor): ``relative_position_index`` ``[N, N]``.
-
-    Returns:
-        Tensor: ``[H, N, N]``.
-    """
-    return table.t().index_select(1, index.view(-1)).view(-1, *index.shape)
-
-
-@dataclass
-class ChainCall:
-    """One call of an attention inside a value chain.
-
-    Attributes:
-        v_prev (Tensor, optional): The previous layer's values, in the layout
-            the attention compares (``[B, H, N, d]``), or None.
-        keep (bool): Whether the next layer reads this layer's values.
-        owned (bool): ``v_prev`` belongs to the call: it is released once
-            read and, without gradient, overwritten by ``|v - v_prev|``.
-        values (Tensor, optional): This layer's values (detached), set when
-            ``keep``; without gradient a copy, so that the qkv projection
-            they would view is freed.
-    """
-    v_prev: Optional[Tensor] = None
-    keep: bool = False
-    owned: bool = False
-    values: Optional[Tensor] = None
-
-
-@dataclass
-class AttentionRecord:
-    """What an attention computed, recorded on demand (see ``analysis``).
-
-    Attributes:
-        probs (list[Tensor]): Probabilities ``[B', H, N, M]`` of each call,
-            before dropout (explicit path only).
-        relevance (list[Tensor]): ``m`` ``[B, H, 1, d]`` of each call that
-            scored elliptically.
-        to_cpu (bool): Move what is recorded to the CPU.
-    """
-    probs: List[Tensor] = field(default_factory=list)
-    relevance: List[Tensor] = field(default_factory=list)
-    to_cpu: bool = False
-
-    def keep(self, what: str, tensor: Tensor) -> None:
-        """Append a detached ``tensor`` to the list ``what``."""
-        tensor = tensor.detach()
-        getattr(self, what).append(tensor.cpu() if self.to_cpu else tensor)
-
-
-class EllipticalAttentionMixin:
+class EllipticalAttentionMixin(ChainCallMixin):
     """What every elliptical attention kind shares.
 
     Mixed in before the mmseg / mmcv attention class, so parameter names,
@@ -243,47 +186,6 @@ class EllipticalAttentionMixin:
                 f'{self.relevance_reduction!r}, relevance_eps='
                 f'{self.relevance_eps}, fused_attn={self.fused_attn}')
         return f'{parent}, {mine}' if parent else mine
-
-    @contextmanager
-    def chained(self,
-                v_prev: Optional[Tensor] = None,
-                keep: bool = False,
-                owned: bool = False) -> Iterator[ChainCall]:
-        """Give the calls inside the previous values; collect this layer's.
-
-        Example::
-
-            with attn.chained(v_prev, keep=True) as call:
-                out = attn(x)          # scores with m from call.v_prev
-            v = call.values            # this layer's values, detached
-
-        Args:
-            v_prev (Tensor, optional): The previous layer's values (None:
-                dot-product scores).
-            keep (bool): Collect this layer's values in ``call.values``.
-            owned (bool): ``v_prev`` may be overwritten (see
-                :class:`ChainCall`). Defaults to False.
-
-        Yields:
-            ChainCall: The call's state.
-        """
-        call = self.begin_call(v_prev, keep, owned)
-        try:
-            yield call
-        finally:
-            self.end_call()
-
-    def begin_call(self,
-                   v_prev: Optional[Tensor] = None,
-                   keep: bool = False,
-                   owned: bool = False) -> ChainCall:
-        """Start a chain call (what :meth:`chained` does on entry)."""
-        self._chain_call = ChainCall(v_prev, keep, owned)
-        return self._chain_call
-
-    def end_call(self) -> None:
-        """End the chain call (what :meth:`chained` does on exit)."""
-        self._chain_call = None
 
     def scores_elliptically(self) -> bool:
         """Whether the current call scores with ``m``."""

@@ -6,6 +6,8 @@ the query self-attention of mmdet's decoders in MaskFormer and Mask2Former)
 or from spatially reduced tokens (MiT's ``EfficientMultiheadAttention``,
 Twins' ``GlobalSubsampledAttention``).
 """
+from typing import Optional, Sequence
+
 import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
@@ -13,7 +15,6 @@ from mmseg.models.backbones.twins import GlobalSubsampledAttention
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from mmseg.registry import MODELS
 from torch import Tensor
-from typing import Optional, Sequence
 
 from ..conversion import ConversionError, elliptical_version_of
 from .core import EllipticalAttentionMixin, split_heads

@@ -19,16 +19,18 @@ windowing is copied, and the elliptical state stays on ``SwinBlock.attn`` as
 for every other kind (the value chain, ``fused_attn`` and the attention
 records of the analysis tools find it there).
 """
-import torch
 from functools import partial
+from typing import Optional, Sequence, Tuple
+
+import torch
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.registry import MODELS
 from torch import Tensor
-from typing import Optional, Sequence, Tuple
 
 from ..conversion import (ConversionError, elliptical_version_of, qualname,
                           to_elliptical)
-from .core import EllipticalAttentionMixin, relative_position_bias
+from .core import EllipticalAttentionMixin
+from .utils import relative_position_bias
 
 
 @elliptical_version_of(WindowMSA)

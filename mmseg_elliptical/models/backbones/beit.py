@@ -1,9 +1,10 @@
 """mmseg's BEiT backbone with elliptical attention."""
+from typing import List, Sequence
+
 import torch.nn as nn
 from mmseg.models.backbones import BEiT
 from mmseg.models.backbones.beit import BEiTTransformerEncoderLayer
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of

@@ -1,9 +1,10 @@
 """SegFormer's Mix Transformer (MiT) with elliptical attention."""
+from typing import List, Sequence
+
 import torch.nn as nn
 from mmseg.models.backbones import MixVisionTransformer
 from mmseg.models.backbones.mit import TransformerEncoderLayer
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of

@@ -1,9 +1,10 @@
 """mmseg's Swin Transformer with elliptical (shifted) window attention."""
+from typing import List, Sequence
+
 import torch.nn as nn
 from mmseg.models.backbones import SwinTransformer
 from mmseg.models.backbones.swin import SwinBlock
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of

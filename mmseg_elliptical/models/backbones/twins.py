@@ -1,9 +1,10 @@
 """Twins-PCPVT with elliptical attention."""
+from typing import List, Sequence
+
 import torch.nn as nn
 from mmseg.models.backbones import PCPVT
 from mmseg.models.backbones.twins import GSAEncoderLayer
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of

@@ -1,10 +1,11 @@
 """mmseg's VisionTransformer with elliptical attention (Segmenter, SETR,
 UPerNet, DPT)."""
+from typing import List, Sequence
+
 import torch.nn as nn
 from mmseg.models.backbones import VisionTransformer
 from mmseg.models.backbones.vit import TransformerEncoderLayer
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..chain import EllipticalLayerMixin
 from ..conversion import elliptical_version_of

@@ -10,10 +10,11 @@ in mmseg's ``MODELS`` registry by placeholders whose construction raises an
 nothing. The plugin's own heads check for mmdet before building
 (:func:`require_mmdet`).
 """
+from typing import Dict
+
 from mmengine.model import BaseModule
 from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
 from mmseg.registry import MODELS
-from typing import Dict
 
 # mmdet 3.3.0 asserts 2.0.0rc4 <= mmcv < 2.2.0, so it installs beside mmcv
 # 2.1.0, mmengine 0.10.7 and mmseg 1.2.2 (setup.py's extra pins it).

@@ -12,11 +12,12 @@ level ``l % 3``: another resolution, another number of tokens, another
 scale), with a mask that changes with the predictions.
 """
 import inspect
+from typing import List, Optional, Sequence
+
 import torch
 import torch.nn as nn
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 from torch import Tensor
-from typing import List, Optional, Sequence
 
 from ..checks import check_kwargs, looks_at_values
 from ..transformer import EllipticalTransformerMixin

@@ -1,12 +1,12 @@
 """mmseg's Segmenter mask-transformer head with elliptical attention."""
-import torch
+from typing import List, Sequence
+
 import torch.nn as nn
 from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 from mmseg.registry import MODELS
-from typing import List, Sequence
 
 from ..backbones.vit import EllipticalViTLayer  # noqa: F401  (registers it)
-from ..checks import looks_at_values
+from ..checks import count_non_finite, looks_at_values
 from ..conversion import elliptical_version_of
 from ..transformer import EllipticalTransformerMixin
 
@@ -46,8 +46,7 @@ class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
                 f'{type(self).__name__}: in_channels={self.in_channels} but '
                 f'the input feature map has shape {tuple(x.shape)}; set '
                 'decode_head.in_channels to the backbone\'s embed_dims.')
-        if looks_at_values(x, self.check_finite) \
-                and not torch.isfinite(x).all():
+        if looks_at_values(x, self.check_finite) and count_non_finite(x):
             raise ValueError(
                 f'{type(self).__name__}: the backbone\'s features contain NaN '
                 'or infinite values; check the backbone and the input '

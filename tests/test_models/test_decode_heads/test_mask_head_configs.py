@@ -9,6 +9,7 @@ import copy
 import glob
 import importlib.util
 import os.path as osp
+
 import pytest
 import torch
 from mmengine.config import Config, ConfigDict

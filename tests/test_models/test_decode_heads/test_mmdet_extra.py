@@ -13,6 +13,7 @@ import os.path as osp
 import subprocess
 import sys
 import tempfile
+
 from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
 from mmseg.registry import MODELS
 

@@ -11,6 +11,7 @@ cross-attention, norms, FFN, prediction heads).
 import copy
 import functools
 import os.path as osp
+
 import pytest
 import torch
 import torch.nn.functional as F
