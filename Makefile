@@ -8,8 +8,9 @@
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
 # other configs and options), make speed (the README's speed table: every
-# backbone family at 512, one benchmark run each, on one thread; about 30
-# min; each run's report in work_dirs/speed/NAME/, the table in
+# backbone family at 512, one benchmark run each, on one thread, and the
+# Mask2Former Swin-T segmentor with mmseg's and the elliptical decoder; about
+# 45 min; each run's report in work_dirs/speed/NAME/, the table in
 # work_dirs/speed/overview.md), make report (both demo checkpoints side by
 # side: accuracy per class, robustness, collapse, attention, speed; trains a
 # missing one first; what is measured already is kept; work_dirs/report/).
@@ -75,7 +76,9 @@ benchmark: setup
 
 SPEED := OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --sizes 512 --memory tensors
 VIT_T := configs/segmenter/segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py
-SPEED_RUNS := vit-t_b1 vit-t_b4 vit-t_b1_compile vit-t_b4_compile mit-b0 pcpvt-s swin-t beit-b
+M2F_T := configs/mask2former/mask2former_elliptical-swin-t
+SPEED_RUNS := vit-t_b1 vit-t_b4 vit-t_b1_compile vit-t_b4_compile mit-b0 pcpvt-s swin-t beit-b \
+	m2f-swin-t
 
 speed: setup
 	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --saved-tensors --out-dir work_dirs/speed/vit-t_b1
@@ -91,6 +94,9 @@ speed: setup
 	$(SPEED) configs/beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py \
 		--names beit-b --rounds 6 --saved-tensors --cfg-options model.backbone.img_size=512 \
 		--out-dir work_dirs/speed/beit-b
+	$(SPEED) $(M2F_T)_8xb2-160k_ade20k-512x512.py $(M2F_T)_elliptical-mask_8xb2-160k_ade20k-512x512.py \
+		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 3 --saved-tensors \
+		--out-dir work_dirs/speed/m2f-swin-t
 	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
 	$(PY) tools/analysis_tools/benchmark.py --out-dir work_dirs/speed --overview \
 		$(addprefix work_dirs/speed/,$(SPEED_RUNS))

@@ -32,6 +32,8 @@ setup(
         'tests': ['pytest>=7', 'pytest-timeout'],
         'robustness': ['imagecorruptions-imaug>=1.1.5'],
         'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
+        # Mask2Former, MaskFormer and KNet (mmdet asserts mmcv < 2.2.0)
+        'mmdet': ['mmdet==3.3.0'],
     },
     zip_safe=False,
 )

@@ -15,6 +15,10 @@ variants are derived from the config alone:
 
 A decode head that is elliptical in the config gets the same treatment. A
 config whose backbone has no elliptical version is measured as it is.
+
+The segmentor (``whole_model``) runs as ``mode='tensor'`` does: the decode
+head's raw outputs. mmdet's MaskFormer and Mask2Former heads need the data
+samples for that, which :class:`TensorForward` makes from the input's shape.
 """
 import copy
 from dataclasses import dataclass
@@ -168,6 +172,37 @@ def derive_variants(family: str,
     ]
 
 
+class TensorForward(nn.Module):
+    """A segmentor whose decode head's ``forward`` needs the data samples
+    (mmdet's MaskFormer and Mask2Former heads), run as ``mode='tensor'``
+    runs the others: the head's raw outputs on the backbone's features.
+
+    Args:
+        segmentor (nn.Module): The segmentor.
+    """
+
+    def __init__(self, segmentor: nn.Module) -> None:
+        super().__init__()
+        self.segmentor = segmentor
+
+    @staticmethod
+    def needed(segmentor: nn.Module) -> bool:
+        """Whether ``segmentor``'s decode head takes the samples."""
+        from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
+        return isinstance(
+            getattr(segmentor, 'decode_head', None),
+            (MaskFormerHead, Mask2FormerHead))
+
+    def forward(self, inputs: torch.Tensor, mode: str = 'tensor'):
+        from mmseg.structures import SegDataSample
+        hw = tuple(inputs.shape[-2:])
+        meta = dict(
+            img_shape=hw, pad_shape=hw, batch_input_shape=hw, ori_shape=hw)
+        samples = [SegDataSample(metainfo=meta) for _ in range(len(inputs))]
+        segmentor = self.segmentor
+        return segmentor.decode_head(segmentor.extract_feat(inputs), samples)
+
+
 def build_model(spec: BenchModel,
                 device: str = 'cpu',
                 seed: int = 0) -> nn.Module:
@@ -196,6 +231,8 @@ def build_model(spec: BenchModel,
         segmentor = models.build(ConfigDict(copy.deepcopy(spec.model_cfg)))
     segmentor = revert_sync_batchnorm(segmentor)
     model = segmentor if spec.whole_model else segmentor.backbone
+    if spec.whole_model and TensorForward.needed(segmentor):
+        model = TensorForward(segmentor)
     if spec.explicit_attention:
         attentions = [
             m for m in model.modules()

@@ -11,7 +11,8 @@ from .backbones import (EllipticalBEiT, EllipticalMAE,
                         EllipticalSwinTransformer, EllipticalVisionTransformer)
 from .chain import EllipticalLayerMixin, ValueChain
 from .conversion import ConversionError, elliptical_version, to_elliptical
-from .decode_heads import EllipticalMaskTransformerHead
+from .decode_heads import (EllipticalMask2FormerHead, EllipticalMaskFormerHead,
+                           EllipticalMaskTransformerHead)
 from .transformer import EllipticalTransformerMixin, chain_stages
 
 __all__ = [
@@ -21,7 +22,9 @@ __all__ = [
     'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'relevance',
     'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
     'EllipticalPCPVT', 'EllipticalSwinTransformer', 'EllipticalBEiT',
-    'EllipticalMAE', 'EllipticalMaskTransformerHead', 'EllipticalLayerMixin',
-    'ValueChain', 'ConversionError', 'elliptical_version', 'to_elliptical',
-    'EllipticalTransformerMixin', 'chain_stages'
+    'EllipticalMAE', 'EllipticalMaskTransformerHead',
+    'EllipticalMask2FormerHead', 'EllipticalMaskFormerHead',
+    'EllipticalLayerMixin', 'ValueChain', 'ConversionError',
+    'elliptical_version', 'to_elliptical', 'EllipticalTransformerMixin',
+    'chain_stages'
 ]

@@ -182,7 +182,7 @@ class EllipticalTransformerMixin:
                  relevance_eps: float = 1e-6,
                  check_finite: Union[str, bool] = 'cpu',
                  **kwargs) -> None:
-        check_kwargs(type(self), self.mmseg_class(), kwargs, self.OWN_ARGS)
+        self.check_arguments(kwargs)
         super().__init__(**kwargs)
         self.init_elliptical(elliptical_layers, relevance_reduction,
                              relevance_eps, check_finite)
@@ -201,6 +201,12 @@ class EllipticalTransformerMixin:
                                               relevance_reduction,
                                               relevance_eps, owner)
         self.in_channels_expected = self.input_channels()
+
+    @classmethod
+    def check_arguments(cls, kwargs: dict) -> None:
+        """Reject keyword arguments for mmseg's class that it does not take
+        (:func:`~.checks.check_kwargs`), before building it."""
+        check_kwargs(cls, cls.mmseg_class(), kwargs, cls.OWN_ARGS)
 
     @classmethod
     def mmseg_class(cls) -> type:

@@ -1,12 +1,14 @@
 """Elliptical versions of mmcv's ``MultiheadAttention`` and its mmseg kin.
 
 One attention kind: packed ``in_proj`` weights of ``nn.MultiheadAttention``,
-queries from the tokens, keys and values from the tokens (ViT, Segmenter head)
+queries from the tokens, keys and values from the tokens (ViT, Segmenter head,
+the query self-attention of mmdet's decoders in MaskFormer and Mask2Former)
 or from spatially reduced tokens (MiT's ``EfficientMultiheadAttention``,
 Twins' ``GlobalSubsampledAttention``).
 """
 from typing import Optional, Sequence
 
+import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
@@ -15,13 +17,17 @@ from mmseg.registry import MODELS
 from torch import Tensor
 
 from ..conversion import ConversionError, elliptical_version_of
-from .core import EllipticalAttentionMixin
+from .core import EllipticalAttentionMixin, split_heads
 
 
 @MODELS.register_module()
 @elliptical_version_of(MultiheadAttention)
 class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
     """mmcv's ``MultiheadAttention`` (self-attention) with elliptical scores.
+
+    Self-attention of mmseg's ViT layers and the Segmenter head, and the
+    query self-attention of mmdet's DETR / Mask2Former decoder layers (with
+    positions added to the queries and keys, not the values, as mmcv does).
 
     Same parameters (``attn.in_proj_weight``, ``attn.in_proj_bias``,
     ``attn.out_proj.*``) and arguments as mmcv's class, plus:
@@ -65,32 +71,68 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
 
     def forward(self,
                 query: Tensor,
+                key: Optional[Tensor] = None,
+                value: Optional[Tensor] = None,
                 identity: Optional[Tensor] = None,
+                query_pos: Optional[Tensor] = None,
+                key_pos: Optional[Tensor] = None,
+                attn_mask: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None,
                 **kwargs) -> Tensor:
-        """Self-attention over ``query`` plus the shortcut.
+        """Self-attention over ``query`` plus the shortcut, with mmcv's
+        arguments as mmseg's ViT and mmdet's DETR / Mask2Former decoder
+        layers pass them.
 
         Args:
             query (Tensor): Normalised tokens ``[B, N, C]``.
+            key, value (Tensor, optional): None or ``query`` itself (the
+                call of mmdet's decoder layers): self-attention only.
             identity (Tensor, optional): Shortcut added to the output;
                 defaults to ``query``.
+            query_pos (Tensor, optional): Positions added to the queries'
+                input, not to the values' (as mmcv does).
+            key_pos (Tensor, optional): Positions added to the keys' input;
+                defaults to ``query_pos``.
+            attn_mask, key_padding_mask: Must be None (mmdet's decoders pass
+                None to the query self-attention).
 
         Returns:
             Tensor: ``[B, N, C]``.
         """
-        unsupported = sorted(k for k, v in kwargs.items() if v is not None)
+        unsupported = sorted(k for k, v in dict(
+            kwargs, attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask).items() if v is not None)
+        unsupported += [
+            name for name, t in (('key', key), ('value', value))
+            if t is not None and t is not query
+        ]
         if unsupported:
             raise TypeError(
                 f'{type(self).__name__} is self-attention only (as in '
-                f'mmseg\'s ViT); got {unsupported}.')
-        return self.attend_tokens(query, query, identity)
+                'mmseg\'s ViT and the query self-attention of mmdet\'s '
+                f'decoders, without masks); got {unsupported}.')
+        if identity is None:
+            identity = query
+        if key_pos is None:  # mmcv's default
+            key_pos = query_pos
+        x_q = query if query_pos is None else query + query_pos
+        return self.attend_tokens(x_q, query if key_pos is not None else x_q,
+                                  identity, key_pos)
 
-    def attend_tokens(self, x_q: Tensor, x_kv: Tensor,
-                      identity: Optional[Tensor]) -> Tensor:
-        """Queries from ``x_q`` attend to keys and values from ``x_kv``."""
+    def attend_tokens(self,
+                      x_q: Tensor,
+                      x_kv: Tensor,
+                      identity: Optional[Tensor],
+                      key_pos: Optional[Tensor] = None) -> Tensor:
+        """Queries from ``x_q`` attend to keys and values from ``x_kv``;
+        ``key_pos`` (optional) is added to the keys' input only."""
         B, N, C = x_q.shape
         mha = self.attn
         q, k, v, m = self.project(x_q, x_kv, mha.in_proj_weight,
                                   mha.in_proj_bias)
+        if key_pos is not None:  # (x + p) W_k + b = (x W_k + b) + p W_k
+            w_k = mha.in_proj_weight[C:2 * C]
+            k = k + split_heads(F.linear(key_pos, w_k), 1, self.num_heads)[0]
         out = self.attend(q, k, v, m, dropout_p=mha.dropout)
         out = mha.out_proj(out.transpose(1, 2).reshape(B, N, C))
         if identity is None:

@@ -1,0 +1,10 @@
+# mmseg's Mask2Former Swin-B (ImageNet-22k, 384x384) at 640x640 on ADE20K with
+# elliptical window attention in every Swin block but the first of each stage,
+# and elliptical query self-attention in every decoder layer but the first (the
+# masked cross-attention stays dot-product). mmseg's checkpoints load
+# unchanged. Needs mmdet: pip install -e '.[mmdet]' (docs/models.md).
+_base_ = [
+    './mask2former_elliptical-swin-b-in22k-384x384-pre_8xb2-160k_'
+    'ade20k-640x640.py'
+]
+model = dict(decode_head=dict(type='EllipticalMask2FormerHead'))

@@ -1,0 +1,37 @@
+"""mmdet's transformer decoder layers in a value chain (needs mmdet).
+
+Each layer's query self-attention (``self_attn``, mmcv's
+``MultiheadAttention``) is the chained attention; its cross-attention to the
+pixel features (``cross_attn``) is left as mmdet built it.
+"""
+from mmdet.models.layers.transformer import DetrTransformerDecoderLayer
+from mmdet.models.layers.transformer import \
+    Mask2FormerTransformerDecoderLayer as Mask2FormerDecoderLayer
+from torch import Tensor
+
+from ..attention import EllipticalAttention  # noqa: F401  (registers it)
+from ..chain import EllipticalLayerMixin
+from ..conversion import elliptical_version_of
+
+
+class EllipticalDecoderLayerMixin(EllipticalLayerMixin):
+    """An mmdet decoder layer whose query self-attention is chained."""
+    ATTENTION = 'self_attn'
+
+    def forward(self, query: Tensor, *args, **kwargs) -> Tensor:
+        # mmdet's heads pass the queries by keyword.
+        return super().forward(query, *args, **kwargs)
+
+
+@elliptical_version_of(Mask2FormerDecoderLayer)
+class EllipticalMask2FormerDecoderLayer(EllipticalDecoderLayerMixin,
+                                        Mask2FormerDecoderLayer):
+    """Mask2Former's decoder layer (masked cross-attention, query
+    self-attention, FFN) in a chain."""
+
+
+@elliptical_version_of(DetrTransformerDecoderLayer)
+class EllipticalDetrDecoderLayer(EllipticalDecoderLayerMixin,
+                                 DetrTransformerDecoderLayer):
+    """DETR's decoder layer (query self-attention, cross-attention, FFN;
+    MaskFormer's) in a chain."""

@@ -1,0 +1,115 @@
+"""What the elliptical MaskFormer and Mask2Former heads share.
+
+Both heads run a transformer decoder over a fixed set of queries ``[B, Q,
+C]`` (batch first), and every decoder layer's query self-attention attends
+over the same queries, so "the previous layer's values" is defined there:
+decoder layer l >= 1 scores its query self-attention with ``m`` estimated
+per image and head from its values and those of decoder layer l - 1 over
+the Q queries. The cross-attention from the queries to the pixel features
+stays dot-product: its keys and values are other tokens than the queries,
+and in Mask2Former they change from layer to layer (layer l reads feature
+level ``l % 3``: another resolution, another number of tokens, another
+scale), with a mask that changes with the predictions.
+"""
+import inspect
+from typing import List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+from mmseg.models.decode_heads.decode_head import BaseDecodeHead
+from torch import Tensor
+
+from ..checks import check_kwargs, looks_at_values
+from ..transformer import EllipticalTransformerMixin
+from .mmdet_extra import MMDET_AVAILABLE, require_mmdet
+
+if MMDET_AVAILABLE:
+    from . import mmdet_layers  # noqa: F401  (registers the decoder layers)
+
+
+class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
+    """The elliptical version of an mmseg head built on mmdet's (MaskFormer,
+    Mask2Former): its transformer decoder layers are the chain.
+
+    Args:
+        elliptical_layers (Sequence[int], optional): Decoder layers whose
+            query self-attention scores elliptically. Defaults to None: every
+            decoder layer but the first. ``[]``: mmseg's head.
+        relevance_reduction (str): ``'mean'`` or ``'median'`` over queries.
+        relevance_eps (float): Guard of the max-normalisation of ``m``.
+        check_finite (str or bool): Reject non-finite features (see
+            :class:`~..transformer.EllipticalTransformerMixin`).
+        **kwargs: Arguments of the mmseg head.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        channels = kwargs.get('in_channels')
+        super().__init__(**kwargs)
+        self.feature_channels: Optional[List[int]] = None if channels is None \
+            else [int(c) for c in channels]
+
+    @classmethod
+    def check_arguments(cls, kwargs: dict) -> None:
+        """Raise the install hint without mmdet, and reject keywords no class
+        of the head takes.
+
+        mmdet's heads take any keyword and drop the ones they do not know
+        (mmseg's configs pass them ``BaseDecodeHead``'s ``in_index``, for
+        one), so a misspelt argument would vanish silently: a keyword is
+        accepted when an ``__init__`` of the head's classes or of mmseg's
+        ``BaseDecodeHead`` names it.
+        """
+        require_mmdet(cls.__name__)
+        own = list(cls.OWN_ARGS)
+        for klass in cls.mmseg_class().__mro__:
+            if '__init__' in vars(klass) and klass is not object:
+                own += [
+                    n for n, p in inspect.signature(
+                        klass.__init__).parameters.items()
+                    if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                  p.KEYWORD_ONLY)
+                ]
+        check_kwargs(cls, BaseDecodeHead, kwargs, own)
+
+    def layer_stages(self) -> List[Sequence[nn.Module]]:
+        return [self.transformer_decoder.layers]
+
+    def input_channels(self) -> Optional[int]:
+        return None  # features of several levels: see check_inputs
+
+    def check_inputs(self, inputs) -> None:
+        """Reject features that are not one ``[B, C_i, H_i, W_i]`` map per
+        level of ``in_channels`` (when the head was built from its
+        arguments), and (as ``check_finite`` says) non-finite features."""
+        owner = type(self).__name__
+        if not isinstance(inputs, (list, tuple)) or not all(
+                isinstance(x, Tensor) and x.dim() == 4
+                and x.is_floating_point() for x in inputs):
+            raise ValueError(
+                f'{owner} expects the backbone\'s feature maps, a list of '
+                f'float tensors [B, C, H, W], got {_describe(inputs)}.')
+        channels = [x.shape[1] for x in inputs]
+        expected = getattr(self, 'feature_channels', None)
+        if expected is not None and channels != expected:
+            raise ValueError(
+                f'{owner}: in_channels={expected} but the feature maps have '
+                f'{channels} channels; set decode_head.in_channels to the '
+                'backbone\'s output channels.')
+        bad = [
+            i for i, x in enumerate(inputs)
+            if looks_at_values(x, self.check_finite)
+            and not torch.isfinite(x).all()
+        ]
+        if bad:
+            raise ValueError(
+                f'{owner}: the backbone\'s feature maps {bad} contain NaN or '
+                'infinite values; check the backbone and the input (e.g. fp16 '
+                "overflow), or set decode_head.check_finite='never'.")
+
+
+def _describe(inputs) -> str:
+    if isinstance(inputs, (list, tuple)):
+        return '[' + ', '.join(_describe(x) for x in inputs) + ']'
+    if isinstance(inputs, Tensor):
+        return f'{inputs.dtype} tensor of shape {tuple(inputs.shape)}'
+    return type(inputs).__name__
