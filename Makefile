@@ -7,7 +7,7 @@
 # seeds: mean and standard deviation of mIoU, and a plot of mIoU over
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
-# other configs and options), make speed (the README's speed table: every
+# other configs and options), make speed (docs/benchmark.md's speed table: every
 # backbone family at 512, one benchmark run each, on one thread, and the
 # Mask2Former Swin-T segmentor with mmseg's and the elliptical decoder; about
 # 45 min; each run's report in work_dirs/speed/NAME/, the table in

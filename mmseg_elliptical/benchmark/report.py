@@ -20,7 +20,7 @@ def summary_tables(report: Dict) -> str:
         report (dict): As :func:`~.runner.run_benchmark` returns it.
 
     Returns:
-        str: Markdown (the tables of the README).
+        str: Markdown (the tables of docs/benchmark.md).
     """
     out = []
     families = list(dict.fromkeys(r['family'] for r in report['ratios']))
@@ -50,7 +50,8 @@ def overview_table(reports: Sequence[Dict]) -> str:
 
     A row per (run, config, size, baseline) with the time ratios (median and
     interquartile range of the per-round ratios) and the peak memory ratios
-    of the inference and the training step (the README's speed table).
+    of the inference and the training step (docs/benchmark.md's speed
+    table).
 
     Args:
         reports (Sequence[dict]): As :func:`~.runner.run_benchmark` returns
