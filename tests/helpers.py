@@ -5,6 +5,8 @@ Independent re-computations of the method live in :mod:`oracles`; fixtures
 in ``conftest.py``. ``pytest.ini`` puts this folder on ``sys.path``, so any
 test imports ``helpers`` whatever its depth.
 """
+import copy
+import glob
 import importlib.util
 import os
 import os.path as osp
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 from mmseg.models.backbones import VisionTransformer
 from oracles import pairwise_cosine
 from torch import Tensor
@@ -40,6 +42,9 @@ DEMO_ELLIPTICAL = osp.join(
     DEMO, 'segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
 DEMO_DOT = osp.join(DEMO,
                     'segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py')
+# The MaskFormer / Mask2Former configs' heads subclass mmdet's (the extra).
+HAS_MMDET = importlib.util.find_spec('mmdet') is not None
+MMDET_CONFIG_DIRS = ('mask2former', 'maskformer')
 TINY_GENERATE = dict(num_train=8, num_val=4, img_size=64, seed=0)
 # A 4-layer ViT on 32 x 32 images (4 x 4 patches of 8), 3 heads of 8.
 VIT_ARCH = dict(
@@ -179,6 +184,14 @@ def tiny_config(path: str, demo_root: str, work_dir: str,
     return cfg
 
 
+def config_paths(*dirs: str) -> List[str]:
+    """The shipped configs of ``configs/<dir>/`` for each of ``dirs``,
+    sorted."""
+    return sorted(
+        p for d in dirs
+        for p in glob.glob(osp.join(ROOT, 'configs', d, '*.py')))
+
+
 def sync_bn_to_bn(cfg):
     """SyncBN -> BN everywhere in a (nested) config, in place; returns it."""
     if isinstance(cfg, dict):
@@ -223,28 +236,41 @@ def mmseg_base(path: str) -> str:
 def seg_samples(n: int,
                 h: int,
                 w: int,
-                num_classes: int,
-                generator: Optional[torch.Generator] = None) -> List:
-    """``n`` ``SegDataSample`` s with random ground truth of ``h x w``.
+                num_classes: Optional[int],
+                generator: Optional[torch.Generator] = None,
+                heights: Optional[Sequence[int]] = None) -> List:
+    """``n`` ``SegDataSample`` s of a padded ``h x w`` batch, with random
+    ground truth of ``h x w``.
 
     Args:
         n (int): Number of samples.
-        h, w (int): Label map size (also the image, padded and original
-            shapes of the meta information).
-        num_classes (int): Labels are drawn from ``0 .. num_classes - 1``.
+        h, w (int): Label map size, also the padded and batch input shapes
+            of the meta information (``pad_shape``, ``batch_input_shape``).
+        num_classes (int, optional): Labels are drawn from
+            ``0 .. num_classes - 1``; None: no ground truth.
         generator (torch.Generator, optional): Defaults to one seeded 1.
+        heights (Sequence[int], optional): Each image's height in the
+            batch (the rows below it are padding): its ``img_shape`` and
+            ``ori_shape`` are ``(heights[i], w)``. Defaults to ``h``.
     """
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
     if generator is None:
         generator = torch.Generator().manual_seed(1)
     samples = []
-    for _ in range(n):
+    for i in range(n):
         sample = SegDataSample()
-        sample.gt_sem_seg = PixelData(
-            data=torch.randint(0, num_classes, (1, h, w), generator=generator))
+        if num_classes is not None:
+            sample.gt_sem_seg = PixelData(
+                data=torch.randint(
+                    0, num_classes, (1, h, w), generator=generator))
+        shape = (h if heights is None else heights[i], w)
         sample.set_metainfo(
-            dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
+            dict(
+                img_shape=shape,
+                ori_shape=shape,
+                pad_shape=(h, w),
+                batch_input_shape=(h, w)))
         samples.append(sample)
     return samples
 
@@ -253,6 +279,65 @@ def total_loss(model: torch.nn.Module, x: Tensor, samples: List) -> Tensor:
     """Sum of a segmentor's training losses (``mode='loss'``)."""
     losses = model(x, samples, mode='loss')
     return sum(v for k, v in losses.items() if 'loss' in k)
+
+
+def build_module(cfg: dict, seed: int = 0) -> torch.nn.Module:
+    """``MODELS.build`` of a copy of ``cfg`` in mmseg's scope from ``seed``,
+    initialised (``init_weights``)."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    torch.manual_seed(seed)
+    module = MODELS.build(copy.deepcopy(cfg))
+    module.init_weights()
+    return module
+
+
+def tiny_query_head(head: ConfigDict,
+                    in_channels: Sequence[int],
+                    num_queries: int,
+                    num_points: int,
+                    channels: int = 16,
+                    heads: int = 2) -> ConfigDict:
+    """Shrink a MaskFormer / Mask2Former head config in place: ``channels``
+    wide with ``heads`` heads and feed-forwards twice as wide in the decoder
+    (and in Mask2Former's deformable pixel decoder, one layer of 2 points),
+    GN(4) in the pixel decoder.
+
+    Args:
+        head (ConfigDict): The ``decode_head`` of a config.
+        in_channels (Sequence[int]): The backbone's stage widths.
+        num_queries (int): Queries of the decoder.
+        num_points (int): Mask2Former's points of the mask loss.
+        channels (int): Width of the decoder and pixel decoder.
+        heads (int): Heads of their attentions.
+
+    Returns:
+        ConfigDict: ``head``.
+    """
+    C = channels
+    head.update(
+        in_channels=in_channels,
+        feat_channels=C,
+        out_channels=C,
+        num_queries=num_queries)
+    pixel_decoder = head.pixel_decoder
+    pixel_decoder.norm_cfg = dict(type='GN', num_groups=4)
+    encoder = pixel_decoder.get('encoder')
+    if encoder:  # Mask2Former's deformable pixel decoder
+        encoder.num_layers = 1
+        encoder.layer_cfg.self_attn_cfg.update(
+            embed_dims=C, num_heads=heads, num_points=2)
+        encoder.layer_cfg.ffn_cfg.update(
+            embed_dims=C, feedforward_channels=2 * C)
+        pixel_decoder.positional_encoding.num_feats = C // 2
+        head.train_cfg.num_points = num_points
+    head.positional_encoding.num_feats = C // 2
+    layer = head.transformer_decoder.layer_cfg
+    for attn in ('self_attn_cfg', 'cross_attn_cfg'):
+        layer[attn].update(embed_dims=C, num_heads=heads)
+    layer.ffn_cfg.update(embed_dims=C, feedforward_channels=2 * C)
+    return head
 
 
 def build_segmentor(path: str = DEMO_ELLIPTICAL,
@@ -513,6 +598,24 @@ def check_interchange(ref, ours) -> None:
     ref.load_state_dict(ours.state_dict(), strict=True)
     for (k, a), b in zip(ref.state_dict().items(), ours.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def check_loss_trains_every_parameter(model: nn.Module,
+                                      losses: Dict[str, Tensor]) -> None:
+    """The sum of the ``loss`` entries of ``losses`` (``model``'s training
+    losses) is finite, and its backward gives every trainable parameter of
+    ``model`` a gradient, all finite."""
+    total = sum(v for k, v in losses.items() if 'loss' in k)
+    assert torch.isfinite(total)
+    total.backward()
+    missing = [
+        n for n, p in model.named_parameters()
+        if p.requires_grad and p.grad is None
+    ]
+    assert not missing, missing
+    assert all(
+        torch.isfinite(p.grad).all() for p in model.parameters()
+        if p.grad is not None)
 
 
 def check_finite_forward_backward(model,

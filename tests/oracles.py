@@ -18,14 +18,32 @@ from torch import Tensor
 # --------------------------------------------------------------- the method
 
 
-def naive_relevance(v: Tensor, v_prev: Tensor, reduction='mean') -> Tensor:
-    """m per (image, head) written with explicit loops over heads."""
+def naive_relevance(v: Tensor,
+                    v_prev: Tensor,
+                    reduction='mean',
+                    eps: Optional[float] = None) -> Tensor:
+    """m per (image, head) written with explicit loops over heads.
+
+    Args:
+        v, v_prev (Tensor): Values of this layer and the previous one
+            ``[B, H, N, d]``.
+        reduction (str): ``'mean'`` or ``'median'`` over the tokens.
+        eps (float, optional): The guard: an (image, head) whose largest
+            ``m_d`` is at most ``eps`` gets all ones. None: no guard (``m``
+            divided by its maximum whatever it is).
+
+    Returns:
+        Tensor: ``[B, H, 1, d]``.
+    """
     out = torch.empty(v.shape[0], v.shape[1], 1, v.shape[-1])
     for b in range(v.shape[0]):
         for h in range(v.shape[1]):
             diff = (v[b, h] - v_prev[b, h]).abs()  # [N, d]
             m = diff.mean(0) if reduction == 'mean' else diff.median(0).values
-            out[b, h, 0] = m / m.max()
+            if eps is not None and m.max() <= eps:
+                out[b, h, 0] = torch.ones_like(m)
+            else:
+                out[b, h, 0] = m / m.max()
     return out
 
 
@@ -70,7 +88,9 @@ def naive_attention(attn,
                     v_prev: Optional[Tensor] = None,
                     reduction: str = 'mean',
                     identity: Optional[Tensor] = None,
-                    hw: Optional[Sequence[int]] = None):
+                    hw: Optional[Sequence[int]] = None,
+                    pos: Optional[Tensor] = None,
+                    eps: Optional[float] = None):
     """``identity + out_proj(softmax((q diag(m)) k^T / sqrt(d)) v)``.
 
     Args:
@@ -81,6 +101,11 @@ def naive_attention(attn,
         reduction (str): Of ``m``.
         identity (Tensor, optional): The shortcut; defaults to ``x``.
         hw (tuple, optional): The token grid (spatial reduction only).
+        pos (Tensor, optional): Positions ``[B, N, C]`` added to the
+            inputs of the queries and keys, not of the values (mmcv's
+            ``query_pos`` = ``key_pos``, as mmdet's decoder layers pass
+            them to their self-attention; no spatial reduction).
+        eps (float, optional): The guard of :func:`naive_relevance`.
 
     Returns:
         tuple: The output and the values ``[B, H, M, d]``.
@@ -93,8 +118,9 @@ def naive_attention(attn,
     x_kv = x
     if getattr(attn, 'sr_ratio', 1) > 1:
         x_kv = attn.norm(nchw_to_nlc(attn.sr(nlc_to_nchw(x, hw))))
-    q = x @ w[:C].T + bias[:C]
-    k = x_kv @ w[C:2 * C].T + bias[C:2 * C]
+    q_in, k_in = (x, x_kv) if pos is None else (x + pos, x_kv + pos)
+    q = q_in @ w[:C].T + bias[:C]
+    k = k_in @ w[C:2 * C].T + bias[C:2 * C]
     v = x_kv @ w[2 * C:].T + bias[2 * C:]
 
     def heads(t):
@@ -102,7 +128,7 @@ def naive_attention(attn,
 
     q, k, v = heads(q), heads(k), heads(v)
     if v_prev is not None:
-        m = naive_relevance(v.detach(), v_prev, reduction)
+        m = naive_relevance(v.detach(), v_prev, reduction, eps)
         q = q @ torch.diag_embed(m[:, :, 0])
     scores = q @ k.transpose(-2, -1) / (C // H)**0.5
     out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(x.shape)
@@ -334,6 +360,120 @@ def naive_beit_forward(model, x):
             outs.append(tokens[:, 1:].reshape(x.shape[0], *hw,
                                               -1).permute(0, 3, 1, 2))
     return outs
+
+
+# ------------------------------------- MaskFormer / Mask2Former decoders
+#
+# mmdet's decoder loops rewritten around :func:`naive_attention` with the
+# query positions (``q @ diag(m)``, ``m`` from the values of the previous
+# decoder layer over the queries, threaded by hand and detached: the
+# package computes ``m`` without gradient). The heads' modules are used only
+# for what elliptical attention does not change (pixel decoder,
+# cross-attention, norms, FFN, prediction heads).
+
+
+def naive_mask2former(head,
+                      feats: Sequence[Tensor],
+                      reduction: str = 'mean',
+                      eps: float = 1e-6) -> tuple:
+    """mmdet's ``Mask2FormerHead.forward`` with the naive self-attention.
+
+    Returns:
+        tuple: The class scores and the mask predictions of every decoder
+        stage (lists, the prediction before the first layer included).
+    """
+    B, levels = feats[0].shape[0], head.num_transformer_feat_level
+    mask_features, memories = head.pixel_decoder(feats)
+    inputs, pes = [], []
+    for i in range(levels):
+        x = head.decoder_input_projs[i](memories[i]).flatten(2)
+        inputs.append(x.permute(0, 2, 1) + head.level_embed.weight[i])
+        mask = x.new_zeros((B, ) + memories[i].shape[-2:], dtype=torch.bool)
+        pe = head.decoder_positional_encoding(mask)
+        pes.append(pe.flatten(2).permute(0, 2, 1))
+    query = head.query_feat.weight.expand(B, -1, -1)
+    pos = head.query_embed.weight.expand(B, -1, -1)
+    cls, masks, attn_mask = head._forward_head(query, mask_features,
+                                               memories[0].shape[-2:])
+    outs, v_prev = [(cls, masks)], None
+    for i, layer in enumerate(head.transformer_decoder.layers):
+        level = i % levels
+        attn_mask = attn_mask & (attn_mask.sum(-1)
+                                 != attn_mask.shape[-1]).unsqueeze(-1)
+        query = layer.norms[0](
+            layer.cross_attn(
+                query=query,
+                key=inputs[level],
+                value=inputs[level],
+                query_pos=pos,
+                key_pos=pes[level],
+                attn_mask=attn_mask))
+        elliptical = i in head.elliptical_layers
+        query, v = naive_attention(
+            layer.self_attn,
+            query,
+            v_prev if elliptical else None,
+            reduction,
+            pos=pos,
+            eps=eps)
+        v_prev = v.detach()
+        query = layer.norms[2](layer.ffn(layer.norms[1](query)))
+        cls, masks, attn_mask = head._forward_head(
+            query, mask_features, memories[(i + 1) % levels].shape[-2:])
+        outs.append((cls, masks))
+    return [o[0] for o in outs], [o[1] for o in outs]
+
+
+def naive_maskformer(head,
+                     feats: Sequence[Tensor],
+                     data_samples: Sequence,
+                     reduction: str = 'mean',
+                     eps: float = 1e-6) -> tuple:
+    """mmdet's ``MaskFormerHead.forward`` with the naive self-attention
+    (the padding mask from the samples' ``img_shape`` in their
+    ``batch_input_shape``).
+
+    Returns:
+        tuple: The class scores ``[L, B, Q, K + 1]`` and mask predictions
+        ``[L, B, Q, h, w]`` of the ``L`` decoder layers.
+    """
+    metas = [s.metainfo for s in data_samples]
+    B = feats[0].shape[0]
+    padding = feats[-1].new_ones((B, ) + metas[0]['batch_input_shape'])
+    for i, meta in enumerate(metas):
+        padding[i, :meta['img_shape'][0], :meta['img_shape'][1]] = 0
+    padding = F.interpolate(
+        padding[:, None], size=feats[-1].shape[-2:], mode='nearest')
+    padding = padding.bool()[:, 0]
+    mask_features, memory = head.pixel_decoder(feats, metas)
+    key_pos = head.decoder_pe(padding).flatten(2).permute(0, 2, 1)
+    memory = head.decoder_input_proj(memory).flatten(2).permute(0, 2, 1)
+    pos = head.query_embed.weight.expand(B, -1, -1)
+    query, v_prev, outs = torch.zeros_like(pos), None, []
+    for i, layer in enumerate(head.transformer_decoder.layers):
+        elliptical = i in head.elliptical_layers
+        query, v = naive_attention(
+            layer.self_attn,
+            query,
+            v_prev if elliptical else None,
+            reduction,
+            pos=pos,
+            eps=eps)
+        v_prev = v.detach()
+        query = layer.norms[1](
+            layer.cross_attn(
+                query=layer.norms[0](query),
+                key=memory,
+                value=memory,
+                query_pos=pos,
+                key_pos=key_pos,
+                key_padding_mask=padding.flatten(1)))
+        query = layer.norms[2](layer.ffn(query))
+        outs.append(head.transformer_decoder.post_norm(query))
+    out = torch.stack(outs)
+    masks = torch.einsum('lbqc,bchw->lbqhw', head.mask_embed(out),
+                         mask_features)
+    return head.cls_embed(out), masks
 
 
 # ------------------------------------------------- beyond the attention

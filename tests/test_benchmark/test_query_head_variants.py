@@ -4,6 +4,7 @@ import os.path as osp
 
 import pytest
 import torch
+from helpers import ROOT
 
 from mmseg_elliptical.benchmark.models import (TensorForward, build_model,
                                                derive_variants, make_step,
@@ -13,7 +14,6 @@ from mmseg_elliptical.utils.config import load_config
 pytest.importorskip('mmdet')
 pytestmark = pytest.mark.usefixtures('single_thread')
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = {
     'mask2former':
     'configs/mask2former/mask2former_elliptical-swin-t_'

@@ -2,13 +2,14 @@
 and the elliptical model trains (a loss step through the whole
 segmentor)."""
 import copy
-import glob
 import os.path as osp
 
 import pytest
 import torch
-from helpers import (ROOT, check_interchange, mmseg_base, mmseg_names,
-                     seg_samples, sync_bn_to_bn, tiny_train_step)
+from helpers import (ROOT, check_interchange,
+                     check_loss_trains_every_parameter, config_paths,
+                     mmseg_base, mmseg_names, seg_samples, sync_bn_to_bn,
+                     tiny_train_step)
 from mmengine.config import Config, ConfigDict
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope, init_default_scope
@@ -21,9 +22,7 @@ from mmseg_elliptical.utils import mmseg_config_path
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 FAMILY_DIRS = ('setr', 'vit', 'dpt', 'segformer', 'twins')
-CONFIGS = sorted(
-    p for d in FAMILY_DIRS
-    for p in glob.glob(osp.join(ROOT, 'configs', d, '*.py')))
+CONFIGS = config_paths(*FAMILY_DIRS)
 SIZE = 64
 MMSEG_NAMES = mmseg_names()
 
@@ -121,18 +120,8 @@ def test_family_config(path):
         assert not torch.allclose(
             model(x, mode='tensor'), dot(x, mode='tensor'), atol=1e-5)
     model.train()
-    losses = model.loss(x, seg_samples(2, SIZE, SIZE, 150))
-    loss = sum(v for k, v in losses.items() if 'loss' in k)
-    assert torch.isfinite(loss)
-    loss.backward()
-    missing = [
-        n for n, p in model.named_parameters()
-        if p.requires_grad and p.grad is None
-    ]
-    assert not missing, missing
-    assert all(
-        torch.isfinite(p.grad).all() for p in model.parameters()
-        if p.grad is not None)
+    check_loss_trains_every_parameter(
+        model, model.loss(x, seg_samples(2, SIZE, SIZE, 150)))
 
 
 SWIN_CONFIGS = [

@@ -2,14 +2,13 @@
 mmseg's own config plus the keys that change; without the plugin the
 error names what is missing."""
 import glob
-import importlib.util
 import json
 import os.path as osp
 import sys
 
 import pytest
-from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, ROOT, mmseg_base, mmseg_names,
-                     run_command)
+from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, MMDET_CONFIG_DIRS,
+                     ROOT, mmseg_base, mmseg_names, run_command)
 from mmengine.config import Config
 
 from mmseg_elliptical.utils import mmseg_config_path
@@ -21,8 +20,8 @@ FAMILY = [p for p in CONFIGS if '/demo/' not in p]
 # MaskFormer / Mask2Former need the mmdet extra (without it they fail with the
 # install hint: tests/test_models/test_decode_heads/test_mmdet_extra.py)
 BUILDABLE = [
-    p for p in CONFIGS if importlib.util.find_spec('mmdet') is not None
-    or osp.basename(osp.dirname(p)) not in ('mask2former', 'maskformer')
+    p for p in CONFIGS
+    if HAS_MMDET or osp.basename(osp.dirname(p)) not in MMDET_CONFIG_DIRS
 ]
 MMSEG_NAMES = mmseg_names()
 

@@ -6,26 +6,19 @@ mmdet's absence is simulated in a fresh interpreter (``sys.modules['mmdet'] =
 None`` makes every import of it fail), so these tests run with the extra
 installed too.
 """
-import glob
 import json
-import os
 import os.path as osp
-import subprocess
 import sys
-import tempfile
 
+from helpers import MMDET_CONFIG_DIRS, config_paths, run_command
 from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
 from mmseg.registry import MODELS
 
 from mmseg_elliptical.models.decode_heads import (MMDET_AVAILABLE,
                                                   register_mmdet_placeholders)
 
-ROOT = osp.dirname(
-    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-MMDET_CONFIGS = sorted(
-    glob.glob(osp.join(ROOT, 'configs', 'mask2former', '*.py')) +
-    glob.glob(osp.join(ROOT, 'configs', 'maskformer', '*.py')))
-KNET = sorted(glob.glob(osp.join(ROOT, 'configs', 'knet', '*.py')))
+MMDET_CONFIGS = config_paths(*MMDET_CONFIG_DIRS)
+KNET = config_paths('knet')
 
 WITHOUT_MMDET = r'''
 import json, sys
@@ -73,18 +66,12 @@ def test_without_mmdet_configs_fail_with_the_install_hint(tmp_path):
     mmseg_only.write_text(
         "_base_ = ['mmseg::maskformer/maskformer_swin-t_upernet_8xb2-160k_"
         "ade20k-512x512.py']\n")
-    with tempfile.TemporaryFile('w+') as out:
-        subprocess.run([
-            sys.executable, '-c', WITHOUT_MMDET,
-            str(mmseg_only), *MMDET_CONFIGS, *KNET
-        ],
-                       cwd=ROOT,
-                       env=dict(os.environ, OMP_NUM_THREADS='1'),
-                       stdout=out,
-                       check=True,
+    proc = run_command([
+        sys.executable, '-c', WITHOUT_MMDET,
+        str(mmseg_only), *MMDET_CONFIGS, *KNET
+    ],
                        timeout=600)
-        out.seek(0)
-        result = json.loads(out.read().strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
     # mmseg alone: its silent fallback to BaseModule
     assert "unexpected keyword argument 'in_channels'" in result['trap']
     assert len(MMDET_CONFIGS) == 14

@@ -1,12 +1,11 @@
 """EllipticalMask2FormerHead and EllipticalMaskFormerHead against oracles.
 
-``naive_self_attention`` writes mmcv's ``MultiheadAttention`` out as mmdet's
+The oracles (:func:`oracles.naive_mask2former`,
+:func:`oracles.naive_maskformer`) rewrite mmdet's decoder loops around
+:func:`oracles.naive_attention`: mmcv's ``MultiheadAttention`` as mmdet's
 decoder layers call it (positions added to the queries' and keys' inputs,
 not the values'), with ``q @ diag(m)`` and ``m`` from the values of the
-previous decoder layer over the queries, threaded by hand. The oracles of
-the two heads rewrite mmdet's decoder loops around it and use the head's
-modules only for what elliptical attention does not change (pixel decoder,
-cross-attention, norms, FFN, prediction heads).
+previous decoder layer over the queries, threaded by hand.
 """
 import copy
 import functools
@@ -14,13 +13,12 @@ import os.path as osp
 
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import (ROOT, as_list, build_module, check_interchange,
+                     check_loss_trains_every_parameter, grads, outputs_loss,
+                     seg_samples, tiny_query_head)
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
-from mmengine.structures import PixelData
-from mmseg.registry import MODELS
-from mmseg.structures import SegDataSample
+from oracles import naive_mask2former, naive_maskformer
 
 from mmseg_elliptical.models import (EllipticalAttention,
                                      EllipticalMask2FormerHead,
@@ -29,8 +27,6 @@ from mmseg_elliptical.models import (EllipticalAttention,
 pytest.importorskip('mmdet')
 pytestmark = pytest.mark.usefixtures('single_thread')
 
-ROOT = osp.dirname(
-    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 C, HEADS, QUERIES, LAYERS, CLASSES = 16, 2, 6, 4, 5
 IN_CHANNELS = [8, 16, 32, 64]
 IMAGE = 64  # features at 1/4 .. 1/32
@@ -49,31 +45,19 @@ def shipped_head(kind: str) -> dict:
 
 def head_config(kind: str, **changes) -> dict:
     """The shipped config's head at a tiny size, without dropout."""
-    head = copy.deepcopy(shipped_head(kind))
-    head.update(
-        in_channels=IN_CHANNELS,
-        feat_channels=C,
-        out_channels=C,
+    head = tiny_query_head(
+        copy.deepcopy(shipped_head(kind)),
+        IN_CHANNELS,
         num_queries=QUERIES,
-        num_classes=CLASSES)
-    pd = head.pixel_decoder
-    pd.norm_cfg = dict(type='GN', num_groups=4)
-    if 'encoder' in pd:  # Mask2Former's deformable pixel decoder
-        pd.encoder.num_layers = 1
-        pd.encoder.layer_cfg.self_attn_cfg.update(
-            embed_dims=C, num_heads=HEADS, num_points=2)
-        pd.encoder.layer_cfg.ffn_cfg.update(
-            embed_dims=C, feedforward_channels=32)
-        pd.positional_encoding.num_feats = C // 2
-        head.train_cfg.num_points = 64
-    head.positional_encoding.num_feats = C // 2
+        num_points=64,
+        channels=C,
+        heads=HEADS)
+    head.num_classes = CLASSES
     dec = head.transformer_decoder
     dec.num_layers = LAYERS
     for attn in ('self_attn_cfg', 'cross_attn_cfg'):
-        dec.layer_cfg[attn].update(
-            embed_dims=C, num_heads=HEADS, attn_drop=0., proj_drop=0.)
-    dec.layer_cfg.ffn_cfg.update(
-        embed_dims=C, feedforward_channels=32, ffn_drop=0.)
+        dec.layer_cfg[attn].update(attn_drop=0., proj_drop=0.)
+    dec.layer_cfg.ffn_cfg.ffn_drop = 0.
     head.loss_cls.class_weight = [1.0] * CLASSES + [0.1]
     head.type = CONFIGS[kind][1].__name__
     head.update(changes)
@@ -81,10 +65,7 @@ def head_config(kind: str, **changes) -> dict:
 
 
 def build(cfg: dict, seed: int = 0) -> torch.nn.Module:
-    init_default_scope('mmseg')
-    torch.manual_seed(seed)
-    head = MODELS.build(copy.deepcopy(cfg))
-    head.init_weights()
+    head = build_module(cfg, seed)
     with torch.no_grad():  # queries and biases that matter
         for name, p in head.named_parameters():
             if 'query' in name or name.endswith('in_proj_bias'):
@@ -109,130 +90,15 @@ def features(batch: int = 2, seed: int = 1):
     ]
 
 
-def samples(batch: int = 2, labels: bool = False):
-    out = []
-    for i in range(batch):
-        # the second image padded: MaskFormer's padding mask is not empty
-        h = IMAGE if i == 0 else IMAGE - 20
-        s = SegDataSample(
-            metainfo=dict(
-                img_shape=(h, IMAGE),
-                pad_shape=(IMAGE, IMAGE),
-                batch_input_shape=(IMAGE, IMAGE),
-                ori_shape=(h, IMAGE)))
-        if labels:
-            s.gt_sem_seg = PixelData(
-                data=torch.randint(
-                    0,
-                    CLASSES, (1, IMAGE, IMAGE),
-                    generator=torch.Generator().manual_seed(i)))
-        out.append(s)
-    return out
-
-
-def naive_relevance(v, v_prev, reduction='mean', eps=1e-6):
-    """``m`` ``[B, H, d]`` over the queries, written out."""
-    diff = (v - v_prev).abs()
-    m = diff.mean(2) if reduction == 'mean' else diff.median(2).values
-    top = m.max(-1, keepdim=True).values
-    return torch.where(top > eps, m / top, torch.ones_like(m))
-
-
-def naive_self_attention(attn, x, pos, v_prev=None, reduction='mean'):
-    """mmcv's ``MultiheadAttention(query=x, key=x, value=x, query_pos=pos,
-    key_pos=pos)`` (eval, identity ``x``) written out; elliptical when
-    ``v_prev`` is given. Returns the output and the values (detached)."""
-    B, N, _ = x.shape
-    d = C // HEADS
-    w, b = attn.attn.in_proj_weight, attn.attn.in_proj_bias
-
-    def heads(t):
-        return t.reshape(B, N, HEADS, d).transpose(1, 2)
-
-    q = heads((x + pos) @ w[:C].T + b[:C])
-    k = heads((x + pos) @ w[C:2 * C].T + b[C:2 * C])
-    v = heads(x @ w[2 * C:].T + b[2 * C:])
-    if v_prev is not None:
-        m = naive_relevance(v.detach(), v_prev, reduction)
-        q = q * m[:, :, None, :]
-    probs = torch.softmax(q @ k.transpose(-2, -1) / d**0.5, dim=-1)
-    out = (probs @ v).transpose(1, 2).reshape(B, N, C)
-    return x + attn.attn.out_proj(out), v.detach()
-
-
-def naive_mask2former(head, feats, reduction='mean'):
-    """mmdet's ``Mask2FormerHead.forward`` with the naive self-attention."""
-    B, levels = feats[0].shape[0], head.num_transformer_feat_level
-    mask_features, memories = head.pixel_decoder(feats)
-    inputs, pes = [], []
-    for i in range(levels):
-        x = head.decoder_input_projs[i](memories[i]).flatten(2)
-        inputs.append(x.permute(0, 2, 1) + head.level_embed.weight[i])
-        mask = x.new_zeros((B, ) + memories[i].shape[-2:], dtype=torch.bool)
-        pe = head.decoder_positional_encoding(mask)
-        pes.append(pe.flatten(2).permute(0, 2, 1))
-    query = head.query_feat.weight.expand(B, -1, -1)
-    pos = head.query_embed.weight.expand(B, -1, -1)
-    cls, masks, attn_mask = head._forward_head(query, mask_features,
-                                               memories[0].shape[-2:])
-    outs, v_prev = [(cls, masks)], None
-    for i, layer in enumerate(head.transformer_decoder.layers):
-        level = i % levels
-        attn_mask = attn_mask & (attn_mask.sum(-1)
-                                 != attn_mask.shape[-1]).unsqueeze(-1)
-        query = layer.norms[0](
-            layer.cross_attn(
-                query=query,
-                key=inputs[level],
-                value=inputs[level],
-                query_pos=pos,
-                key_pos=pes[level],
-                attn_mask=attn_mask))
-        elliptical = i in head.elliptical_layers
-        query, v_prev = naive_self_attention(layer.self_attn, query, pos,
-                                             v_prev if elliptical else None,
-                                             reduction)
-        query = layer.norms[2](layer.ffn(layer.norms[1](query)))
-        cls, masks, attn_mask = head._forward_head(
-            query, mask_features, memories[(i + 1) % levels].shape[-2:])
-        outs.append((cls, masks))
-    return [o[0] for o in outs], [o[1] for o in outs]
-
-
-def naive_maskformer(head, feats, data_samples, reduction='mean'):
-    """mmdet's ``MaskFormerHead.forward`` with the naive self-attention."""
-    metas = [s.metainfo for s in data_samples]
-    B = feats[0].shape[0]
-    padding = feats[-1].new_ones((B, ) + metas[0]['batch_input_shape'])
-    for i, meta in enumerate(metas):
-        padding[i, :meta['img_shape'][0], :meta['img_shape'][1]] = 0
-    padding = F.interpolate(
-        padding[:, None], size=feats[-1].shape[-2:], mode='nearest').bool()[:,
-                                                                            0]
-    mask_features, memory = head.pixel_decoder(feats, metas)
-    key_pos = head.decoder_pe(padding).flatten(2).permute(0, 2, 1)
-    memory = head.decoder_input_proj(memory).flatten(2).permute(0, 2, 1)
-    pos = head.query_embed.weight.expand(B, -1, -1)
-    query, v_prev, outs = torch.zeros_like(pos), None, []
-    for i, layer in enumerate(head.transformer_decoder.layers):
-        elliptical = i in head.elliptical_layers
-        query, v_prev = naive_self_attention(layer.self_attn, query, pos,
-                                             v_prev if elliptical else None,
-                                             reduction)
-        query = layer.norms[1](
-            layer.cross_attn(
-                query=layer.norms[0](query),
-                key=memory,
-                value=memory,
-                query_pos=pos,
-                key_pos=key_pos,
-                key_padding_mask=padding.flatten(1)))
-        query = layer.norms[2](layer.ffn(query))
-        outs.append(head.transformer_decoder.post_norm(query))
-    out = torch.stack(outs)
-    masks = torch.einsum('lbqc,bchw->lbqhw', head.mask_embed(out),
-                         mask_features)
-    return head.cls_embed(out), masks
+def samples(labels: bool = False):
+    """Two samples, the second image padded (MaskFormer's padding mask is
+    not empty); ground truth with ``labels``."""
+    return seg_samples(
+        2,
+        IMAGE,
+        IMAGE,
+        CLASSES if labels else None,
+        heights=(IMAGE, IMAGE - 20))
 
 
 def naive(kind, head, feats, data_samples, reduction='mean'):
@@ -241,15 +107,8 @@ def naive(kind, head, feats, data_samples, reduction='mean'):
     return naive_maskformer(head, feats, data_samples, reduction)
 
 
-def flat(outputs):
-    """Every tensor of a head's (nested) output, in order."""
-    if isinstance(outputs, torch.Tensor):
-        return [outputs]
-    return [t for o in outputs for t in flat(o)]
-
-
 def assert_outputs_close(got, ref, atol=1e-5, rtol=1e-4):
-    got, ref = flat(got), flat(ref)
+    got, ref = as_list(got), as_list(ref)
     assert len(got) == len(ref) > 0
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
@@ -285,18 +144,11 @@ def test_gradients_match_oracle(kind):
     whose ``m`` is a constant (computed from detached values)."""
     head = build(head_config(kind)).train()
     feats, data = features(), samples()
-
-    def loss(outputs):
-        return sum(t.square().mean() for t in flat(outputs))
-
-    loss(head(feats, data)).backward()
-    got = {
-        n: p.grad.clone()
-        for n, p in head.named_parameters() if p.grad is not None
-    }
+    outputs_loss(head(feats, data)).backward()
+    got = grads(head)
     head.zero_grad()
-    loss(naive(kind, head, feats, data)).backward()
-    ref = {n: p.grad for n, p in head.named_parameters() if p.grad is not None}
+    outputs_loss(naive(kind, head, feats, data)).backward()
+    ref = grads(head)
     assert got.keys() == ref.keys()
     assert any('self_attn' in n for n in got)
     for name in ref:
@@ -325,11 +177,7 @@ def test_dot_product_mode_is_mmseg_head(kind):
 def test_checkpoints_load_both_ways_strictly(kind):
     ref, ours = build(mmseg_config(head_config(kind))), build(
         head_config(kind), seed=1)
-    assert list(ref.state_dict()) == list(ours.state_dict())
-    ours.load_state_dict(ref.state_dict(), strict=True)
-    ref.load_state_dict(ours.state_dict(), strict=True)
-    for (k, a), b in zip(ref.state_dict().items(), ours.state_dict().values()):
-        assert torch.equal(a, b), k
+    check_interchange(ref, ours)
 
 
 @pytest.mark.parametrize('kind', KINDS)
@@ -400,17 +248,7 @@ def test_bad_inputs(kind):
 def test_loss_trains_every_parameter(kind):
     head = build(head_config(kind)).train()
     losses = head.loss(features(), samples(labels=True), None)
-    total = sum(v for k, v in losses.items() if 'loss' in k)
-    assert torch.isfinite(total)
-    total.backward()
-    missing = [
-        n for n, p in head.named_parameters()
-        if p.requires_grad and p.grad is None
-    ]
-    assert not missing, missing
-    assert all(
-        torch.isfinite(p.grad).all() for p in head.parameters()
-        if p.grad is not None)
+    check_loss_trains_every_parameter(head, losses)
 
 
 # --- the attention as mmdet's decoder layers call it -----------------------
