@@ -225,8 +225,9 @@ def test_registry_error_without_the_plugin() -> None:
     assert ('EllipticalVisionTransformer is not in the mmseg::model registry'
             in msg)
     # The wording that docs/troubleshooting.md quotes.
-    with open(osp.join(ROOT, 'docs', 'troubleshooting.md'),
-              encoding='utf-8') as doc:
+    with open(
+            osp.join(ROOT, 'docs', 'troubleshooting.md'),
+            encoding='utf-8') as doc:
         text = doc.read()
     assert 'is not in the mmseg::model registry' in text
     assert 'Failed to import custom modules' in text
