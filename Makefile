@@ -10,7 +10,9 @@
 # other configs and options), make speed (the README's speed table: every
 # backbone family at 512, one benchmark run each, on one thread; about 30
 # min; each run's report in work_dirs/speed/NAME/, the table in
-# work_dirs/speed/overview.md).
+# work_dirs/speed/overview.md), make export (make demo's checkpoint, trained
+# first if missing, exported to ONNX, verified against PyTorch and tested with
+# onnxruntime: its mIoU must equal PyTorch's within 0.01).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
@@ -27,7 +29,7 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare lint test benchmark speed
+.PHONY: setup demo demo-dot compare export lint test benchmark speed
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -41,6 +43,18 @@ demo-dot: setup
 compare: setup
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \
 		--names elliptical dot-product --seeds $(SEEDS) --work-dir work_dirs/compare
+
+DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
+DEMO_ONNX := work_dirs/demo_elliptical/demo_elliptical.onnx
+
+$(DEMO_CKPT):
+	$(MAKE) demo
+
+export: setup $(DEMO_CKPT)
+	$(DEMO_ENV) $(PY) tools/deployment/pytorch2onnx.py $(DEMO_CONFIG) --checkpoint $(DEMO_CKPT) \
+		--output-file $(DEMO_ONNX) --shape 64 64 --dynamic-export --verify
+	$(DEMO_ENV) $(PY) tools/deployment/onnx_test.py $(DEMO_CONFIG) $(DEMO_ONNX) \
+		--checkpoint $(DEMO_CKPT) --work-dir work_dirs/demo_elliptical/onnx_test
 
 LINT_PATHS := mmseg_elliptical tools tests configs setup.py
 
