@@ -15,6 +15,8 @@ Example::
     python tools/analysis_tools/benchmark.py
     python tools/analysis_tools/benchmark.py \\
         mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
+    # onnxruntime next to PyTorch eager (the elliptical model, inference)
+    python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
     # one attention layer
     python tools/analysis_tools/benchmark.py --layer
     # one table of several runs
