@@ -26,13 +26,15 @@ an export :func:`export_friendly` gives it :class:`ExportAdaptivePadding`'s
 integer arithmetic (the same paddings), restored afterwards; it also gives
 ``nn.AdaptiveAvgPool2d`` bins that follow the input size
 (:class:`ExportAdaptiveAvgPool2d`), which torch's exporter fixes at the
-traced size.
+traced size, and mmseg's ``Upsample`` an output size that stays symbolic
+(:class:`ExportUpsample`).
 """
 import torch
 import torch.nn as nn
 from contextlib import contextmanager
 from mmseg.models.backbones import VisionTransformer
 from mmseg.models.backbones.swin import ShiftWindowMSA
+from mmseg.models.utils import Upsample, resize
 from mmseg.models.utils.embed import AdaptivePadding
 from torch import Tensor
 from typing import Callable, Iterator, List, Sequence, Tuple
@@ -95,17 +97,46 @@ class ExportAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
         ], 3)
 
 
+class ExportUpsample(Upsample):
+    """mmseg's ``Upsample`` whose output size follows the input size in an
+    exported graph.
+
+    mmseg computes the size as ``int(size * scale_factor)``: ``int`` of a
+    symbolic float makes ``torch.export`` write the traced value into the
+    graph, without an error or a guard that onnxruntime checks (seen: SETR's
+    MLA head, a relative error of 0.1 at any other size). The same sizes,
+    ``size * int(scale_factor)`` for an integral factor (SETR's, FPN's) and
+    ``torch.sym_int`` (also a truncation) otherwise.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        factor = self.scale_factor
+        if self.size or not isinstance(factor, float):
+            return super().forward(x)
+        size = [scaled(s, factor) for s in x.shape[-2:]]
+        return resize(x, size, None, self.mode, self.align_corners)
+
+
+def scaled(size, factor: float):
+    """``int(size * factor)`` that stays symbolic for a symbolic ``size``."""
+    if factor.is_integer():
+        return size * int(factor)
+    return torch.sym_int(size * factor)
+
+
 #: mmseg / torch class -> the export version :func:`export_friendly` gives.
 EXPORT_VERSIONS = {
     AdaptivePadding: ExportAdaptivePadding,
     nn.AdaptiveAvgPool2d: ExportAdaptiveAvgPool2d,
+    Upsample: ExportUpsample,
 }
 
 
 @contextmanager
 def export_friendly(model: nn.Module) -> Iterator[None]:
-    """Give ``model``'s ``AdaptivePadding`` and ``AdaptiveAvgPool2d``
-    modules their :data:`EXPORT_VERSIONS`' forward for the duration."""
+    """Give ``model``'s ``AdaptivePadding``, ``AdaptiveAvgPool2d`` and
+    ``Upsample`` modules their :data:`EXPORT_VERSIONS`' forward for the
+    duration."""
     swapped = [m for m in model.modules() if type(m) in EXPORT_VERSIONS]
     for module in swapped:
         module.__class__ = EXPORT_VERSIONS[type(module)]
