@@ -183,18 +183,20 @@ def relative_error(segmentor, sess, b: int, h: int, w: int) -> float:
     return float((out - ref).abs().max() / ref.abs().max())
 
 
-def randomise(segmentor) -> None:
-    """Weights far from the initialisation, so every path matters."""
+def build(cfg: ConfigDict):
+    """The segmentor with seeded weights far from the initialisation, so
+    that every path matters."""
     torch.manual_seed(0)
+    segmentor = build_segmentor(cfg)
     with torch.no_grad():
         for p in segmentor.parameters():
             p.add_(torch.randn_like(p) * 0.1)
+    return segmentor
 
 
 @pytest.mark.parametrize('family', sorted(FAMILIES))
 def test_dynamic_export_follows_batch_height_and_width(family, tmp_path):
-    segmentor = build_segmentor(FAMILIES[family]())
-    randomise(segmentor)
+    segmentor = build(FAMILIES[family]())
     path = str(tmp_path / f'{family}.onnx')
     result = export_onnx(segmentor, path, SHAPE, dynamic=True)
     assert result.dynamic_axes == {0: 'batch', 2: 'height', 3: 'width'}
@@ -207,8 +209,7 @@ def test_dynamic_export_follows_batch_height_and_width(family, tmp_path):
 
 @pytest.mark.parametrize('family', sorted(FIXED_SIZE))
 def test_beit_and_mae_export_at_img_size_with_dynamic_batch(family, tmp_path):
-    segmentor = build_segmentor(FIXED_SIZE[family]())
-    randomise(segmentor)
+    segmentor = build(FIXED_SIZE[family]())
     with pytest.raises(
             ValueError,
             match=r'img_size=\(64, 64\).*not 48x112.*--shape 64 64'):

@@ -78,11 +78,14 @@ def exported(tmp_path_factory):
     root = str(tmp / 'demo_shapes')
     generate_demo_shapes(root, **GENERATE)
     opts = options(root)
-    segmentor = build_segmentor(load_config(DEMO, opts, True))
+    # Seeded before the build (the initial weights too), so that the model
+    # does not depend on the tests run before; weights far enough from the
+    # initialisation that 3-4 classes get an IoU above 0, whole and slide.
     torch.manual_seed(0)
-    with torch.no_grad():  # weights that draw every class somewhere
+    segmentor = build_segmentor(load_config(DEMO, opts, True))
+    with torch.no_grad():
         for p in segmentor.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
+            p.add_(torch.randn_like(p) * 0.3)
     checkpoint = str(tmp / 'random.pth')
     torch.save(dict(state_dict=segmentor.state_dict(), meta={}), checkpoint)
     graph = str(tmp / 'demo.onnx')
@@ -106,7 +109,8 @@ def test_export_tool_writes_a_verified_dynamic_graph(exported):
 
 def batches(cfg, segmentor, n: int = 2):
     """The first ``n`` test batches through ``segmentor``'s preprocessor."""
-    loader = Runner.build_dataloader(cfg.test_dataloader)
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        loader = Runner.build_dataloader(cfg.test_dataloader)
     out = []
     for i, data in enumerate(loader):
         if i == n:
@@ -168,5 +172,6 @@ def test_onnx_test_tool_gives_the_pytorch_test_metrics(exported, slide,
     assert sum(k.startswith('IoU.') for k in onnx) == 5
     for key in onnx:
         assert abs(onnx[key] - pytorch[key]) <= 0.01, key
-    # The random model predicts more than one class (the metrics move).
-    assert sum(onnx[k] > 0 for k in onnx if k.startswith('IoU.')) >= 2
+    # The random model predicts several classes right somewhere (the
+    # metrics move with the predictions).
+    assert sum(onnx[k] > 0 for k in onnx if k.startswith('IoU.')) >= 3
