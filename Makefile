@@ -13,7 +13,10 @@
 # 45 min; each run's report in work_dirs/speed/NAME/, the table in
 # work_dirs/speed/overview.md), make report (both demo checkpoints side by
 # side: accuracy per class, robustness, collapse, attention, speed; trains a
-# missing one first; what is measured already is kept; work_dirs/report/).
+# missing one first; what is measured already is kept; work_dirs/report/),
+# make export (make demo's checkpoint, trained first if missing, exported to
+# ONNX, verified against PyTorch and tested with onnxruntime: its mIoU must
+# equal PyTorch's within 0.01).
 # Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
 # wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
@@ -30,7 +33,7 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare lint test benchmark speed report
+.PHONY: setup demo demo-dot compare export lint test benchmark speed report
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -47,6 +50,7 @@ compare: setup
 
 DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
 DEMO_DOT_CKPT := work_dirs/demo_dot/iter_3000.pth
+DEMO_ONNX := work_dirs/demo_elliptical/demo_elliptical.onnx
 REPORT_ARGS ?= --image data/demo_shapes/images/validation/demo_00002.jpg \
 	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20
 
@@ -60,6 +64,12 @@ $(DEMO_CKPT):
 
 $(DEMO_DOT_CKPT):
 	$(MAKE) demo-dot
+
+export: setup $(DEMO_CKPT)
+	$(DEMO_ENV) $(PY) tools/deployment/pytorch2onnx.py $(DEMO_CONFIG) --checkpoint $(DEMO_CKPT) \
+		--output-file $(DEMO_ONNX) --shape 64 64 --dynamic-export --verify
+	$(DEMO_ENV) $(PY) tools/deployment/onnx_test.py $(DEMO_CONFIG) $(DEMO_ONNX) \
+		--checkpoint $(DEMO_CKPT) --work-dir work_dirs/demo_elliptical/onnx_test
 
 LINT_PATHS := mmseg_elliptical tools tests configs setup.py
 

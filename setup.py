@@ -34,6 +34,12 @@ setup(
         'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
         # Mask2Former, MaskFormer and KNet (mmdet asserts mmcv < 2.2.0)
         'mmdet': ['mmdet==3.3.0'],
+        # ONNX export (torch.onnx's dynamo exporter) and onnxruntime, at the
+        # versions tested with torch 2.13 (docs/deploy.md)
+        'deploy': [
+            'onnx>=1.23.2,<1.24', 'onnxruntime>=1.32,<1.33',
+            'onnxscript>=0.7.2,<0.8'
+        ],
     },
     zip_safe=False,
 )

@@ -45,6 +45,31 @@ def summary_tables(report: Dict) -> str:
     return '\n'.join(out)
 
 
+def runtime_table(report: Dict) -> str:
+    """onnxruntime / PyTorch eager on the same model, per size.
+
+    Args:
+        report (dict): As :func:`~.runner.run_benchmark` returns it.
+
+    Returns:
+        str: Markdown; empty without an onnxruntime row.
+    """
+    rows = [[
+        r['model'], r['size'], r['pytorch_ms_per_image'],
+        r['onnxruntime_ms_per_image'], r['time'],
+        f"{r['time_q1']:.3f}-{r['time_q3']:.3f}"
+    ] for r in report.get('runtime_ratios', [])]
+    if not rows:
+        return ''
+    return ('**onnxruntime** / PyTorch eager, inference of the same model '
+            '(< 1: onnxruntime is faster)\n\n' + markdown_table([
+                'model', 'size', 'PyTorch ms/image', 'onnxruntime ms/image',
+                'time', 'time IQR'
+            ],
+                                                                rows,
+                                                                left=1))
+
+
 def overview_table(reports: Sequence[Dict]) -> str:
     """One table over several runs: per config, elliptical / each baseline.
 
@@ -116,6 +141,8 @@ def markdown(report: Dict) -> str:
     ]
     if report['ratios']:
         lines += [summary_tables(report), '']
+    if report.get('runtime_ratios'):
+        lines += [runtime_table(report), '']
     flops_sizes = sorted(
         {int(s)
          for m in report['models']

@@ -18,6 +18,8 @@ from torch.utils.benchmark.utils.common import set_torch_threads
 from .flops import count_flops, count_params
 from .memory import peak_rss_in_child, saved_tensors_mb, step_peak_mb
 from .models import BenchModel, build_model, make_step, run_forward
+from .onnx import ROLE as ONNX_ROLE
+from .onnx import onnx_name, onnxruntime_step, runtime_ratios
 from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
                      summarise, verdict)
 
@@ -57,6 +59,9 @@ class BenchmarkOptions:
             saves for the backward.
         flops_sizes (list[int]): Sizes at which FLOPs are counted.
         seed (int): Seed of weights, inputs and orders.
+        onnxruntime (bool): Also time each elliptical (or measured-as-is)
+            model exported to ONNX and run by onnxruntime, in inference
+            (:mod:`.onnx`; CPU).
     """
     sizes: List[int] = field(default_factory=lambda: [512])
     train_sizes: List[int] = field(default_factory=lambda: [512])
@@ -73,6 +78,7 @@ class BenchmarkOptions:
     saved_tensors: bool = False
     flops_sizes: List[int] = field(default_factory=list)
     seed: int = 0
+    onnxruntime: bool = False
 
     def groups(self) -> List[Tuple[int, str]]:
         """The (size, mode) pairs measured, in order."""
@@ -134,7 +140,13 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
         make_step(m, x, mode, s.whole_model, options.amp, r)
         for s, m, r in zip(specs, models, runners)
     ]
-    for step in steps:
+    onnx = {
+        s.name: onnxruntime_step(m, x, s.whole_model, options.threads)
+        for s, m in zip(specs, models)
+        if options.onnxruntime and mode == 'infer' and s.role in ('elliptical',
+                                                                  'model')
+    }
+    for step in [*steps, *onnx.values()]:
         for _ in range(options.warmup):
             step()
     timers = {
@@ -143,6 +155,12 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
                    torch.get_num_threads(), options.clock)
         for s, step in zip(specs, steps)
     }
+    timers.update({
+        onnx_name(name):
+        make_timer(step, f'{size}x{size} {mode}', name, ONNX_ROLE,
+                   torch.get_num_threads(), options.clock)
+        for name, step in onnx.items()
+    })
     rounds = run_interleaved(timers, options.rounds, options.min_run_time,
                              options.seed, on_step)
     group = []
@@ -171,6 +189,21 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
                 row['saved_mb'] = saved_tensors_mb(
                     model, lambda: run_forward(model, x, spec.whole_model))
         group.append(row)
+    by_name = {s.name: s for s in specs}
+    for name in onnx:
+        group.append(
+            dict(
+                model=onnx_name(name),
+                family=by_name[name].family,
+                role=ONNX_ROLE,
+                size=size,
+                mode=mode,
+                batch_size=options.batch_size,
+                **summarise(rounds[onnx_name(name)], options.batch_size),
+                peak_mem_mb=None,
+                memory_measure=None,
+                saved_mb=None,
+                pytorch=name))
     for model in models:
         model.eval()
     return group
@@ -231,7 +264,8 @@ def run_benchmark(specs: Sequence[BenchModel],
         meta=meta,
         models=complexity,
         results=results,
-        ratios=ratios(specs, results))
+        ratios=ratios(specs, results),
+        runtime_ratios=runtime_ratios(results))
 
 
 def device_name(device: str) -> str:

@@ -15,6 +15,8 @@ Example::
     python tools/analysis_tools/benchmark.py
     python tools/analysis_tools/benchmark.py \\
         mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
+    # onnxruntime next to PyTorch eager (the elliptical model, inference)
+    python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
     # one attention layer
     python tools/analysis_tools/benchmark.py --layer
     # one table of several runs
@@ -149,6 +151,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         metavar='DIR',
         help='measure nothing: one table of the benchmark.json '
         'in each DIR (earlier runs), into OUT_DIR/overview.md')
+    p.add_argument(
+        '--onnxruntime',
+        action='store_true',
+        help='also time each elliptical model exported to ONNX and run by '
+        'onnxruntime (inference, CPU; needs the deploy extra)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--out-dir', default='work_dirs/benchmark')
     p.add_argument(
@@ -162,6 +169,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error('--device cuda, but torch sees no GPU')
     if args.clock == 'process' and args.device != 'cpu':
         p.error('--clock process measures CPU time: use it with --device cpu')
+    if args.onnxruntime and args.device != 'cpu':
+        p.error('--onnxruntime runs on the CPU: use it with --device cpu')
     if args.layer is not None and len(args.layer) not in (0, 3):
         p.error('--layer takes TOKENS DIMS HEADS, or nothing')
     args.train_sizes = args.sizes if args.train_sizes is None \
@@ -242,7 +251,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Union[Dict, str]:
         memory=args.memory,
         saved_tensors=args.saved_tensors,
         flops_sizes=args.flops_sizes,
-        seed=args.seed)
+        seed=args.seed,
+        onnxruntime=args.onnxruntime)
     print('Models: ' + ', '.join(s.name for s in specs))
     bar = ProgressBar(len(options.groups()) * len(specs) * args.rounds)
     report = run_benchmark(specs, options, bar.update)

@@ -198,7 +198,6 @@ class EllipticalAttentionMixin(ChainCallMixin):
         x_kv: Tensor,
         weight: Tensor,
         bias: Optional[Tensor],
-        groups: int = 1,
         to_image: Optional[Callable[[Tensor], Tensor]] = None
     ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         """Project to q, k, v and estimate ``m`` from v and the previous v.
@@ -208,8 +207,6 @@ class EllipticalAttentionMixin(ChainCallMixin):
             x_kv (Tensor): Key/value tokens ``[B', M, C]`` (may be ``x_q``).
             weight (Tensor): Packed ``[W_q; W_k; W_v]`` of shape ``[3C, C]``.
             bias (Tensor, optional): Packed bias ``[3C]``.
-            groups (int): Consecutive batch rows that share one ``m`` (the
-                windows of an image). Defaults to 1.
             to_image (callable, optional): Maps v ``[B', H, M, d]`` to the
                 per-image layout ``[B, H, M', d]`` that ``m`` is estimated
                 on and the next layer compares with.
@@ -250,8 +247,6 @@ class EllipticalAttentionMixin(ChainCallMixin):
                     call.v_prev = None
                 if self.attention_record is not None:
                     self.attention_record.keep('relevance', m)
-        if m is not None and groups > 1:
-            m = m.repeat_interleave(groups, dim=0)
         return q, k, v, m
 
     def fused_kernel(self, q: Tensor, k: Tensor, bias: Optional[Tensor],

@@ -9,7 +9,9 @@ windows are left out), and scales the queries of every window of the image.
 The relative position bias and the shift mask stay mmseg's.
 
 mmseg's ``ShiftWindowMSA.forward`` (padding, cyclic shift, shift mask, window
-partition and reverse) runs unchanged: :class:`EllipticalShiftWindowMSA`
+partition and reverse) runs unchanged (its helpers ``window_partition`` and
+``window_reverse`` are overridden with the same views, written so that an
+exported graph follows the input size): :class:`EllipticalShiftWindowMSA`
 only hands its ``w_msa`` (:class:`EllipticalWindowMSA`) the feature map's
 shape for the duration of its call, and ``w_msa`` hands the windows back to
 :meth:`EllipticalShiftWindowMSA.attend_windows`, where the elliptical maths
@@ -116,10 +118,49 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         finally:
             self.w_msa.window_call = None
 
-    def window_grid(self, hw_shape: Sequence[int]) -> Tuple[int, int]:
-        """Windows along the height and width of the padded feature map."""
+    def window_partition(self, x: Tensor) -> Tensor:
+        """mmseg's ``window_partition`` (``[B, H, W, C]`` to windows
+        ``[B * nW, ws, ws, C]``) with the window count spelt out.
+
+        The same view, permute and copy as mmseg's, whose ``view(-1, ...)``
+        leaves ``torch.export`` to divide the element count symbolically;
+        ``B * (H // ws) * (W // ws)`` keeps the shapes of an exported graph
+        simple products of the input size, which :meth:`window_reverse`
+        divides back exactly.
+        """
+        B, H, W, C = x.shape
         ws = self.window_size
-        return -(-hw_shape[0] // ws), -(-hw_shape[1] // ws)
+        x = x.view(B, H // ws, ws, W // ws, ws, C)
+        windows = x.permute(0, 1, 3, 2, 4, 5).contiguous()
+        return windows.view(B * (H // ws) * (W // ws), ws, ws, C)
+
+    def window_reverse(self, windows: Tensor, H: int, W: int) -> Tensor:
+        """mmseg's ``window_reverse`` (windows ``[B * nW, ws, ws, C]`` to
+        ``[B, H, W, C]``) with the batch as an integer division of shapes.
+
+        mmseg computes ``B = int(windows.shape[0] / (H * W / ws / ws))``, a
+        float that ``torch.export`` fixes at the traced batch and size; the
+        same views and permute with ``B = windows.shape[0] // nW`` follow the
+        input size inside an exported graph.
+        """
+        ws, C = self.window_size, windows.shape[-1]
+        rows, cols = H // ws, W // ws
+        x = windows.view(windows.shape[0] // (rows * cols), rows, cols, ws, ws,
+                         C)
+        x = x.permute(0, 1, 3, 2, 4, 5).contiguous()
+        return x.view(x.shape[0], H, W, C)
+
+    def window_grid(self, hw_shape: Sequence[int]) -> Tuple[int, int]:
+        """Windows along the height and width of the padded feature map.
+
+        mmseg's padded size divided by the window (``ceil`` written with
+        non-negative operands: an exported graph computes a symbolic floor
+        division with ONNX's truncating ``Div``), the same expressions as
+        the windows' shapes in an exported graph.
+        """
+        ws = self.window_size
+        h, w = ((s + (ws - s % ws) % ws) // ws for s in hw_shape)
+        return h, w
 
     def image_slots(self, hw_shape: Sequence[int],
                     device: torch.device) -> Tensor:
@@ -180,8 +221,10 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
             x,
             w_msa.qkv.weight,
             w_msa.qkv.bias,
-            groups=grid[0] * grid[1],
             to_image=partial(self.to_image, hw_shape=hw_shape))
+        if m is not None:  # m of each image in each of its nW windows
+            m = m[:, None].expand(-1, grid[0] * grid[1], -1, -1, -1)
+            m = m.reshape(-1, *m.shape[2:])
         bias = w_msa.relative_position_bias()[None]  # [1, H, Wt, Wt]
         out = self.attend_windows_of(q, k, v, m, bias, mask, grid)
         return w_msa.proj_drop(
@@ -201,7 +244,9 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         last has the same ``[gw, Wt, Wt]`` masks. The fused path therefore
         attends one window row per call with one of two ``[gw, H, Wt, Wt]``
         biases, instead of a bias per window (as large as the scores at
-        batch 1).
+        batch 1). Under ``torch.export`` one call with the bias per window
+        follows the window count of the input size (the loop would unroll
+        into the traced count).
 
         Args:
             q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
@@ -215,8 +260,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         w_msa = self.w_msa
         options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
-        if mask is None or not self.fused_kernel(q, k, bias,
-                                                 options['dropout_p']):
+        if mask is None or torch.compiler.is_exporting() or \
+                not self.fused_kernel(q, k, bias, options['dropout_p']):
             return self.attend(q, k, v, m, bias, window_mask=mask, **options)
         gh, gw = grid
         mask = mask[:, None].to(bias.dtype)

@@ -1,6 +1,8 @@
 """``attention/swin.py``: elliptical (shifted) window attention against
 ``oracles.naive_window_attention``, mmseg's module, and what it
 materialises."""
+import math
+
 import pytest
 import torch
 from helpers import ShapeSpy, check_attention_dropout
@@ -185,3 +187,39 @@ def test_fused_inference_materialises_no_window_scores(batch, shift):
         with ShapeSpy() as spy:
             call(ours, x, v_prev)
         assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
+
+
+# Swin's window helpers, rewritten so that an exported graph follows the input
+# size (deploy), give mmseg's windows exactly.
+WINDOWS_WS = 3
+
+
+@pytest.fixture(scope='module')
+def window_modules():
+    """mmseg's and our shift-window attention (window 3, shift 1)."""
+    torch.manual_seed(0)
+    ref = ShiftWindowMSA(8, 2, WINDOWS_WS, shift_size=1).eval()
+    new = EllipticalShiftWindowMSA(8, 2, WINDOWS_WS, shift_size=1).eval()
+    return ref, new
+
+
+@pytest.mark.parametrize('batch, h, w', [(1, 3, 3), (2, 6, 9), (3, 12, 3),
+                                         (2, 9, 15)])
+def test_window_partition_and_reverse_are_mmseg_s(window_modules, batch, h, w):
+    ref, new = window_modules
+    x = torch.randn(batch, h, w, 8)
+    windows = new.window_partition(x)
+    assert windows.shape == (batch * (h // WINDOWS_WS) * (w // WINDOWS_WS),
+                             WINDOWS_WS, WINDOWS_WS, 8)
+    assert torch.equal(windows, ref.window_partition(x))
+    assert torch.equal(
+        new.window_reverse(windows, h, w), ref.window_reverse(windows, h, w))
+    assert torch.equal(new.window_reverse(windows, h, w), x)
+
+
+@pytest.mark.parametrize('size', [1, 2, 3, 4, 8, 9, 10])
+def test_window_grid_counts_mmseg_s_padded_windows(window_modules, size):
+    _, new = window_modules
+    assert new.window_grid((size, size + 1)) == (math.ceil(size / WINDOWS_WS),
+                                                 math.ceil(
+                                                     (size + 1) / WINDOWS_WS))

@@ -1,0 +1,96 @@
+"""The onnxruntime row of the benchmark: the same model, exported.
+
+The benchmarked module (backbone, or segmentor in ``mode='tensor'``) is
+exported with its weights at the benchmark's batch and size (a static
+graph, ``torch.onnx.export(..., dynamo=True)``) and run by onnxruntime on
+the CPU with the benchmark's threads; it is timed interleaved with the
+PyTorch models (:mod:`.runner`), in inference only.
+"""
+import os.path as osp
+import tempfile
+import torch
+import torch.nn as nn
+from torch import Tensor
+from typing import Callable, Dict, List, Sequence
+
+from .models import run_forward
+from .timing import paired_ratio
+
+ROLE = 'onnxruntime'
+
+
+class ForwardOf(nn.Module):
+    """What the benchmark runs of ``model``, as a module to export."""
+
+    def __init__(self, model: nn.Module, whole_model: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.whole_model = whole_model
+
+    def forward(self, x: Tensor):
+        return run_forward(self.model, x, self.whole_model)
+
+
+def onnxruntime_step(model: nn.Module, x: Tensor, whole_model: bool,
+                     threads: int) -> Callable[[], None]:
+    """One onnxruntime inference of ``model``'s graph on ``x``.
+
+    Args:
+        model (nn.Module): The benchmarked module, in eval mode.
+        x (Tensor): The input batch (CPU).
+        whole_model (bool): ``model`` is a segmentor (``mode='tensor'``).
+        threads (int): onnxruntime's intra-op threads (0: its default).
+
+    Returns:
+        Callable[[], None]: The step.
+    """
+    from ..deploy import ort_session, require_deploy
+    from ..deploy.export import OPSET
+    require_deploy('The onnxruntime row of the benchmark')
+    if x.device.type != 'cpu':
+        raise ValueError('The onnxruntime row runs on the CPU: benchmark '
+                         'with --device cpu.')
+    with tempfile.TemporaryDirectory() as folder:
+        path = osp.join(folder, 'model.onnx')
+        with torch.no_grad():
+            torch.onnx.export(
+                ForwardOf(model, whole_model).eval(), (x, ),
+                path,
+                dynamo=True,
+                opset_version=OPSET,
+                verbose=False)
+        session = ort_session(path, threads or None)
+    feed = {session.get_inputs()[0].name: x.numpy()}
+
+    def step() -> None:
+        session.run(None, feed)
+
+    return step
+
+
+def onnx_name(name: str) -> str:
+    """The name of model ``name``'s onnxruntime row."""
+    return f'{name} ({ROLE})'
+
+
+def runtime_ratios(results: Sequence[Dict]) -> List[Dict]:
+    """onnxruntime / PyTorch eager (the same model), per size: the
+    :func:`~.timing.paired_ratio` of their round medians and the time per
+    image of each."""
+    table = {(r['model'], r['size'], r['mode']): r for r in results}
+    rows = []
+    for ort in (r for r in results if r['role'] == ROLE):
+        eager = table[(ort['pytorch'], ort['size'], ort['mode'])]
+        time = paired_ratio(ort['round_ms'], eager['round_ms'])
+        rows.append(
+            dict(
+                family=ort['family'],
+                model=ort['pytorch'],
+                size=ort['size'],
+                onnxruntime_ms_per_image=ort['median_ms'] / ort['batch_size'],
+                pytorch_ms_per_image=eager['median_ms'] / eager['batch_size'],
+                time=time.median,
+                time_q1=time.q1,
+                time_q3=time.q3,
+                rounds=time.rounds))
+    return rows

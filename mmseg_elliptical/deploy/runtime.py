@@ -1,0 +1,145 @@
+"""onnxruntime inference of an exported segmentor, in mmseg's test loop.
+
+:class:`ONNXRuntimeSegmentor` is mmseg's ``EncoderDecoder`` whose
+``encode_decode`` runs the ONNX graph of :mod:`.export`: its ``predict``,
+whole or slide inference (the sliding window, outside the graph) and
+``postprocess_result`` are mmseg's, so a config whose ``model`` is replaced
+by it (:func:`onnx_model_cfg`) is tested by mmengine's ``Runner`` exactly as
+``tools/test.py`` tests the PyTorch model.
+"""
+import numpy as np
+import torch
+from mmseg.models.segmentors import BaseSegmentor, EncoderDecoder
+from mmseg.registry import MODELS
+from torch import Tensor
+from typing import List, Optional, Sequence, Tuple, Union
+
+from .export import INPUT_NAME
+from .requirements import onnxruntime
+
+Dims = Tuple[Union[int, str, None], ...]
+
+
+def ort_session(onnx_file: str, threads: Optional[int] = None):
+    """An onnxruntime ``InferenceSession`` of ``onnx_file`` on the CPU.
+
+    Args:
+        onnx_file (str): The exported graph.
+        threads (int, optional): Intra-op threads (None: onnxruntime's
+            default, one per core).
+    """
+    ort = onnxruntime()
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(
+        onnx_file, options, providers=['CPUExecutionProvider'])
+
+
+def input_dims(session) -> Dims:
+    """The graph input's dimensions: ints where fixed, names where dynamic.
+    """
+    return tuple(session.get_inputs()[0].shape)
+
+
+def check_input(dims: Dims, shape: Sequence[int]) -> None:
+    """Raise a clear ``ValueError`` when ``shape`` does not fit a graph whose
+    input dimensions are ``dims``."""
+    names = ('batch', 'channels', 'height', 'width')
+    bad = [(n, d, s) for n, d, s in zip(names, dims, shape)
+           if isinstance(d, int) and d != s]
+    if len(shape) != len(dims) or bad:
+        fixed = ', '.join(f'{n} {d} (got {s})' for n, d, s in bad)
+        raise ValueError(
+            f'The ONNX graph takes inputs of shape {list(dims)} (names: '
+            f'dynamic), got {list(shape)}; fixed at export: {fixed}. Export '
+            'with --dynamic-export (dynamic batch, height and width) or at '
+            '--shape of these images; for slide inference, at the '
+            'crop_size of test_cfg. BEiT and MAE take their img_size only.')
+
+
+def run_session(session, inputs: Tensor) -> Tensor:
+    """The graph's seg logits of a batch, as a tensor on ``inputs``' device.
+
+    Args:
+        session: An onnxruntime ``InferenceSession`` (:func:`ort_session`).
+        inputs (Tensor): ``[B, C, H, W]``, as the data preprocessor gives it.
+    """
+    check_input(input_dims(session), inputs.shape)
+    array = np.ascontiguousarray(inputs.detach().float().cpu().numpy())
+    out, = session.run(None, {INPUT_NAME: array})
+    return torch.from_numpy(out).to(inputs.device)
+
+
+@MODELS.register_module()
+class ONNXRuntimeSegmentor(EncoderDecoder):
+    """mmseg's ``EncoderDecoder`` inference with onnxruntime as network.
+
+    Built from the config's ``decode_head`` (for mmseg's post-processing:
+    ``align_corners``, ``num_classes``, ``out_channels``, ``threshold``),
+    ``test_cfg`` (whole or slide) and ``data_preprocessor``; no backbone is
+    built and the decode head's weights are not used.
+
+    Args:
+        onnx_file (str): The graph of :func:`~.export.export_onnx`.
+        decode_head (dict): The config's decode head.
+        test_cfg (dict, optional): The config's ``test_cfg``.
+        data_preprocessor (dict, optional): The config's data preprocessor.
+        threads (int, optional): onnxruntime's intra-op threads.
+        init_cfg (dict, optional): Unused (mmengine's argument).
+    """
+
+    def __init__(self,
+                 onnx_file: str,
+                 decode_head: dict,
+                 test_cfg: Optional[dict] = None,
+                 data_preprocessor: Optional[dict] = None,
+                 threads: Optional[int] = None,
+                 init_cfg: Optional[dict] = None) -> None:
+        # EncoderDecoder's inference methods, BaseSegmentor's construction
+        # (EncoderDecoder.__init__ would build the backbone).
+        BaseSegmentor.__init__(
+            self, data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        self._init_decode_head(decode_head)
+        self.test_cfg = test_cfg
+        self.train_cfg = None
+        self.onnx_file = onnx_file
+        self.session = ort_session(onnx_file, threads)
+
+    def encode_decode(self, inputs: Tensor,
+                      batch_img_metas: List[dict]) -> Tensor:
+        """The graph's seg logits at the input size."""
+        return run_session(self.session, inputs)
+
+    def extract_feat(self, inputs: Tensor):
+        raise NotImplementedError(
+            'ONNXRuntimeSegmentor runs the whole graph; it has no features '
+            '(use predict).')
+
+    def loss(self, inputs: Tensor, data_samples) -> dict:
+        raise NotImplementedError(
+            'ONNXRuntimeSegmentor is for inference only; train the PyTorch '
+            'model and export it again.')
+
+    def _forward(self, inputs: Tensor, data_samples=None) -> Tensor:
+        return self.encode_decode(inputs, [])
+
+
+def onnx_model_cfg(model_cfg: dict,
+                   onnx_file: str,
+                   threads: Optional[int] = None) -> dict:
+    """The ``model`` config of :class:`ONNXRuntimeSegmentor` that runs
+    ``onnx_file`` in place of the config's model ``model_cfg``."""
+    decode_head = model_cfg['decode_head']
+    if isinstance(decode_head, (list, tuple)):
+        raise ValueError(
+            'The config has a cascade of decode heads; ONNX inference '
+            'supports EncoderDecoder configs with one decode head.')
+    return dict(
+        type='ONNXRuntimeSegmentor',
+        onnx_file=onnx_file,
+        decode_head=decode_head,
+        test_cfg=model_cfg.get('test_cfg'),
+        data_preprocessor=model_cfg.get('data_preprocessor'),
+        threads=threads)

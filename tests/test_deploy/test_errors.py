@@ -1,0 +1,95 @@
+"""What cannot be exported or run says so: the median estimator, a graph fed
+another size than it was exported for, and a missing ``[deploy]`` extra."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+from mmseg_elliptical.deploy import build_segmentor, check_input, export_onnx
+from mmseg_elliptical.utils import load_config
+
+SEGMENTER = osp.join(
+    ROOT, 'configs', 'segmenter',
+    'segmenter_elliptical-vit-t_elliptical-mask_8xb1-160k_ade20k-512x512.py')
+TINY = {
+    'model.backbone.img_size': (32, 32),
+    'model.backbone.embed_dims': 24,
+    'model.backbone.num_layers': 2,
+    'model.decode_head.in_channels': 24,
+    'model.decode_head.channels': 24,
+    'model.decode_head.embed_dims': 24,
+    'model.decode_head.num_classes': 3,
+}
+
+
+@pytest.mark.parametrize('part', ['backbone', 'decode_head'])
+def test_median_estimator_is_a_clear_error_before_export(part, tmp_path):
+    cfg = load_config(SEGMENTER, {
+        **TINY, f'model.{part}.relevance_reduction': 'median'
+    }, True)
+    segmentor = build_segmentor(cfg)
+    path = tmp_path / 'median.onnx'
+    with pytest.raises(ValueError) as error:
+        export_onnx(segmentor, str(path), (32, 32), dynamic=True)
+    message = str(error.value)
+    assert f"relevance_reduction='median' (model.{part})" in message
+    assert 'aten::median' in message
+    assert f'--cfg-options model.{part}.relevance_reduction=mean' in message
+    assert not path.exists()
+
+
+def test_mean_estimator_passes_the_check(tmp_path):
+    # The same model with the mean (both parts elliptical) gets past the
+    # check: what is refused above is the median alone.
+    from mmseg_elliptical.deploy.export import check_exportable
+    segmentor = build_segmentor(load_config(SEGMENTER, TINY, True))
+    check_exportable(segmentor, (32, 32))
+
+
+@pytest.mark.parametrize('dims, shape, match', [
+    (('batch', 3, 64, 64),
+     (2, 3, 48, 64), r'height 64 \(got 48\).*--dynamic-export'),
+    ((1, 3, 'height', 'width'), (2, 3, 40, 40), r'batch 1 \(got 2\)'),
+    ((1, 3, 64, 64), (1, 3, 64, 65), r'fixed at export: width 64 \(got 65\)')
+])
+def test_input_that_does_not_fit_the_graph_names_the_fix(dims, shape, match):
+    with pytest.raises(ValueError, match=match):
+        check_input(dims, shape)
+    check_input(dims,
+                [d if isinstance(d, int) else s for d, s in zip(dims, shape)])
+
+
+def test_without_the_deploy_extra_the_plugin_imports_and_tools_say_why():
+    # onnx, onnxruntime and onnxscript made unimportable in a fresh
+    # interpreter: the plugin and its deploy package import, the export
+    # tool exits with the install command, and onnxruntime inference raises
+    # an ImportError naming the extra.
+    code = '\n'.join([
+        'import runpy, sys',
+        "for name in ('onnx', 'onnxruntime', 'onnxscript'):",
+        '    sys.modules[name] = None',
+        'import mmseg_elliptical, mmseg_elliptical.deploy as deploy',
+        'try:',
+        "    deploy.ort_session('model.onnx')",
+        'except ImportError as error:',
+        "    print('ImportError:', error)",
+        f"sys.argv = ['pytorch2onnx.py', {SEGMENTER!r}, '--shape', '32']",
+        "runpy.run_path('tools/deployment/pytorch2onnx.py', "
+        "run_name='__main__')",
+    ])
+    proc = subprocess.run([sys.executable, '-c', code],
+                          cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    hint = 'install the deploy extra: pip install -e ".[deploy]"'
+    assert 'ImportError: ONNX inference needs onnx, onnxscript, ' \
+        'onnxruntime' in proc.stdout
+    assert hint in proc.stdout
+    assert 'tools/deployment/pytorch2onnx.py needs onnx' in proc.stderr
+    assert hint in proc.stderr

@@ -1,0 +1,90 @@
+#!/usr/bin/env python
+"""Test an ONNX graph on a config's test dataloader with onnxruntime.
+
+mmseg's test loop and metric (the config's ``test_evaluator``: IoUMetric)
+with onnxruntime as the network; slide-mode configs slide outside the graph
+(``mmseg_elliptical.deploy.ONNXRuntimeSegmentor``). With ``--checkpoint``,
+the PyTorch model is tested as tools/test.py tests it, and the mIoU of the
+two must agree within ``--tolerance``. Needs the deploy extra:
+pip install -e ".[deploy]".
+
+Example::
+
+    python tools/deployment/onnx_test.py CONFIG model.onnx \\
+        --checkpoint work_dirs/.../iter_3000.pth
+"""
+import argparse
+import os.path as osp
+import sys
+from mmengine.config import DictAction
+from typing import Dict, Optional, Sequence
+
+from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
+                                     missing_packages, require_deploy)
+from mmseg_elliptical.utils import load_config
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse the command line."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('config', help='the config the graph was exported from')
+    p.add_argument('model', help='the ONNX file')
+    p.add_argument(
+        '--checkpoint',
+        help='also test this PyTorch checkpoint (as tools/test.py) and '
+        'compare the mIoU')
+    p.add_argument(
+        '--tolerance',
+        type=float,
+        default=0.01,
+        help='largest mIoU difference (points) accepted with --checkpoint')
+    p.add_argument(
+        '--work-dir',
+        help='the Runner\'s work dir (default: work_dirs/onnx_test/CONFIG)')
+    p.add_argument(
+        '--threads', type=int, default=1, help='onnxruntime threads')
+    p.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='overrides of the config, e.g. test_dataloader.batch_size=4')
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
+    """Test the graph (and the checkpoint); return their metrics."""
+    args = parse_args(argv)
+    if missing_packages():
+        try:
+            require_deploy('tools/deployment/onnx_test.py')
+        except ImportError as error:
+            sys.exit(str(error))
+    cfg = load_config(args.config, args.cfg_options, no_pretrained=True)
+    work_dir = args.work_dir or osp.join(
+        'work_dirs', 'onnx_test',
+        osp.splitext(osp.basename(args.config))[0])
+    metrics = dict(
+        onnxruntime=evaluate_onnx(cfg, args.model, work_dir, args.threads
+                                  or None))
+    print(
+        f'onnxruntime ({args.model}): {format_metrics(metrics["onnxruntime"])}'
+    )
+    if args.checkpoint:
+        metrics['pytorch'] = evaluate_pytorch(cfg, args.checkpoint, work_dir)
+        print(f'PyTorch ({args.checkpoint}): '
+              f'{format_metrics(metrics["pytorch"])}')
+        gap = abs(metrics['onnxruntime']['mIoU'] - metrics['pytorch']['mIoU'])
+        print(f'mIoU difference: {gap:.4f} (tolerance {args.tolerance:g})')
+        if gap > args.tolerance:
+            sys.exit(f'The ONNX mIoU differs from PyTorch\'s by {gap:.4f} > '
+                     f'--tolerance {args.tolerance:g}.')
+    return metrics
+
+
+def format_metrics(metrics: Dict[str, float]) -> str:
+    """``mIoU 73.76, aAcc 93.82, ...``."""
+    return ', '.join(f'{k} {v:.2f}' for k, v in metrics.items())
+
+
+if __name__ == '__main__':
+    main()
