@@ -8,10 +8,11 @@ PyTorch models (:mod:`.runner`), in inference only.
 """
 import os.path as osp
 import tempfile
+from typing import Callable, Dict, List, Sequence
+
 import torch
 import torch.nn as nn
 from torch import Tensor
-from typing import Callable, Dict, List, Sequence
 
 from .models import run_forward
 from .timing import paired_ratio

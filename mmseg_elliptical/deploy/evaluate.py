@@ -2,12 +2,13 @@
 the PyTorch model (mmengine's ``Runner`` on the config's test dataloader
 and evaluator, mmseg's ``IoUMetric``)."""
 import copy
+from typing import Dict, Optional
+
 import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner, load_checkpoint
-from typing import Dict, Optional
 
 from .runtime import onnx_model_cfg
 

@@ -18,12 +18,13 @@ tables from ``img_size`` and export at that size only (batch dynamic).
 import os
 import os.path as osp
 import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
 import torch
 import torch.nn as nn
-from dataclasses import dataclass, field
 from mmseg.models.backbones import BEiT
 from torch import Tensor
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..models.attention.core import EllipticalAttentionMixin
 from .requirements import require_deploy

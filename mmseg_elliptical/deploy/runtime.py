@@ -7,12 +7,13 @@ whole or slide inference (the sliding window, outside the graph) and
 by it (:func:`onnx_model_cfg`) is tested by mmengine's ``Runner`` exactly as
 ``tools/test.py`` tests the PyTorch model.
 """
+from typing import List, Optional, Sequence, Tuple, Union
+
 import numpy as np
 import torch
 from mmseg.models.segmentors import BaseSegmentor, EncoderDecoder
 from mmseg.registry import MODELS
 from torch import Tensor
-from typing import List, Optional, Sequence, Tuple, Union
 
 from .export import INPUT_NAME
 from .requirements import onnxruntime

@@ -29,15 +29,16 @@ integer arithmetic (the same paddings), restored afterwards; it also gives
 traced size, and mmseg's ``Upsample`` an output size that stays symbolic
 (:class:`ExportUpsample`).
 """
+from contextlib import contextmanager
+from typing import Callable, Iterator, List, Sequence, Tuple
+
 import torch
 import torch.nn as nn
-from contextlib import contextmanager
 from mmseg.models.backbones import VisionTransformer
 from mmseg.models.backbones.swin import ShiftWindowMSA
 from mmseg.models.utils import Upsample, resize
 from mmseg.models.utils.embed import AdaptivePadding
 from torch import Tensor
-from typing import Callable, Iterator, List, Sequence, Tuple
 
 
 class ExportAdaptivePadding(AdaptivePadding):

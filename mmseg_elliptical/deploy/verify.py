@@ -1,10 +1,11 @@
 """The exported graph against the PyTorch model: mmseg's ``predict``."""
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
 import torch
 import torch.nn as nn
-from dataclasses import dataclass
 from mmengine.config import ConfigDict
 from torch import Tensor
-from typing import List, Sequence, Tuple
 
 from .runtime import run_session
 

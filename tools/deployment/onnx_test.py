@@ -16,8 +16,9 @@ Example::
 import argparse
 import os.path as osp
 import sys
-from mmengine.config import DictAction
 from typing import Dict, Optional, Sequence
+
+from mmengine.config import DictAction
 
 from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
                                      missing_packages, require_deploy)

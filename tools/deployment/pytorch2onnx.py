@@ -14,9 +14,10 @@ Example (the demo model of ``make demo``)::
 """
 import argparse
 import sys
+from typing import List, Optional, Sequence
+
 import torch
 from mmengine.config import DictAction
-from typing import List, Optional, Sequence
 
 from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
                                      fixed_input_size, input_channels,
