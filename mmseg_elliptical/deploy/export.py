@@ -91,6 +91,16 @@ def fixed_input_size(segmentor: nn.Module) -> Optional[Tuple[int, int]]:
     return None
 
 
+def query_head_of(segmentor: nn.Module) -> Optional[str]:
+    """The class name of a MaskFormer / Mask2Former decode head (mmseg's or
+    the elliptical one), or None."""
+    head = getattr(segmentor, 'decode_head', None)
+    names = {c.__name__ for c in type(head).__mro__}
+    if names & {'MaskFormerHead', 'Mask2FormerHead'}:
+        return type(head).__name__
+    return None
+
+
 def part_of(name: str) -> str:
     """The config key of a submodule's part: ``backbone.layers.1.attn`` is in
     ``model.backbone``."""
@@ -103,6 +113,7 @@ def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
     * ``relevance_reduction='median'``: ``aten::median`` has no ONNX
       translation in torch's exporters.
     * BEiT / MAE at another size than their ``img_size``.
+    * MaskFormer / Mask2Former heads (see :func:`query_head_of`).
 
     Args:
         segmentor (nn.Module): The segmentor.
@@ -123,6 +134,14 @@ def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
             f'paper\'s estimator; --cfg-options {keys}); the checkpoint '
             'loads unchanged (m has no parameters), the predictions are '
             'those of the mean.')
+    head = query_head_of(segmentor)
+    if head is not None:
+        raise ValueError(
+            f'{head} cannot be exported to ONNX: its pixel decoder (mmdet\'s) '
+            'reads the feature sizes as tensor data (torch._shape_as_tensor; '
+            "Mask2Former's deformable attention asserts on their values), "
+            'which torch.export cannot trace, at any size. Run this model in '
+            'PyTorch (tools/test.py); docs/deploy.md says what was tried.')
     fixed = fixed_input_size(segmentor)
     if fixed is not None and tuple(shape) != fixed:
         raise ValueError(

@@ -1,12 +1,14 @@
-"""What cannot be exported or run says so: the median estimator, a graph fed
-another size than it was exported for, and a missing ``[deploy]`` extra."""
+"""What cannot be exported or run says so: the median estimator, MaskFormer /
+Mask2Former heads, a graph fed another size than it was exported for, and a
+missing ``[deploy]`` extra."""
 import os
 import os.path as osp
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import HAS_MMDET, ROOT, tiny_query_head
+from mmengine.config import Config
 
 from mmseg_elliptical.deploy import build_segmentor, check_input, export_onnx
 from mmseg_elliptical.utils import load_config
@@ -47,6 +49,35 @@ def test_mean_estimator_passes_the_check(tmp_path):
     from mmseg_elliptical.deploy.export import check_exportable
     segmentor = build_segmentor(load_config(SEGMENTER, TINY, True))
     check_exportable(segmentor, (32, 32))
+
+
+HEADS = dict(mask2former='Mask2FormerHead', maskformer='MaskFormerHead')
+
+
+@pytest.mark.skipif(not HAS_MMDET, reason='needs the mmdet extra')
+@pytest.mark.parametrize('kind', ['mask2former', 'maskformer'])
+def test_query_heads_are_a_clear_error_before_export(kind, tmp_path):
+    path = osp.join(
+        ROOT, 'configs', kind,
+        f'{kind}_elliptical-swin-t_elliptical-mask_8xb2-160k_ade20k-512x512.py'
+    )
+    model = Config.fromfile(path).model
+    model.pretrained = None
+    model.backbone.embed_dims = 8
+    model.backbone.pop('init_cfg', None)
+    tiny_query_head(model.decode_head, [8, 16, 32, 64], 4, 16)
+    segmentor = build_segmentor(Config(dict(model=model)))
+    onnx = tmp_path / 'head.onnx'
+    for dynamic in (False, True):
+        with pytest.raises(ValueError) as error:
+            export_onnx(segmentor, str(onnx), (64, 64), dynamic=dynamic)
+        message = str(error.value)
+        head = type(segmentor.decode_head).__name__
+        assert head == f'Elliptical{HEADS[kind]}'
+        assert message.startswith(f'{head} cannot be exported to ONNX')
+        assert 'torch._shape_as_tensor' in message
+        assert 'tools/test.py' in message
+        assert not onnx.exists()
 
 
 @pytest.mark.parametrize('dims, shape, match', [
