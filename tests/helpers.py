@@ -1096,22 +1096,12 @@ FAMILIES: Dict[str, Dict] = dict(
         strides=[(8, 8)],
         grids=[(4, 4)],
         crop=32),
-    mae=dict(
-        backbone=dict(
-            type='EllipticalMAE',
-            img_size=(32, 32),
-            patch_size=8,
-            embed_dims=16,
-            num_layers=3,
-            num_heads=2,
-            mlp_ratio=2,
-            out_indices=(2, )),
-        channels=16,
-        stages=[0, 0, 0],
-        strides=[(8, 8)],
-        grids=[(4, 4)],
-        crop=32),
 )
+# MAE: BEiT's layout and sizes (its qkv bias and absolute position embedding
+# change neither)
+FAMILIES['mae'] = dict(
+    FAMILIES['beit'],
+    backbone=dict(FAMILIES['beit']['backbone'], type='EllipticalMAE'))
 
 
 class QueryDecoder(EllipticalTransformerMixin, VisionTransformer):

@@ -130,27 +130,28 @@ FAMILIES = {
         model__decode_head__channels=16,
         model__auxiliary_head=None),
 }
+
+
+def beit_like(path: str) -> ConfigDict:
+    """A 4-layer BEiT / MAE + UPerNet config at the test size."""
+    return config(
+        path,
+        **vit(
+            model__backbone__num_layers=4,
+            model__backbone__out_indices=(0, 1, 2, 3),
+            model__neck__embed_dim=24,
+            model__decode_head__in_channels=[24] * 4,
+            model__decode_head__channels=16,
+            model__auxiliary_head=None))
+
+
 FIXED_SIZE = {
     'beit':
-    lambda: config(
-        'beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py',
-        **vit(
-            model__backbone__num_layers=4,
-            model__backbone__out_indices=(0, 1, 2, 3),
-            model__neck__embed_dim=24,
-            model__decode_head__in_channels=[24] * 4,
-            model__decode_head__channels=16,
-            model__auxiliary_head=None)),
+    lambda: beit_like(
+        'beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py'),
     'mae':
-    lambda: config(
-        'mae/elliptical-mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py',
-        **vit(
-            model__backbone__num_layers=4,
-            model__backbone__out_indices=(0, 1, 2, 3),
-            model__neck__embed_dim=24,
-            model__decode_head__in_channels=[24] * 4,
-            model__decode_head__channels=16,
-            model__auxiliary_head=None)),
+    lambda: beit_like(
+        'mae/elliptical-mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py'),
 }
 
 pytestmark = pytest.mark.usefixtures('single_thread')
