@@ -21,7 +21,7 @@ from typing import Dict, Optional, Sequence
 from mmengine.config import DictAction
 
 from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
-                                     missing_packages, require_deploy)
+                                     require_deploy)
 from mmseg_elliptical.utils import load_config
 
 
@@ -55,11 +55,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Test the graph (and the checkpoint); return their metrics."""
     args = parse_args(argv)
-    if missing_packages():
-        try:
-            require_deploy('tools/deployment/onnx_test.py')
-        except ImportError as error:
-            sys.exit(str(error))
+    try:
+        require_deploy('tools/deployment/onnx_test.py')
+    except ImportError as error:
+        sys.exit(str(error))
     cfg = load_config(args.config, args.cfg_options, no_pretrained=True)
     work_dir = args.work_dir or osp.join(
         'work_dirs', 'onnx_test',

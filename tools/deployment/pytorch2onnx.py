@@ -21,9 +21,8 @@ from mmengine.config import DictAction
 
 from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
                                      fixed_input_size, input_channels,
-                                     missing_packages, ort_session,
-                                     require_deploy, verification_shapes,
-                                     verify)
+                                     ort_session, require_deploy,
+                                     verification_shapes, verify)
 from mmseg_elliptical.deploy.export import OPSET
 from mmseg_elliptical.utils import load_config
 
@@ -87,11 +86,10 @@ def export_shape(args: argparse.Namespace, cfg) -> List[int]:
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     """Export (and verify); return what was done."""
     args = parse_args(argv)
-    if missing_packages():
-        try:
-            require_deploy('tools/deployment/pytorch2onnx.py')
-        except ImportError as error:
-            sys.exit(str(error))
+    try:
+        require_deploy('tools/deployment/pytorch2onnx.py')
+    except ImportError as error:
+        sys.exit(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.cfg_options, no_pretrained=True)
