@@ -95,6 +95,12 @@ def grid_config(spec: ModelSpec,
         seed=seed,
         max_images=max_images,
         test_loop=dict(cfg.test_cfg))
+    # The plugin's end-of-run summary (the demo's) would draw its picture
+    # after every cell; the grid writes its own report.
+    cfg.custom_hooks = [
+        h for h in cfg.get('custom_hooks') or []
+        if str(h.get('type')).split('.')[-1] != 'SegSummaryHook'
+    ]
     cfg.work_dir = osp.join(work_dir, spec.name)
     cfg.load_from = spec.checkpoint
     cfg.resume = False
