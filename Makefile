@@ -52,7 +52,7 @@ DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
 DEMO_DOT_CKPT := work_dirs/demo_dot/iter_3000.pth
 DEMO_ONNX := work_dirs/demo_elliptical/demo_elliptical.onnx
 REPORT_ARGS ?= --image data/demo_shapes/images/validation/demo_00002.jpg \
-	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20
+	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20 --baseline dot-product
 
 report: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_models.py \

@@ -575,3 +575,90 @@ def window_slot(row: int, col: int, padded: int, window: int,
     per_side = padded // window
     return ((r // window) * per_side + c // window,
             (r % window) * window + c % window)
+
+
+def robustness_by_hand(cells: Dict[str, Dict], corruptions: Sequence[str],
+                       severities: Sequence[int], metric: str,
+                       baseline: str) -> Dict[str, Dict]:
+    """P, mPC, rPC, CE, mCE, rCE, rmCE and the groups' mPC / mCE of every
+    model, from the cells, with numpy arrays (None where a denominator is
+    0, and then the means over it too)."""
+    groups = dict(
+        noise=[
+            'gaussian_noise', 'shot_noise', 'impulse_noise', 'speckle_noise'
+        ],
+        blur=[
+            'defocus_blur', 'glass_blur', 'motion_blur', 'zoom_blur',
+            'gaussian_blur'
+        ],
+        weather=['snow', 'frost', 'fog', 'brightness', 'spatter'],
+        digital=[
+            'contrast', 'elastic_transform', 'pixelate', 'jpeg_compression',
+            'saturate'
+        ])
+
+    def grid(name):
+        return np.array([[cells[name][f'{c}/{s}'][metric] for s in severities]
+                         for c in corruptions],
+                        dtype=np.float64)
+
+    def ratio(num, den):
+        return None if den == 0 else float(num / den)
+
+    def mean(values):
+        return None if any(v is None
+                           for v in values) else float(np.mean(values))
+
+    base, base_clean = grid(baseline), cells[baseline]['clean'][metric]
+    out = {}
+    for name in cells:
+        g, clean = grid(name), cells[name]['clean'][metric]
+        ce = [
+            ratio((100 - g[i]).sum(), (100 - base[i]).sum())
+            for i in range(len(corruptions))
+        ]
+        rce = [
+            ratio((clean - g[i]).sum(), (base_clean - base[i]).sum())
+            for i in range(len(corruptions))
+        ]
+        rows = {c: i for i, c in enumerate(corruptions)}
+        out[name] = dict(
+            P=clean,
+            mPC=float(g.mean()),
+            rPC=float(g.mean() / clean),
+            CE=dict(zip(corruptions, ce)),
+            rCE=dict(zip(corruptions, rce)),
+            mCE=mean(ce),
+            rmCE=mean(rce),
+            groups={
+                k:
+                dict(
+                    mPC=float(g[[rows[c] for c in v if c in rows]].mean()),
+                    mCE=mean([ce[rows[c]] for c in v if c in rows]))
+                for k, v in groups.items() if any(c in rows for c in v)
+            })
+    return out
+
+
+def bootstrap_by_hand(a, b, resamples: int, seed: int) -> Dict:
+    """The paired bootstrap of ``mean over cells of mIoU(a) - (b)``, one
+    resample at a time: the drawn images' areas summed by indexing and
+    mIoU by mmseg's own ``IoUMetric.total_area_to_metrics``."""
+    from mmseg.evaluation import IoUMetric
+    n = a[0][0].shape[0]
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+    def stat(cells, idx):
+        values = []
+        for inter, union in cells:
+            i, u = inter[idx].sum(0), union[idx].sum(0)
+            iou = IoUMetric.total_area_to_metrics(
+                torch.tensor(i), torch.tensor(u), torch.tensor(u),
+                torch.tensor(u), ['mIoU'])['IoU']
+            values.append(np.nanmean(iou) * 100)
+        return np.mean(values)
+
+    diffs = [stat(a, idx) - stat(b, idx) for idx in draws]
+    full = np.arange(n)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return dict(difference=stat(a, full) - stat(b, full), low=low, high=high)

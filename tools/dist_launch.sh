@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run one of our tools on NPROC processes of this node (or of NNODES nodes)
 # with torchrun and --launcher pytorch; dist_train.sh and dist_test.sh call it:
-#   tools/dist_launch.sh TOOL NPROC [TOOL args...]     (TOOL: train.py, test.py)
+#   tools/dist_launch.sh TOOL NPROC [TOOL args...]
+# (TOOL: train.py, test.py, analysis_tools/robustness.py, ...)
 # Env: NNODES, NODE_RANK, PORT, MASTER_ADDR as in mmseg's dist_*.sh; PYTHON.
 # Without CUDA the processes use the gloo backend on the CPU. torchrun
 # replaces this shell (exec), so a signal sent to the job (kill, a scheduler)

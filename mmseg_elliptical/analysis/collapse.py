@@ -58,13 +58,13 @@ class CollapseMeter:
 
     def __init__(self, found: TransformerLayers) -> None:
         self.found = found
-        n = len(found.layers)
-        self.cos: List[List[torch.Tensor]] = [[] for _ in range(n)]
-        self.spread: List[List[torch.Tensor]] = [[] for _ in range(n)]
-        self.tokens = [0] * n
+        #: One entry per image, in the order collected: per layer the
+        #: ``cosine`` and ``spread`` of each forward and the counted
+        #: ``tokens``.
+        self.images: List[Dict] = []
         relevance = all(
             isinstance(found.attention(i), EllipticalAttentionMixin)
-            for i in range(n))
+            for i in range(len(found.layers)))
         self.recorder = LayerRecorder(
             found, relevance=relevance, grids=False, to_cpu=True)
 
@@ -77,35 +77,60 @@ class CollapseMeter:
 
     @torch.no_grad()
     def collect(self) -> None:
-        """Take the statistics of what was recorded since the last call
-        (every forward of every layer is one sample) and drop the tokens."""
+        """Take the statistics of what was recorded since the last call, one
+        batch of images (each forward of a layer, e.g. each crop of a
+        sliding-window inference, has an image per batch position), and
+        drop the tokens."""
+        n = len(self.found.layers)
+        batch: List[Dict] = []
         for i, record in enumerate(self.recorder.records):
             for out in record.tokens:
                 counted = self.found.counted_tokens(i, out)
-                self.tokens[i] = counted.shape[1]
-                self.cos[i].append(mean_pairwise_cosine(counted))
-            self.spread[i] += [relevance_spread(m) for m in record.relevance]
+                cos = mean_pairwise_cosine(counted).tolist()
+                while len(batch) < len(cos):
+                    batch.append(
+                        dict(
+                            cosine=[[] for _ in range(n)],
+                            spread=[[] for _ in range(n)],
+                            tokens=[0] * n))
+                for image, value in zip(batch, cos):
+                    image['cosine'][i].append(value)
+                    image['tokens'][i] = counted.shape[1]
+            for m in record.relevance:
+                for image, value in zip(batch, relevance_spread(m).tolist()):
+                    image['spread'][i].append(value)
+        self.images += batch
         self.recorder.clear()
 
-    def result(self) -> Dict:
-        """Per layer ``cosine`` and ``cosine_std`` (over samples),
-        ``relevance_spread`` (None for dot-product layers), ``stage`` and
-        ``tokens`` (counted tokens of the last sample), and ``samples``."""
-        if not self.cos[0]:
+    def result(self, images: Optional[List[Dict]] = None) -> Dict:
+        """Per layer ``cosine`` and ``cosine_std`` (over samples: every
+        forward of every image), ``relevance_spread`` (None for dot-product
+        layers), ``stage`` and ``tokens`` (counted tokens of the last image),
+        and ``samples``.
+
+        Args:
+            images (list[dict], optional): The images to summarise, e.g. those
+                of every process in dataset order; default :attr:`images`.
+        """
+        images = self.images if images is None else images
+        if not images:
             raise ValueError('No forward of the layers was collected.')
         out = dict(
             cosine=[],
             cosine_std=[],
             relevance_spread=[],
             stage=list(self.found.stages),
-            tokens=list(self.tokens))
-        for cos, spread in zip(self.cos, self.spread):
-            values = torch.cat(cos)
-            out['cosine'].append(values.mean().item())
-            out['cosine_std'].append(values.std(correction=0).item())
+            tokens=list(images[-1]['tokens']))
+        for i in range(len(self.found.layers)):
+            cos = torch.tensor([v for im in images for v in im['cosine'][i]],
+                               dtype=torch.float64)
+            spread = [v for im in images for v in im['spread'][i]]
+            out['cosine'].append(cos.mean().item())
+            out['cosine_std'].append(cos.std(correction=0).item())
             out['relevance_spread'].append(
-                torch.cat(spread).mean().item() if spread else None)
-        out['samples'] = int(torch.cat(self.cos[0]).numel())
+                torch.tensor(spread, dtype=torch.float64).mean().item(
+                ) if spread else None)
+        out['samples'] = sum(len(im['cosine'][0]) for im in images)
         return out
 
 
@@ -116,12 +141,16 @@ def measure_collapse(spec: ModelSpec,
                      max_images: Optional[int] = None,
                      cfg_options: Optional[dict] = None,
                      device: str = 'cpu',
-                     progress: bool = True) -> Dict:
+                     progress: bool = True) -> Optional[Dict]:
     """Per-layer mean pairwise cosine and relevance spread of one model.
 
     The images go through the config's own ``<split>_dataloader`` pipeline
     and ``model.test_step`` (its ``test_cfg``: in slide mode every crop is
     one sample; fixed-size backbones such as BEiT get crops of their size).
+    In a distributed run (a process group started, e.g. by ``--launcher
+    pytorch``) the dataloader's sampler splits the images across the
+    processes and mmengine collects their statistics on rank 0 in dataset
+    order, so the result is the single process's.
 
     Args:
         spec (ModelSpec): The model.
@@ -130,35 +159,41 @@ def measure_collapse(spec: ModelSpec,
         part (str): ``'backbone'`` or ``'decode_head'``.
         max_images (int, optional): Use only the first images.
         cfg_options (dict, optional): Overrides of the config.
-        device (str): Device. Defaults to ``'cpu'``.
-        progress (bool): Show a progress bar. Defaults to True.
+        device (str): Device (``'cuda'``: this process's GPU). Defaults to
+            ``'cpu'``.
+        progress (bool): Show a progress bar (rank 0). Defaults to True.
 
     Returns:
         dict: :meth:`CollapseMeter.result` plus ``images`` and
-        ``inference`` (whole image, or the slide crops).
+        ``inference`` (whole image, or the slide crops); None on the
+        processes but rank 0.
     """
+    from mmengine.dist import collect_results, is_main_process
     from mmseg.apis import init_model
     cfg = load_config(spec.config, cfg_options)
     loader_cfg = subset_loader_cfg(
         split_loader(cfg, split), max_images, shuffle=False)
+    if device == 'cuda' and torch.cuda.is_available():
+        device = f'cuda:{torch.cuda.current_device()}'
     model = init_model(cfg, spec.checkpoint, device=device)
     found = transformer_layers(model, part, convert=True)  # to record m
     loader = Runner.build_dataloader(loader_cfg)
-    bar = ProgressBar(len(loader.dataset)) if progress else None
-    images = 0
+    bar = ProgressBar(len(loader)) if progress and is_main_process() \
+        else None
     with CollapseMeter(found) as meter:
         for batch in loader:
             model.test_step(batch)
             meter.collect()
-            images += len(batch['inputs'])
             if bar is not None:
-                for _ in range(len(batch['inputs'])):
-                    bar.update()
+                bar.update()
     if bar is not None:
-        print()
+        bar.file.write('\n')
+    images = collect_results(meter.images, len(loader.dataset), 'cpu')
+    if not is_main_process():
+        return None
     return dict(
-        meter.result(),
-        images=images,
+        meter.result(images),
+        images=len(images),
         inference=inference_mode(cfg.model.get('test_cfg')))
 
 

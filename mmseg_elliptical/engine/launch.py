@@ -27,17 +27,19 @@ import gc
 import os
 import runpy
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
 from ..utils.mmseg_files import mmseg_tool_path
 
+#: The DDP wrapper of a CPU run (torch refuses ``device_ids`` for a CPU
+#: module), as a config and as ``--cfg-options``.
+CPU_WRAPPER = dict(
+    type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False)
 CPU_WRAPPER_OPTIONS = [
-    'model_wrapper_cfg.type=MMDistributedDataParallel',
-    'model_wrapper_cfg.device_ids=None',
-    'model_wrapper_cfg.broadcast_buffers=False',
+    f'model_wrapper_cfg.{k}={v}' for k, v in CPU_WRAPPER.items()
 ]
 
 
@@ -74,13 +76,50 @@ def prepare_cpu_launch(argv: Sequence[str],
             f'--launcher {launcher} needs CUDA devices with mmengine 0.10; on '
             'a machine without GPUs use tools/dist_train.sh / dist_test.sh '
             '(--launcher pytorch, gloo backend).')
+    init_cpu_group()
+    return argv + ['--cfg-options', *CPU_WRAPPER_OPTIONS]
+
+
+def init_cpu_group() -> None:
+    """Join torchrun's process group on the CPU (gloo), once."""
     if 'RANK' not in os.environ:
         raise RuntimeError('--launcher pytorch expects the environment of '
                            'torchrun (RANK, WORLD_SIZE, MASTER_ADDR, '
                            'MASTER_PORT); use tools/dist_train.sh.')
     if not dist.is_initialized():
         dist.init_process_group(backend='gloo')
-    return argv + ['--cfg-options', *CPU_WRAPPER_OPTIONS]
+
+
+def start_launcher(launcher: str,
+                   cuda: Optional[bool] = None) -> Dict[str, object]:
+    """Join the process group of ``--launcher``, for a tool that builds its
+    own runners (the robustness grid, collapse, the comparison report).
+
+    ``none`` does nothing. With CUDA, mmengine's ``init_dist`` starts the
+    group (NCCL); without, ``pytorch`` starts a gloo group as
+    :func:`prepare_cpu_launch` does (``slurm`` needs CUDA).
+
+    Args:
+        launcher (str): ``'none'``, ``'pytorch'`` or ``'slurm'``.
+        cuda (bool, optional): Whether CUDA is usable; defaults to
+            ``torch.cuda.is_available()``.
+
+    Returns:
+        dict: Options to merge into every config the tool runs
+        (``launcher`` and, on the CPU, the DDP wrapper's), empty for
+        ``none``.
+    """
+    if launcher == 'none':
+        return {}
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    if cuda:
+        from mmengine.dist import init_dist
+        if not dist.is_initialized():
+            init_dist(launcher)
+        return {'launcher': launcher}
+    prepare_cpu_launch(['--launcher', launcher], cuda=False)
+    return {'launcher': launcher, 'model_wrapper_cfg': dict(CPU_WRAPPER)}
 
 
 def end_process_group() -> None:

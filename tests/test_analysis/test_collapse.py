@@ -1,12 +1,14 @@
 """Representation collapse per layer, per family, against hand
 computations on the layers' own outputs."""
 import json
+import os
 import os.path as osp
+import sys
 
 import pytest
 import torch
-from helpers import (FAMILIES, first_images, hand_collapse, load_model,
-                     load_tool)
+from helpers import (FAMILIES, ROOT, first_images, free_port, hand_collapse,
+                     load_model, load_tool, run_command)
 from oracles import pairwise_cosine
 
 import mmseg_elliptical  # noqa: F401
@@ -115,3 +117,28 @@ def test_collapse_tool(demo_models, tmp_path):
     md = (tmp_path / 'collapse.md').read_text()
     assert '| layer | stage | tokens | e cos | d cos | e m spread |' in md
     assert osp.getsize(tmp_path / 'collapse.png') > 0
+
+
+@pytest.mark.slow
+def test_collapse_on_two_processes_is_the_single_process_one(
+        family_models, tmp_path):
+    """The images split across 2 gloo processes (3 images: the sampler pads
+    the second process's share), gathered in dataset order: the same file
+    to the last digit. BEiT: four slide crops per image."""
+    args = [*family_models['beit'], '--max-images', '3', '--names', 'b']
+    one = load_tool('analysis_tools/collapse.py').main(
+        args + ['--out-dir', str(tmp_path / 'one')])
+    assert one['b']['images'] == 3 and one['b']['samples'] == 12
+    run_command([
+        'bash',
+        osp.join(ROOT, 'tools', 'dist_launch.sh'),
+        'analysis_tools/collapse.py', '2', *args, '--out-dir',
+        str(tmp_path / 'two')
+    ],
+                env=dict(
+                    os.environ,
+                    OMP_NUM_THREADS='1',
+                    PORT=str(free_port()),
+                    PYTHON=sys.executable))
+    assert (tmp_path / 'two' / 'collapse.json').read_text() == \
+        (tmp_path / 'one' / 'collapse.json').read_text()

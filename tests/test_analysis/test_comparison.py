@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from helpers import hand_collapse, hand_miou, load_tool
 from mmengine.config import Config
+from oracles import robustness_by_hand
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical import benchmark
-from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.comparison import sections
 
 pytest.importorskip('imagecorruptions')
@@ -42,14 +42,21 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
     ]
     data = tool.main(argv)
     names = ['ell', 'dot']
+    grid = json.loads(open(osp.join(work, 'cells', 'robustness.json')).read())
+    cells = {n: grid['models'][n]['cells'] for n in names}
+    assert grid['summary'] == json.loads(json.dumps(data['robustness']))
     for i, name in enumerate(names):
         paths = demo_models[2 * i:2 * i + 2]
         acc = data['accuracy'][name]
         assert acc['mIoU'] == pytest.approx(hand_miou(paths, 2), abs=0.01)
         assert {'IoU.background', 'IoU.ring'} <= set(acc)
         summary = data['robustness'][name]
-        assert summary['clean'] == acc['mIoU']
+        assert summary['P'] == acc['mIoU']
         assert list(summary['grid']) == ['gaussian_noise']
+        assert summary['baseline'] == 'dot'
+        assert summary['mCE'] == pytest.approx(
+            robustness_by_hand(cells, ['gaussian_noise'], [3], 'mIoU',
+                               'dot')[name]['mCE'])
         cos, samples, _ = hand_collapse(paths, lambda bb: bb.layers[1],
                                         slice(1, None), 2)
         collapse = data['collapse'][name]
@@ -74,13 +81,20 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
     for section in ('## Accuracy', '## Robustness', '## Representation',
                     '## Attention', '## Speed'):
         assert section in md
+    paired = data['robustness']['ell']['paired']
+    assert paired['baseline'] == 'dot' and paired['clean']['images'] == 2
+    assert data['robustness']['dot']['paired'] is None
+    assert (f'- ell - dot, clean mIoU: {paired["clean"]["difference"]:+.2f}'
+            in md)
+    assert '| model | P (mIoU) | mPC | rPC | mCE (against dot) | rmCE |' in md
     for name in ('report.md', 'report.json', 'robustness.png', 'collapse.png',
                  'attention.png', 'attention_relevance.png'):
         assert osp.getsize(osp.join(work, name)) > 0
     saved = json.loads(open(osp.join(work, 'report.json')).read())
 
     # A finished report is not measured again.
-    monkeypatch.setattr(rb, 'CellEvaluator', forbidden('a robustness cell'))
+    monkeypatch.setattr('mmengine.runner.Runner.from_cfg',
+                        forbidden('a robustness cell'))
     monkeypatch.setattr(sections, 'measure_collapse', forbidden('collapse'))
     monkeypatch.setattr(sections, 'model_attention', forbidden('attention'))
     monkeypatch.setattr(benchmark, 'run_benchmark', forbidden('speed'))
@@ -107,7 +121,9 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch):
 
     with pytest.raises(SystemExit, match='settings'):
         tool.main(argv + ['--speed-size', '64'])
-    with pytest.raises(SystemExit, match="reference 'x' is none"):
-        tool.main(argv + ['--reference', 'x'])
+    with pytest.raises(SystemExit, match="baseline 'x' is none"):
+        tool.main(argv + ['--baseline', 'x'])
+    with pytest.raises(SystemExit, match="baseline 'y' is none"):
+        tool.main(argv + ['--reference', 'y'])  # the old name
     with pytest.raises(SystemExit, match='two or more'):
         tool.main(demo_models[:2] + ['--work-dir', str(tmp_path / 'one')])

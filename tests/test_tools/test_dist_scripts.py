@@ -156,3 +156,41 @@ def test_slurm_train_sh_runs_srun_in_its_place(tmp_path) -> None:
         osp.join(ROOT, 'tools', 'train.py'), '--launcher=slurm', 'cfg.py',
         '--resume'
     ]
+
+
+def test_slurm_robustness_sh_runs_srun_in_its_place(tmp_path) -> None:
+    srun = tmp_path / 'srun'
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    env = dict(
+        os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}', PYTHON='py')
+    proc = subprocess.Popen([
+        'bash',
+        osp.join(ROOT, 'tools', 'slurm_robustness.sh'), 'part', 'job', 'a.py',
+        'a.pth', 'b.py', 'b.pth', '--protocol', 'paper'
+    ],
+                            env=env,
+                            stdout=subprocess.PIPE,
+                            text=True)
+    out = proc.communicate(timeout=60)[0].splitlines()
+    assert proc.returncode == 0 and out[0] == f'pid={proc.pid}'
+    assert '--ntasks=4' in out and '--job-name=job' in out
+    assert out[-10:] == [
+        'py', '-u',
+        osp.join(ROOT, 'tools', 'analysis_tools',
+                 'robustness.py'), '--launcher=slurm', 'a.py', 'a.pth', 'b.py',
+        'b.pth', '--protocol', 'paper'
+    ]
+
+
+@pytest.mark.parametrize('script, args',
+                         [('dist_robustness.sh', ['2']),
+                          ('slurm_robustness.sh', ['part', 'job', 'a.py'])])
+def test_robustness_scripts_need_their_arguments(script, args) -> None:
+    proc = subprocess.run(
+        ['bash', osp.join(ROOT, 'tools', script), *args],
+        capture_output=True,
+        text=True,
+        timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith('usage: ')
+    assert 'CONFIG CHECKPOINT [CONFIG CHECKPOINT ...]' in proc.stderr

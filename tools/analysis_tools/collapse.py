@@ -6,7 +6,9 @@ layer's grid tokens (cls token, class embeddings left out) averaged over the
 forwards of the config's test pipeline (one per image, or per crop in slide
 mode), and the spread of the relevance ``m`` of elliptical layers. Outputs
 (in ``--out-dir``): ``collapse.json``, ``collapse.md``, ``collapse.csv`` and
-``collapse.png``.
+``collapse.png``. With ``--launcher pytorch`` (``tools/dist_launch.sh
+analysis_tools/collapse.py N ...``) or ``slurm`` the images are split across
+the processes and rank 0 writes the results.
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
@@ -25,6 +27,7 @@ from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
+from mmseg_elliptical.engine import end_process_group, start_launcher
 from mmseg_elliptical.utils import model_specs
 
 
@@ -58,11 +61,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         nargs='+',
         action=DictAction,
         help='override settings of every config')
-    return parser.parse_args(argv)
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm'],
+        default='none',
+        help='job launcher, as in tools/test.py')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
-    """Measure every model; return ``{name: per-layer results}``."""
+    """Measure every model; return ``{name: per-layer results}`` (on rank
+    0; None on the other processes)."""
+    from mmengine.dist import is_main_process
     args = parse_args(argv)
     try:
         specs = model_specs(args.models, args.names)
@@ -70,17 +84,24 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         raise SystemExit(str(e))
     if args.max_images is not None and args.max_images < 1:
         raise SystemExit(f'--max-images {args.max_images} must be >= 1.')
-    os.makedirs(args.out_dir, exist_ok=True)
-    results = {}
-    for spec in specs:
-        print(f'{spec.name}:')
-        results[spec.name] = measure_collapse(spec, args.split, args.part,
-                                              args.max_images,
-                                              args.cfg_options, args.device)
-        print()
-    text = write_collapse_report(results, args.out_dir, args.part)
-    print(text)
-    print(f'Results in {args.out_dir}/collapse.{{json,md,csv,png}}')
+    start_launcher(args.launcher)
+    try:
+        results = {}
+        for spec in specs:
+            if is_main_process():
+                print(f'{spec.name}:')
+            results[spec.name] = measure_collapse(spec, args.split, args.part,
+                                                  args.max_images,
+                                                  args.cfg_options,
+                                                  args.device)
+        if not is_main_process():
+            return None
+        os.makedirs(args.out_dir, exist_ok=True)
+        text = write_collapse_report(results, args.out_dir, args.part)
+        print(text)
+        print(f'Results in {args.out_dir}/collapse.{{json,md,csv,png}}')
+    finally:
+        end_process_group()
     return results
 
 

@@ -7,7 +7,11 @@ pixel and the relevance ``m``, and speed and peak memory against each other
 at one size. Everything measured is kept under ``<work-dir>/cells/``: rerun
 the same command after an interruption and only what is missing is
 computed. Outputs (in ``--work-dir``): ``report.md``, ``report.json`` and
-the figures. The work is :mod:`mmseg_elliptical.analysis.comparison`.
+the figures. The work is :mod:`mmseg_elliptical.analysis.comparison`. With
+``--launcher pytorch`` (``tools/dist_launch.sh
+analysis_tools/compare_models.py N ...``) or ``slurm`` the robustness and
+collapse sections split the test images across the processes; rank 0
+measures the rest and writes the report.
 
 Example (``make report`` after ``make demo`` and ``make demo-dot``)::
 
@@ -19,6 +23,7 @@ Example (``make report`` after ``make demo`` and ``make demo-dot``)::
         --names elliptical dot-product --speed-size 64 --work-dir work_dirs/report
 """  # noqa: E501
 import argparse
+import os
 from typing import Dict, Optional, Sequence
 
 from mmengine.config import DictAction
@@ -27,6 +32,7 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis.comparison import (DEFAULT_CORRUPTIONS,
                                                   ReportOptions,
                                                   compare_models, report_files)
+from mmseg_elliptical.engine import end_process_group, start_launcher
 from mmseg_elliptical.transforms import SEVERITIES
 from mmseg_elliptical.utils import model_specs
 
@@ -84,9 +90,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--speed-batch', type=int, default=1)
     p.add_argument('--speed-rounds', type=int, default=10)
     p.add_argument(
+        '--baseline',
         '--reference',
-        help='model the speed and memory ratios divide by (default: the '
-        'last)')
+        dest='baseline',
+        help='the model the others are compared with: corruption errors, '
+        'paired tests, speed and memory ratios (default: the last)')
+    p.add_argument(
+        '--resamples',
+        type=int,
+        default=1000,
+        help='resamples of the paired bootstrap (default 1000)')
+    p.add_argument(
+        '--bootstrap-seed',
+        type=int,
+        default=0,
+        help='seed of the paired bootstrap (default 0)')
     p.add_argument('--work-dir', default='work_dirs/report')
     p.add_argument('--device', default='cpu')
     p.add_argument(
@@ -96,7 +114,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         nargs='+',
         action=DictAction,
         help='override settings of every config')
-    return p.parse_args(argv)
+    p.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm'],
+        default='none',
+        help='job launcher, as in tools/test.py')
+    p.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = p.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
@@ -120,15 +147,24 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         speed_size=args.speed_size,
         speed_batch=args.speed_batch,
         speed_rounds=args.speed_rounds,
-        reference=args.reference,
+        baseline=args.baseline,
+        resamples=args.resamples,
+        bootstrap_seed=args.bootstrap_seed,
         cfg_options=args.cfg_options or {},
         device=args.device)
     try:
         specs = model_specs(args.models, args.names)
+        if args.resamples < 1:
+            raise ValueError(f'--resamples {args.resamples} must be >= 1.')
+        options.launch = start_launcher(args.launcher)
         data = compare_models(
             specs, options, args.work_dir, quiet=not args.verbose)
     except ValueError as e:  # includes the stores' GridError
         raise SystemExit(str(e))
+    finally:
+        end_process_group()
+    if data is None:  # not rank 0
+        return None
     with open(f'{args.work_dir}/report.md') as f:
         print(f.read())
     print(f'Report in {args.work_dir} ({data["seconds"]} s): ' +

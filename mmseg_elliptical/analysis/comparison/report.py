@@ -11,7 +11,7 @@ import json
 import os
 import os.path as osp
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import cv2
 
@@ -36,12 +36,12 @@ def accuracy_table(store: rb.ResultStore, names: Sequence[str]) -> str:
     return markdown_table(['metric', *names], rows, spec='.2f')
 
 
-def speed_table(speed: Dict[str, Dict], reference: str) -> str:
+def speed_table(speed: Dict[str, Dict], baseline: str) -> str:
     """Median time and peak memory per model, and each model over the
-    reference (time: median of the per-round ratios, interquartile range).
+    baseline (time: median of the per-round ratios, interquartile range).
     """
     names = list(speed)
-    ref = speed[reference]
+    ref = speed[baseline]
     rows = []
     for n in names:
         row = [n]
@@ -57,9 +57,9 @@ def speed_table(speed: Dict[str, Dict], reference: str) -> str:
         rows.append(row)
     return markdown_table([
         'model', 'inference ms', 'inference peak MiB', 'training step ms',
-        'training peak MiB', f'time inference / {reference}',
-        f'memory inference / {reference}', f'time training / {reference}',
-        f'memory training / {reference}'
+        'training peak MiB', f'time inference / {baseline}',
+        f'memory inference / {baseline}', f'time training / {baseline}',
+        f'memory training / {baseline}'
     ], rows)
 
 
@@ -69,16 +69,15 @@ def _models_table(specs: Sequence[ModelSpec]) -> str:
                           left=3)
 
 
-def reference_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
-    """The model the speed ratios divide by: ``options.reference``, by
-    default the last one (``elliptical / baseline`` when the baseline comes
-    last)."""
+def baseline_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
+    """The model the others are compared with (corruption errors, paired
+    tests, speed ratios): ``options.baseline``, by default the last one."""
     names = [s.name for s in specs]
-    reference = options.reference or names[-1]
-    if reference not in names:
-        raise ValueError(f'reference {reference!r} is none of the models '
+    baseline = options.baseline or names[-1]
+    if baseline not in names:
+        raise ValueError(f'baseline {baseline!r} is none of the models '
                          f'{names}.')
-    return reference
+    return baseline
 
 
 def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
@@ -88,8 +87,16 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
     corruptions = rb.resolve_corruptions(options.corruptions)
     severities = sorted(set(options.severities))
     store = parts['robustness']
-    robustness = rb.write_robustness_report(store, names, corruptions,
-                                            severities, 'mIoU', work_dir)
+    robustness = rb.write_robustness_report(
+        store,
+        names,
+        corruptions,
+        severities,
+        'mIoU',
+        work_dir,
+        baseline_of(specs, options),
+        resamples=options.resamples,
+        seed=options.bootstrap_seed)
     collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
     speed = parts['speed']
     meta = next(iter(speed.values()))['meta']
@@ -102,7 +109,13 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         f'one run per model.', '', '## Accuracy (clean test split)', '',
         accuracy_table(store, names), '',
         f'## Robustness: {", ".join(corruptions)} at severities '
-        f'{", ".join(map(str, severities))}', '', robustness, '',
+        f'{", ".join(map(str, severities))}', '',
+        f'P: clean mIoU; mPC: its mean over the corrupted cells; rPC = mPC / '
+        f'P; CE: corruption error (100 - mIoU) over '
+        f'{baseline_of(specs, options)}\'s, mCE its mean, rCE and rmCE the '
+        'same for the drop from the clean mIoU (definitions: '
+        'docs/evidence.md). The intervals: a paired bootstrap over the '
+        'images.', '', robustness, '',
         '![mIoU per corruption and severity](robustness.png)', '',
         f'## Representation collapse ({options.part})', '',
         'Mean pairwise cosine of the tokens each layer outputs (forward '
@@ -124,7 +137,7 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         f'{options.speed_rounds} interleaved rounds on '
         f'{meta["device_name"]}; peak memory: '
         f'{next(iter(speed.values()))["infer"]["memory_measure"]}.', '',
-        speed_table(speed, reference_of(specs, options))
+        speed_table(speed, baseline_of(specs, options))
     ]
     text = '\n'.join(text)
     with open(osp.join(work_dir, 'report.md'), 'w') as f:
@@ -151,8 +164,6 @@ def report_data(specs: Sequence[ModelSpec], options: ReportOptions,
     """``report.json``: settings, models and every section's numbers (the
     attention maps themselves are in ``cells/attention.json``)."""
     names = [s.name for s in specs]
-    corruptions = rb.resolve_corruptions(options.corruptions)
-    severities = sorted(set(options.severities))
     store = parts['robustness']
     cells = {n: store.data['models'][n]['cells'] for n in names}
     attention = {
@@ -172,15 +183,14 @@ def report_data(specs: Sequence[ModelSpec], options: ReportOptions,
             box=r['box'])
         for n, r in parts['attention'].items()
     }
+    options = dict(vars(options))
+    del options['launch']
     return dict(
-        options=dict(vars(options)),
+        options=options,
         models=[s._asdict() for s in specs],
         accuracy={n: cells[n]['clean']
                   for n in names},
-        robustness={
-            n: rb.summarise(cells[n], corruptions, severities, 'mIoU')
-            for n in names
-        },
+        robustness=store.data['summary'],
         collapse=parts['collapse'],
         attention=dict(
             image=parts['query'][0], point=parts['query'][1],
@@ -202,8 +212,12 @@ def report_data(specs: Sequence[ModelSpec], options: ReportOptions,
 def compare_models(specs: Sequence[ModelSpec],
                    options: ReportOptions,
                    work_dir: str,
-                   quiet: bool = True) -> Dict:
+                   quiet: bool = True) -> Optional[Dict]:
     """Measure (or resume) every section and write the report.
+
+    In a distributed run (``options.launch``) every process measures the
+    robustness and collapse sections on its share of the images; rank 0
+    then measures the rest and writes the report.
 
     Args:
         specs (Sequence[ModelSpec]): Two or more models.
@@ -212,18 +226,22 @@ def compare_models(specs: Sequence[ModelSpec],
         quiet (bool): Hide the test runners' INFO logs.
 
     Returns:
-        dict: The data of ``report.json``.
+        dict: The data of ``report.json`` (None on the processes but rank
+        0).
     """
+    from mmengine.dist import is_main_process
     if len(specs) < 2:
         raise ValueError(f'The report compares two or more models, got '
                          f'{len(specs)}.')
-    reference_of(specs, options)
+    baseline_of(specs, options)
     start = time.time()
-    os.makedirs(work_dir, exist_ok=True)
     parts: Dict[str, object] = {}
     parts['robustness'] = sections.accuracy_and_robustness(
         specs, options, work_dir, quiet)
     parts['collapse'] = sections.collapse(specs, options, work_dir)
+    if not is_main_process():
+        return None
+    os.makedirs(work_dir, exist_ok=True)
     image, point, parts['attention'] = sections.attention(
         specs, options, work_dir)
     parts['query'] = (image, point)

@@ -6,13 +6,16 @@ Every section keeps its results in a
 ``attention.json``, ``speed.json``), written as soon as a model's result
 is in: a rerun of the same command computes only what is missing, and a
 file written under other settings, or for another checkpoint, is refused
-with the file to delete.
+with the file to delete. In a distributed run the sections over the test
+split (robustness, collapse) split its images across the processes; the
+attention and speed sections run on rank 0 alone, which writes every file.
 """
 import os.path as osp
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import cv2
+from mmengine.logging import print_log
 
 from ...utils.config import ModelSpec, load_config
 from .. import robustness as rb
@@ -47,10 +50,16 @@ class ReportOptions:
         speed_size (int): Square input size of the speed section.
         speed_batch (int): Images per step.
         speed_rounds (int): Interleaved timing rounds.
-        reference (str, optional): The model the speed ratios divide by
-            (default: the last one).
+        baseline (str, optional): The model the corruption errors, the
+            paired tests and the speed ratios compare with (default: the
+            last one).
+        resamples (int): Resamples of the paired bootstrap.
+        bootstrap_seed (int): Its seed.
         cfg_options (dict): Overrides of every config.
         device (str): Device.
+        launch (dict): The runners' launcher options
+            (:func:`~mmseg_elliptical.engine.start_launcher`); no setting
+            depends on them.
     """
     corruptions: List[str] = field(
         default_factory=lambda: list(DEFAULT_CORRUPTIONS))
@@ -65,19 +74,46 @@ class ReportOptions:
     speed_size: int = 512
     speed_batch: int = 1
     speed_rounds: int = 10
-    reference: Optional[str] = None
+    baseline: Optional[str] = None
+    resamples: int = 1000
+    bootstrap_seed: int = 0
     cfg_options: Dict = field(default_factory=dict)
     device: str = 'cpu'
+    launch: Dict = field(default_factory=dict)
 
 
-def store_of(work_dir: str, section: str, settings: Dict,
-             specs: Sequence[ModelSpec]) -> rb.ResultStore:
-    """The section's store under ``<work_dir>/cells/``, models declared."""
-    store = rb.ResultStore(
-        osp.join(work_dir, 'cells', f'{section}.json'), settings)
+def store_of(work_dir: str,
+             section: str,
+             settings: Dict,
+             specs: Sequence[ModelSpec],
+             every_process: bool = False) -> rb.ResultStore:
+    """The section's store under ``<work_dir>/cells/``, models declared.
+
+    Args:
+        every_process (bool): Opened by every process of a distributed run
+            (:func:`~..robustness.grid.open_store`); else by rank 0 alone.
+    """
+    path = osp.join(work_dir, 'cells', f'{section}.json')
+    if every_process:
+        return rb.open_store(path, settings, specs)
+    store = rb.ResultStore(path, settings)
     for spec in specs:
         store.add_model(*spec)
     return store
+
+
+def stored(store: rb.ResultStore, specs: Sequence[ModelSpec], key: str,
+           compute: Callable[[ModelSpec], Optional[Dict]]) -> Dict:
+    """``{name: result}`` of every model: the store's, or computed and put
+    in the store when missing (a result of None, as on the processes but
+    rank 0, is not stored)."""
+    for spec in specs:
+        if store.get(spec.name, key) is None:
+            print_log(f'{key}: {spec.name}', logger='current')
+            result = compute(spec)
+            if result is not None:
+                store.put(spec.name, key, result)
+    return {s.name: store.get(s.name, key) for s in specs}
 
 
 def accuracy_and_robustness(specs: Sequence[ModelSpec],
@@ -96,27 +132,27 @@ def accuracy_and_robustness(specs: Sequence[ModelSpec],
         options.max_images,
         options.cfg_options,
         quiet=quiet,
-        per_class=True)
+        per_class=True,
+        launch_options=options.launch)
 
 
 def collapse(specs: Sequence[ModelSpec], options: ReportOptions,
-             work_dir: str) -> Dict[str, Dict]:
-    """Collapse per layer of every model on the test split."""
+             work_dir: str) -> Dict[str, Optional[Dict]]:
+    """Collapse per layer of every model on the test split (None on the
+    processes but rank 0)."""
     store = store_of(
-        work_dir, 'collapse',
+        work_dir,
+        'collapse',
         dict(
             part=options.part,
             max_images=options.max_images,
-            cfg_options=options.cfg_options), specs)
-    for spec in specs:
-        if store.get(spec.name, 'collapse') is None:
-            print(f'collapse: {spec.name}')
-            store.put(
-                spec.name, 'collapse',
-                measure_collapse(spec, 'test', options.part,
-                                 options.max_images, options.cfg_options,
-                                 options.device))
-    return {s.name: store.get(s.name, 'collapse') for s in specs}
+            cfg_options=options.cfg_options),
+        specs,
+        every_process=True)
+    return stored(
+        store, specs, 'collapse', lambda spec: measure_collapse(
+            spec, 'test', options.part, options.max_images, options.
+            cfg_options, options.device))
 
 
 def first_test_image(spec: ModelSpec, cfg_options: Dict) -> str:
@@ -158,19 +194,11 @@ def attention(specs: Sequence[ModelSpec], options: ReportOptions,
             layers=options.layers,
             part=options.part,
             cfg_options=options.cfg_options), specs)
-    for spec in specs:
-        if store.get(spec.name, 'attention') is None:
-            print(f'attention: {spec.name}')
-            store.put(
-                spec.name, 'attention',
-                to_json(
-                    model_attention(spec, image, point, options.layers,
-                                    options.part, options.cfg_options,
-                                    options.device)))
-    return image, point, {
-        s.name: from_json(store.get(s.name, 'attention'))
-        for s in specs
-    }
+    found = stored(
+        store, specs, 'attention', lambda spec: to_json(
+            model_attention(spec, image, point, options.layers, options.part,
+                            options.cfg_options, options.device)))
+    return image, point, {n: from_json(r) for n, r in found.items()}
 
 
 def speed(specs: Sequence[ModelSpec], options: ReportOptions,
@@ -216,10 +244,12 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
                 dict(load_config(s.config, options.cfg_options).model),
                 whole_model=True) for s in specs
         ]
-        print(f'speed: {len(specs)} models at {options.speed_size}')
+        print_log(
+            f'speed: {len(specs)} models at {options.speed_size}',
+            logger='current')
         bar = ProgressBar(2 * options.speed_rounds * len(specs))
         data = run_benchmark(models, bench, on_step=bar.update)
-        print()
+        bar.file.write('\n')
         for spec in specs:
             rows = {
                 r['mode']: r

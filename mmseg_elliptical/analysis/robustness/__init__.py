@@ -1,23 +1,33 @@
-"""Corruption robustness: mIoU under image corruptions, models side by side.
+"""Corruption robustness: models side by side on corrupted test sets.
 
-:mod:`.pipeline` inserts the corruption into a config's test pipeline,
-:mod:`.store` keeps every finished cell (resumable), :mod:`.evaluator` runs
-mmengine's test loop on a built model, :mod:`.grid` drives the grid and
-:mod:`.report` writes it. ``tools/analysis_tools/robustness.py`` is the
+:mod:`.protocols` names the cells (corruption sets and groups, the
+``default``, ``ade20k-c`` and ``paper`` presets), :mod:`.pipeline` inserts
+the corruption into a config's test pipeline, :mod:`.loop` runs one model's
+cells through ``runner.test()``, :mod:`.store` keeps every finished cell
+(resumable), :mod:`.grid` drives the grid, :mod:`.summary` computes P, mPC,
+rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images, and
+:mod:`.report` writes it all. ``tools/analysis_tools/robustness.py`` is the
 command line.
 """
-from .evaluator import CellEvaluator
-from .grid import GROUPS, resolve_corruptions, run_grid, with_per_class_iou
+from .bootstrap import ImageAreas, miou, paired_bootstrap
+from .grid import open_store, run_grid, with_image_areas
+from .loop import CellHook, CorruptionGridLoop
 from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
                        insert_after_loading)
-from .report import (csv_rows, heatmaps, markdown_tables, summarise,
-                     write_robustness_report)
+from .protocols import (CORRUPTION_SETS, GROUPS, PROTOCOLS, Protocol, group_of,
+                        resolve_corruptions, resolve_severities)
+from .report import (csv_rows, grid_summary, heatmaps, markdown_tables,
+                     paired_test, summary_rows, write_robustness_report)
 from .store import CLEAN, GridError, ResultStore, cell_key
+from .summary import grid_scores, model_summary, robustness_summary
 
 __all__ = [
-    'CellEvaluator', 'GROUPS', 'resolve_corruptions', 'run_grid',
-    'with_per_class_iou', 'corrupted_loader_cfg', 'dataset_pipelines',
-    'insert_after_loading', 'csv_rows', 'heatmaps', 'markdown_tables',
-    'summarise', 'write_robustness_report', 'CLEAN', 'GridError',
-    'ResultStore', 'cell_key'
+    'ImageAreas', 'miou', 'paired_bootstrap', 'open_store', 'run_grid',
+    'with_image_areas', 'CellHook', 'CorruptionGridLoop',
+    'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
+    'CORRUPTION_SETS', 'GROUPS', 'PROTOCOLS', 'Protocol', 'group_of',
+    'resolve_corruptions', 'resolve_severities', 'csv_rows', 'grid_summary',
+    'heatmaps', 'markdown_tables', 'paired_test', 'summary_rows',
+    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
+    'grid_scores', 'model_summary', 'robustness_summary'
 ]

@@ -1,45 +1,132 @@
 """The robustness grid: every model on the clean and corrupted cells.
 
 :func:`run_grid` evaluates the cells not yet in the store, one model at a
-time, with a progress bar; :mod:`.report` writes the tables and heatmaps.
+time, each through ``runner.test()`` with :class:`~.loop.CorruptionGridLoop`
+(so ``--launcher pytorch|slurm`` splits every cell's images across
+processes, as in ``tools/test.py``); rank 0 alone writes the store.
+:mod:`.report` writes the tables and heatmaps.
 """
+import numbers
 import os.path as osp
 import time
-from typing import Dict, List, Optional, Sequence
+import warnings
+from functools import partial
+from typing import Dict, Optional, Sequence
 
-from ...transforms.image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
-                                            EXTRA_CORRUPTIONS)
+from mmengine.config import Config
+from mmengine.logging import print_log
+
 from ...utils.config import ModelSpec, load_config
-from .evaluator import CellEvaluator
-from .pipeline import corrupted_loader_cfg
+from .loop import CellHook
 from .store import GridError, ResultStore, cell_key
 
-GROUPS = {
-    'all': CORRUPTIONS,
-    'common': COMMON_CORRUPTIONS,
-    'extra': EXTRA_CORRUPTIONS
-}
+IOU_METRICS = ('IoUMetric', 'PerClassIoUMetric')
 
 
-def resolve_corruptions(names: Sequence[str]) -> List[str]:
-    """Expand groups (``all``, ``common``, ``extra``) and check names.
+def open_store(path: str, settings: Dict,
+               specs: Sequence[ModelSpec]) -> ResultStore:
+    """A grid's store with its models declared, on every process.
+
+    Every process reads the file before any writes to it (a barrier);
+    only the main process writes.
 
     Args:
-        names (Sequence[str]): Corruption names or group names.
+        path (str): The JSON file.
+        settings (dict): See :class:`~.store.ResultStore`.
+        specs (Sequence[ModelSpec]): The models.
 
     Returns:
-        list[str]: The corruptions, in order, without duplicates.
+        ResultStore: The store.
     """
-    out: List[str] = []
-    for name in names:
-        for c in GROUPS.get(name, (name, )):
-            if c not in CORRUPTIONS:
-                raise GridError(f'Unknown corruption {c!r}; valid are '
-                                f'{", ".join(CORRUPTIONS)} or a group '
-                                f'({", ".join(GROUPS)}).')
-            if c not in out:
-                out.append(c)
-    return out
+    from mmengine.dist import barrier, is_main_process
+    store = ResultStore(path, settings, write=is_main_process())
+    for spec in specs:
+        store.add_model(*spec)
+    barrier()
+    return store
+
+
+def with_image_areas(cfg: Config, per_class: bool) -> bool:
+    """Make an ``IoUMetric`` test evaluator the plugin's
+    ``PerClassIoUMetric`` that keeps the per-image areas (the same means).
+
+    Args:
+        cfg (Config): The config, changed in place.
+        per_class (bool): Whether the cells are to keep ``IoU.<class>``.
+
+    Returns:
+        bool: Whether to keep the evaluator's ``IoU.<class>`` values: asked
+        for, or the config's evaluator gives them already.
+    """
+    evaluator = cfg.get('test_evaluator')
+    if not isinstance(evaluator, dict):
+        return True
+    kind = str(evaluator.get('type')).split('.')[-1]
+    if kind not in IOU_METRICS:
+        return True
+    evaluator.update(type='PerClassIoUMetric', keep_image_areas=True)
+    return per_class or kind == 'PerClassIoUMetric'
+
+
+def grid_config(spec: ModelSpec,
+                cells: Sequence,
+                work_dir: str,
+                seed: int = 0,
+                max_images: Optional[int] = None,
+                cfg_options: Optional[Dict] = None,
+                launch_options: Optional[Dict] = None,
+                quiet: bool = True,
+                per_class: bool = False) -> tuple:
+    """The config whose ``runner.test()`` runs ``cells`` of one model.
+
+    Returns:
+        tuple: The config and whether to keep ``IoU.<class>`` (see
+        :func:`with_image_areas`).
+    """
+    cfg = load_config(spec.config, cfg_options)
+    for key in ('test_dataloader', 'test_cfg', 'test_evaluator'):
+        if not cfg.get(key):
+            raise GridError(f'The config {spec.config} has no {key}: the '
+                            'robustness grid runs the test loop it defines.')
+    keep_class_iou = with_image_areas(cfg, per_class)
+    cfg.test_cfg = dict(
+        type='CorruptionGridLoop',
+        cells=[list(c) for c in cells],
+        seed=seed,
+        max_images=max_images,
+        test_loop=dict(cfg.test_cfg))
+    # The plugin's end-of-run summary (the demo's) would draw its picture
+    # after every cell; the grid writes its own report.
+    cfg.custom_hooks = [
+        h for h in cfg.get('custom_hooks') or []
+        if str(h.get('type')).split('.')[-1] != 'SegSummaryHook'
+    ]
+    cfg.work_dir = osp.join(work_dir, spec.name)
+    cfg.load_from = spec.checkpoint
+    cfg.resume = False
+    if quiet:
+        cfg.log_level = 'WARNING'
+    if launch_options:
+        cfg.merge_from_dict(launch_options)
+    return cfg, keep_class_iou
+
+
+def record_cell(store: ResultStore, name: str, metric: str,
+                keep_class_iou: bool, bar, key: str, metrics: Dict, areas,
+                seconds: float) -> None:
+    """Put a finished cell (its scalar metrics) in the store."""
+    values = {
+        k: round(float(v), 4)
+        for k, v in metrics.items() if isinstance(v, numbers.Real) and (
+            keep_class_iou or not k.startswith('IoU.'))
+    }
+    if metric not in values:
+        raise GridError(f'The evaluator reports {sorted(values)}, not the '
+                        f'metric {metric!r} (--metric).')
+    values.update(seconds=round(seconds, 3), finished=timestamp())
+    store.put(name, key, values, areas)
+    if bar is not None:
+        bar.update()
 
 
 def run_grid(specs: Sequence[ModelSpec],
@@ -51,11 +138,13 @@ def run_grid(specs: Sequence[ModelSpec],
              max_images: Optional[int] = None,
              cfg_options: Optional[Dict] = None,
              quiet: bool = True,
-             per_class: bool = False) -> ResultStore:
+             per_class: bool = False,
+             launch_options: Optional[Dict] = None) -> ResultStore:
     """Evaluate every model on the clean and every corrupted cell, resuming.
 
     Finished cells are read from ``<work_dir>/robustness.json``; each new one
-    is written there at once.
+    is written there at once (by rank 0, with its per-image areas when the
+    evaluator is mmseg's ``IoUMetric``).
 
     Args:
         specs (Sequence[ModelSpec]): The models.
@@ -67,13 +156,18 @@ def run_grid(specs: Sequence[ModelSpec],
         max_images (int, optional): Evaluate only the first images.
         cfg_options (dict, optional): Overrides of every config.
         quiet (bool): Hide the runners' INFO logs. Defaults to True.
-        per_class (bool): Also keep the IoU of every class (``IoU.<class>``):
-            an ``IoUMetric`` test evaluator becomes the plugin's
-            ``PerClassIoUMetric`` (the same means). Defaults to False.
+        per_class (bool): Also keep the IoU of every class (``IoU.<class>``)
+            when the config's evaluator is mmseg's ``IoUMetric``. Defaults to
+            False.
+        launch_options (dict, optional): What
+            :func:`~mmseg_elliptical.engine.start_launcher` returned: the
+            runners' launcher (the settings do not depend on it).
 
     Returns:
         ResultStore: The results of every cell.
     """
+    from mmengine.dist import is_main_process
+    from mmengine.runner import Runner
     from mmengine.utils import ProgressBar
     settings = dict(
         metric=metric,
@@ -82,9 +176,7 @@ def run_grid(specs: Sequence[ModelSpec],
         cfg_options=cfg_options or {})
     if per_class:
         settings['per_class'] = True
-    store = ResultStore(osp.join(work_dir, 'robustness.json'), settings)
-    for spec in specs:
-        store.add_model(*spec)
+    store = open_store(osp.join(work_dir, 'robustness.json'), settings, specs)
     cells = [(None, None)] + [(c, s) for c in corruptions for s in severities]
     todo = {
         spec.name:
@@ -93,42 +185,29 @@ def run_grid(specs: Sequence[ModelSpec],
     }
     pending = sum(len(t) for t in todo.values())
     total = len(cells) * len(specs)
-    print(f'{total} cells ({len(specs)} models x {len(cells)}), '
-          f'{total - pending} already done, {pending} to compute.')
-    bar = ProgressBar(pending) if pending else None
+    print_log(
+        f'{total} cells ({len(specs)} models x {len(cells)}), '
+        f'{total - pending} already done, {pending} to compute.',
+        logger='current')
+    bar = ProgressBar(pending) if pending and is_main_process() else None
     for spec in specs:
         if not todo[spec.name]:
             continue
-        cfg = load_config(spec.config, cfg_options)
-        if per_class:
-            with_per_class_iou(cfg)
-        evaluator = CellEvaluator(
-            cfg, spec.checkpoint, osp.join(work_dir, spec.name), quiet=quiet)
-        for corruption, severity in todo[spec.name]:
-            loader = corrupted_loader_cfg(cfg.test_dataloader, corruption,
-                                          severity, seed, max_images)
-            start = time.time()
-            metrics = evaluator.evaluate(loader)
-            if metric not in metrics:
-                raise GridError(f'The evaluator reports {sorted(metrics)}, '
-                                f'not the metric {metric!r} (--metric).')
-            metrics.update(
-                seconds=round(time.time() - start, 3), finished=timestamp())
-            store.put(spec.name, cell_key(corruption, severity), metrics)
-            bar.update()
-        evaluator.close()
+        cfg, keep_class_iou = grid_config(spec, todo[spec.name], work_dir,
+                                          seed, max_images, cfg_options,
+                                          launch_options, quiet, per_class)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter('ignore')
+            runner = Runner.from_cfg(cfg)
+            runner.register_hook(
+                CellHook(
+                    partial(record_cell, store, spec.name, metric,
+                            keep_class_iou, bar)))
+            runner.test()
     if bar is not None:
-        print()
+        bar.file.write('\n')
     return store
-
-
-def with_per_class_iou(cfg) -> None:
-    """Make an ``IoUMetric`` test evaluator of ``cfg`` the plugin's
-    ``PerClassIoUMetric`` (same arguments and means, plus ``IoU.<class>``)."""
-    evaluator = cfg.get('test_evaluator')
-    if isinstance(evaluator, dict) and \
-            str(evaluator.get('type')).split('.')[-1] == 'IoUMetric':
-        evaluator['type'] = 'PerClassIoUMetric'
 
 
 def timestamp() -> str:

@@ -4,6 +4,10 @@ import os
 import os.path as osp
 from typing import Dict, Optional
 
+import numpy as np
+
+from .bootstrap import ImageAreas
+
 CLEAN = 'clean'
 
 
@@ -23,17 +27,26 @@ class ResultStore:
 
         {"settings": {...},
          "models": {"<name>": {"config": ..., "checkpoint": ...,
-                               "cells": {"clean": {"mIoU": ...}, ...}}}}
+                               "cells": {"clean": {"mIoU": ...}, ...}}},
+         "summary": {...}}
+
+    The per-image areas of a cell (for paired tests), when given, go beside
+    it in ``areas/<name>/<cell_key>.npz`` (``intersect``, ``union``), written
+    before the cell itself, so a cell in the JSON file has its areas.
 
     Args:
         path (str): JSON file; read when it exists.
         settings (dict): What the numbers depend on (metric, seed, split,
             number of images). A file written under other settings is
             refused, so stale numbers never mix with new ones.
+        write (bool): Write the files; False keeps the results in memory
+            only (the processes of a distributed run but rank 0). Defaults to
+            True.
     """
 
-    def __init__(self, path: str, settings: Dict) -> None:
+    def __init__(self, path: str, settings: Dict, write: bool = True) -> None:
         self.path = path
+        self.write = write
         settings = json.loads(json.dumps(settings))  # as the file holds it
         self.data: Dict = dict(settings=settings, models={})
         if osp.exists(path):
@@ -75,11 +88,49 @@ class ResultStore:
         """Metrics of a finished cell, or None."""
         return self.data['models'][name]['cells'].get(key)
 
-    def put(self, name: str, key: str, metrics: Dict) -> None:
-        """Record a finished cell and rewrite the file atomically."""
+    def put(self,
+            name: str,
+            key: str,
+            metrics: Dict,
+            areas: Optional[tuple] = None) -> None:
+        """Record a finished cell and rewrite the file atomically.
+
+        Args:
+            name (str): Model name.
+            key (str): Cell key.
+            metrics (dict): The cell's metrics.
+            areas (tuple, optional): ``(intersect, union)`` per image and
+                class, saved beside the JSON file first.
+        """
+        if areas is not None and self.write:
+            path = self.areas_path(name, key)
+            os.makedirs(osp.dirname(path), exist_ok=True)
+            with open(f'{path}.tmp', 'wb') as f:
+                np.savez_compressed(f, intersect=areas[0], union=areas[1])
+            os.replace(f'{path}.tmp', path)
         self.data['models'][name]['cells'][key] = metrics
+        self.save()
+
+    def save(self) -> None:
+        """Rewrite the JSON file atomically (when writing)."""
+        if not self.write:
+            return
         os.makedirs(osp.dirname(osp.abspath(self.path)), exist_ok=True)
         tmp = f'{self.path}.tmp'
         with open(tmp, 'w') as f:
             json.dump(self.data, f, indent=1)
         os.replace(tmp, self.path)
+
+    def areas_path(self, name: str, key: str) -> str:
+        """File of a cell's per-image areas."""
+        return osp.join(
+            osp.dirname(osp.abspath(self.path)), 'areas', name, f'{key}.npz')
+
+    def areas(self, name: str, key: str) -> Optional[ImageAreas]:
+        """The per-image areas of a finished cell, or None when they were
+        not kept (another metric, or results of an older version)."""
+        path = self.areas_path(name, key)
+        if self.get(name, key) is None or not osp.isfile(path):
+            return None
+        with np.load(path) as f:
+            return ImageAreas(f['intersect'], f['union'])

@@ -1,5 +1,5 @@
 """mmseg's ``IoUMetric`` with the per-class IoU among its results."""
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 from mmseg.evaluation import IoUMetric
@@ -16,17 +16,34 @@ class PerClassIoUMetric(IoUMetric):
     labels and predictions), so the values reach the log, the
     ``vis_data/scalars.json`` of mmengine's ``LocalVisBackend`` and the hooks.
     Everything else, arguments included, is ``IoUMetric``'s.
+
+    Args:
+        keep_image_areas (bool): After each evaluation, keep the per-image
+            intersection and union areas of every class, in dataset order,
+            as :attr:`image_areas` (on the main process, where mmengine
+            collects every process's results; None elsewhere): what a paired
+            test over images needs. Defaults to False.
+        **kwargs: ``IoUMetric``'s arguments.
     """
+
+    def __init__(self, keep_image_areas: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.keep_image_areas = keep_image_areas
+        self.image_areas: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
     def compute_metrics(self, results: list) -> Dict[str, float]:
         """Compute mmseg's metrics and add the per-class IoU.
 
         Args:
-            results (list): The processed results of each batch.
+            results (list): The processed results of each image.
 
         Returns:
             Dict[str, float]: mmseg's metrics plus ``IoU.<class>``.
         """
+        if self.keep_image_areas and results:
+            self.image_areas = tuple(
+                np.stack([np.asarray(r[i]) for r in results]).astype(np.int64)
+                for i in (0, 1))
         self._per_class = None
         metrics = super().compute_metrics(results)
         if self._per_class is not None and 'IoU' in self._per_class:

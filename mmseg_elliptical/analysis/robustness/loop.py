@@ -1,0 +1,132 @@
+"""The robustness grid of one model as one mmengine test loop.
+
+``runner.test()`` runs :class:`CorruptionGridLoop` in place of the config's
+``test_cfg``: mmengine builds the model, wraps it for the launcher and loads
+the checkpoint once, and every cell runs the config's own test loop on its
+own corrupted copy of the test dataloader. The images of each cell are split
+across processes by the dataloader's sampler and its metric is collected by
+mmengine's evaluator, as in ``tools/test.py``. A hook such as
+:class:`CellHook` reads the finished cells.
+"""
+import copy
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from mmengine.hooks import Hook
+from mmengine.runner import BaseLoop
+from mmseg.registry import LOOPS
+
+from .bootstrap import ImageAreas
+from .pipeline import corrupted_loader_cfg
+from .store import cell_key
+
+Cell = Tuple[Optional[str], Optional[int]]
+
+
+@LOOPS.register_module()
+class CorruptionGridLoop(BaseLoop):
+    """Run the config's test loop once per cell of a corruption grid.
+
+    Built by ``runner.test()`` from ``test_cfg=dict(type='CorruptionGridLoop',
+    cells=..., test_loop=<the config's own test_cfg>)``. While a cell runs,
+    :attr:`cell` is its ``(corruption, severity)`` (``(None, None)``: the
+    clean images) and :attr:`dataloader` and :attr:`evaluator` are its own,
+    so mmengine's hooks and log processor see the cell's dataloader.
+
+    Args:
+        runner (Runner): The runner.
+        dataloader (dict): The config's ``test_dataloader`` (the runner
+            passes its config); each cell gets a corrupted copy.
+        evaluator (dict | list): The config's ``test_evaluator``; each cell
+            gets a fresh one.
+        cells (Sequence): ``(corruption, severity)`` pairs, ``(None, None)``
+            for the clean images.
+        seed (int): Seed of the corruptions. Defaults to 0.
+        max_images (int, optional): Evaluate only the first images.
+        test_loop (dict, optional): The config's own ``test_cfg``
+            (default: mmengine's ``TestLoop``).
+    """
+
+    def __init__(self,
+                 runner,
+                 dataloader: Dict,
+                 evaluator: Union[Dict, List],
+                 cells: Sequence[Sequence],
+                 seed: int = 0,
+                 max_images: Optional[int] = None,
+                 test_loop: Optional[Dict] = None) -> None:
+        if not isinstance(dataloader, dict):
+            raise TypeError('CorruptionGridLoop needs the test dataloader as '
+                            f'a config dict, got {type(dataloader)}.')
+        super().__init__(runner, None)
+        self.loader_cfg = dataloader
+        self.evaluator_cfg = evaluator
+        self.cells: List[Cell] = [tuple(c) for c in cells]
+        self.seed = seed
+        self.max_images = max_images
+        self.test_loop = dict(test_loop or {})
+        self.test_loop.setdefault('type', 'TestLoop')
+        self.cell: Optional[Cell] = None
+        self.evaluator = None
+
+    def run(self) -> Dict[str, Dict]:
+        """Run every cell.
+
+        Returns:
+            dict: ``{cell_key: metrics}``.
+        """
+        results = {}
+        for cell in self.cells:
+            loop = LOOPS.build(
+                copy.deepcopy(self.test_loop),
+                default_args=dict(
+                    runner=self.runner,
+                    dataloader=corrupted_loader_cfg(self.loader_cfg, *cell,
+                                                    self.seed,
+                                                    self.max_images),
+                    evaluator=copy.deepcopy(self.evaluator_cfg)))
+            self.cell = cell
+            self.dataloader, self.evaluator = loop.dataloader, loop.evaluator
+            results[cell_key(*cell)] = loop.run()
+        return results
+
+
+def image_areas(evaluator) -> Optional[ImageAreas]:
+    """The per-image areas an evaluator's metric kept (``keep_image_areas``
+    of :class:`~mmseg_elliptical.evaluation.PerClassIoUMetric`), or None."""
+    for metric in getattr(evaluator, 'metrics', []):
+        areas = getattr(metric, 'image_areas', None)
+        if areas is not None:
+            return ImageAreas(*areas)
+    return None
+
+
+class CellHook(Hook):
+    """Hand every finished cell of a :class:`CorruptionGridLoop` to a
+    callback: ``on_cell(key, metrics, areas, seconds)``.
+
+    ``metrics`` are the evaluator's (the same on every process), ``areas``
+    the per-image areas (on the main process, when kept; else None) and
+    ``seconds`` the cell's wall time.
+
+    Args:
+        on_cell (Callable): The callback.
+    """
+    priority = 'LOWEST'
+
+    def __init__(self, on_cell: Callable) -> None:
+        self.on_cell = on_cell
+        self.start = 0.0
+
+    def before_test_epoch(self, runner) -> None:
+        """Start the cell's clock."""
+        self.start = time.time()
+
+    def after_test_epoch(self, runner, metrics: Optional[Dict] = None) -> None:
+        """Pass the finished cell on."""
+        loop = runner.test_loop
+        if isinstance(loop, CorruptionGridLoop):
+            self.on_cell(
+                cell_key(*loop.cell), metrics or {},
+                image_areas(loop.evaluator),
+                time.time() - self.start)
