@@ -1,7 +1,7 @@
 """The robustness report: summary, per-cell table, CSV and heatmaps."""
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ...utils.report import markdown_table, pyplot, write_report
+from ...utils.output import markdown_table, pyplot, write_report
 from .store import CLEAN, ResultStore, cell_key
 
 
