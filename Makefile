@@ -107,6 +107,6 @@ speed: setup
 	$(SPEED) $(M2F_T)_8xb2-160k_ade20k-512x512.py $(M2F_T)_elliptical-mask_8xb2-160k_ade20k-512x512.py \
 		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 3 --saved-tensors \
 		--out-dir work_dirs/speed/m2f-swin-t
-	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
-	$(PY) tools/analysis_tools/benchmark.py --out-dir work_dirs/speed --overview \
+	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark_layer.py --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
+	$(PY) tools/analysis_tools/benchmark_overview.py --out-dir work_dirs/speed \
 		$(addprefix work_dirs/speed/,$(SPEED_RUNS))
