@@ -5,7 +5,8 @@ import os
 import os.path as osp
 
 import pytest
-from helpers import hand_miou, load_tool
+from processes import load_tool
+from saved_models import hand_miou
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
@@ -81,6 +82,7 @@ def test_robustness_grid_and_resume(demo_models, tmp_path, monkeypatch):
     for ext in ('json', 'md', 'csv', 'png'):
         assert osp.getsize(tmp_path / f'robustness.{ext}') > 0
     md = (tmp_path / 'robustness.md').read_text()
+    md = '\n'.join(' '.join(x.split()) for x in md.splitlines())  # padding
     assert '| model | clean mIoU | mean corrupted mIoU |' in md
     assert '| fog | 5 |' in md
     saved = json.loads((tmp_path / 'robustness.json').read_text())

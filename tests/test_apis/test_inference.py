@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import DEMO_ELLIPTICAL, tiny_config
+from builders import DEMO_ELLIPTICAL, tiny_config
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import MMSegInferencer, inference_model, init_model
 from oracles import naive_slide_inference
