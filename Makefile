@@ -3,6 +3,8 @@
 #   make demo   train the elliptical demo segmentor on the embedded demo data,
 #               then print its per-class IoU and the path of a picture
 #   make test   check the code style (make lint), then run the test suite
+# The inner loop: make test-fast (the tests not marked slow: no subprocess,
+# torchrun, export, torch.compile or end-to-end training; no lint).
 # More: make demo-dot (the dot-product twin), make compare (both twins on 3
 # seeds: mean and standard deviation of mIoU, and a plot of mIoU over
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
@@ -33,7 +35,8 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare export lint test benchmark speed report
+.PHONY: setup demo demo-dot compare export lint test test-fast benchmark speed \
+	report
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -80,6 +83,9 @@ lint: setup
 
 test: setup lint
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 benchmark: setup
 	$(PY) tools/analysis_tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark
