@@ -3,6 +3,8 @@
 #   make demo   train the elliptical demo segmentor on the embedded demo data,
 #               then print its per-class IoU and the path of a picture
 #   make test   check the code style (make lint), then run the test suite
+# The inner loop: make test-fast (the tests not marked slow: no subprocess,
+# torchrun, export, torch.compile or end-to-end training; no lint).
 # More: make demo-dot (the dot-product twin), make compare (both twins on 3
 # seeds: mean and standard deviation of mIoU, and a plot of mIoU over
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
@@ -33,7 +35,8 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare export lint test benchmark speed report
+.PHONY: setup demo demo-dot compare export lint test test-fast benchmark speed \
+	report
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -81,6 +84,9 @@ lint: setup
 test: setup lint
 	$(PY) -m pytest -q
 
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
 benchmark: setup
 	$(PY) tools/analysis_tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark
 
@@ -107,6 +113,6 @@ speed: setup
 	$(SPEED) $(M2F_T)_8xb2-160k_ade20k-512x512.py $(M2F_T)_elliptical-mask_8xb2-160k_ade20k-512x512.py \
 		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 3 --saved-tensors \
 		--out-dir work_dirs/speed/m2f-swin-t
-	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --layer --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
-	$(PY) tools/analysis_tools/benchmark.py --out-dir work_dirs/speed --overview \
+	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark_layer.py --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
+	$(PY) tools/analysis_tools/benchmark_overview.py --out-dir work_dirs/speed \
 		$(addprefix work_dirs/speed/,$(SPEED_RUNS))

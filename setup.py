@@ -27,6 +27,8 @@ setup(
         'regex',
         'numpy',
         'matplotlib',
+        # markdown tables (TableStyle.MARKDOWN); mmseg depends on it too
+        'prettytable>=3.12',
     ],
     extras_require={
         'tests': ['pytest>=7', 'pytest-timeout'],

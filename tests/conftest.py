@@ -1,10 +1,14 @@
-"""Fixtures shared by the tests (helpers in ``helpers.py``, oracles in
-``oracles.py``, whose asserts pytest rewrites as the tests' own)."""
+"""Fixtures shared by the tests. The support modules (``builders``,
+``saved_models``, ``checks``, ``spies``, ``processes``) and the oracles are
+registered for pytest's assert rewriting, so their asserts report as the
+tests' own."""
 import pytest
 
-pytest.register_assert_rewrite('helpers', 'oracles')
+pytest.register_assert_rewrite('builders', 'checks', 'evidence_oracles',
+                               'oracles', 'processes', 'saved_models', 'spies')
 
-import helpers  # noqa: E402
+import builders  # noqa: E402
+import saved_models  # noqa: E402
 
 
 @pytest.fixture(scope='session')
@@ -12,7 +16,7 @@ def demo_root(tmp_path_factory) -> str:
     """A small demo dataset generated once per session."""
     from mmseg_elliptical.datasets import generate_demo_shapes
     root = str(tmp_path_factory.mktemp('data') / 'demo_shapes')
-    generate_demo_shapes(root, **helpers.TINY_GENERATE)
+    generate_demo_shapes(root, **builders.TINY_GENERATE)
     return root
 
 
@@ -42,22 +46,22 @@ def demo_models(demo_root, tmp_path_factory):
     """
     tmp = tmp_path_factory.mktemp('demo_models')
     paths = []
-    for name, path in (('ell', helpers.DEMO_ELLIPTICAL), ('dot',
-                                                          helpers.DEMO_DOT)):
-        cfg = helpers.demo_config(path, demo_root, str(tmp / f'wd_{name}'))
-        paths += helpers.save_model(cfg, str(tmp / f'{name}.py'))
+    for name, path in (('ell', builders.DEMO_ELLIPTICAL), ('dot',
+                                                           builders.DEMO_DOT)):
+        cfg = builders.demo_config(path, demo_root, str(tmp / f'wd_{name}'))
+        paths += saved_models.save_model(cfg, str(tmp / f'{name}.py'))
     return paths
 
 
 @pytest.fixture(scope='session')
 def family_models(demo_root, tmp_path_factory):
-    """``{family: [config, checkpoint]}`` of every tiny family model."""
+    """``{family: [config, checkpoint]}`` of every tiny backbone."""
     tmp = tmp_path_factory.mktemp('family_models')
     return {
         family:
-        helpers.save_model(
-            helpers.family_config(family, demo_root,
-                                  str(tmp / f'wd_{family}')),
+        saved_models.save_model(
+            saved_models.family_config(family, demo_root,
+                                       str(tmp / f'wd_{family}')),
             str(tmp / f'{family}.py'))
-        for family in helpers.FAMILIES
+        for family in builders.BACKBONES
     }

@@ -10,8 +10,9 @@ convert=True)`` converts mmseg's own model in place to its elliptical version
 in dot-product mode (it computes the same) when its probabilities are
 wanted. Each analysis has its module (:mod:`.collapse`, :mod:`.attention_maps`
 with :mod:`.tokens` and :mod:`.attention_figures`, :mod:`.robustness`,
-:mod:`.seed_sweep`, :mod:`.comparison`); the tools under
-``tools/analysis_tools/`` are their command lines.
+:mod:`.comparison`, :mod:`.compare_seeds`: what is read from training runs
+over seeds); the tools under ``tools/analysis_tools/`` are their command
+lines.
 """
 from .attention_figures import (plot_attention, plot_relevance, shown_heads,
                                 shown_layers)

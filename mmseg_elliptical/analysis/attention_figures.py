@@ -4,7 +4,7 @@ from typing import Dict, List, Optional, Sequence
 import cv2
 import numpy as np
 
-from ..utils.report import pyplot, save_figure
+from ..utils.output import pyplot, save_figure
 from .attention_maps import image_maps
 
 #: Heads drawn per layer when none are chosen.

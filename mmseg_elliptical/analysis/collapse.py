@@ -21,7 +21,7 @@ from mmengine.utils import ProgressBar
 
 from ..models import EllipticalAttentionMixin
 from ..utils.config import ModelSpec, load_config, split_loader
-from ..utils.report import markdown_table, pyplot, write_report
+from ..utils.output import markdown_table, pyplot, write_report
 from .layers import TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
 from .recorder import LayerRecorder

@@ -17,9 +17,7 @@ from torch import Tensor
 
 from ..models.conversion import (ELLIPTICAL_VERSIONS, elliptical_version,
                                  to_elliptical)
-from ..models.transformer import EllipticalTransformerMixin, TokenLayout
-
-PARTS = ('backbone', 'decode_head')
+from ..models.transformer import PARTS, EllipticalTransformerMixin, TokenLayout
 
 
 @dataclass
@@ -74,8 +72,7 @@ def supported_parts() -> List[str]:
     layers the analysis finds."""
     return sorted(f'{src.__name__} / {cls.__name__}'
                   for src, cls in ELLIPTICAL_VERSIONS.items()
-                  if isinstance(cls, type)
-                  and issubclass(cls, EllipticalTransformerMixin))
+                  if elliptical_version(src, EllipticalTransformerMixin))
 
 
 def transformer_layers(model: nn.Module,
@@ -106,11 +103,11 @@ def transformer_layers(model: nn.Module,
         raise ValueError(f'part={part!r} must be "backbone" or "decode_head".')
     module = getattr(model, part, None)
     if isinstance(module, EllipticalTransformerMixin):
-        cls = type(module)
+        cls = type(module)  # also a subclass that registered no version
     else:
-        cls = None if module is None else elliptical_version(type(module))
-    if not (isinstance(cls, type)
-            and issubclass(cls, EllipticalTransformerMixin)):
+        cls = None if module is None else elliptical_version(
+            type(module), EllipticalTransformerMixin)
+    if cls is None:
         raise ValueError(
             f'The model\'s {part} ({type(module).__name__}) has no '
             'elliptical version, so its transformer layers are unknown; the '

@@ -13,8 +13,6 @@ import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer, parameter_count
 from mmengine.analysis.jit_handles import get_shape
 
-from .models import run_forward
-
 
 def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
     """Multiply-adds of ``scaled_dot_product_attention``: ``QK^T`` and
@@ -29,19 +27,6 @@ ATTENTION_HANDLES = {
 }
 
 
-class _Forward(nn.Module):
-    """``model``'s forward as the analyzer calls it (segmentors in
-    ``mode='tensor'``)."""
-
-    def __init__(self, model: nn.Module, whole_model: bool) -> None:
-        super().__init__()
-        self.model = model
-        self.whole_model = whole_model
-
-    def forward(self, inputs: torch.Tensor):
-        return run_forward(self.model, inputs, self.whole_model)
-
-
 def count_params(model: nn.Module) -> int:
     """Number of parameters (``mmengine.analysis.parameter_count``)."""
     return int(parameter_count(model)[''])
@@ -49,20 +34,20 @@ def count_params(model: nn.Module) -> int:
 
 @torch.no_grad()
 def count_flops(model: nn.Module,
-                x: torch.Tensor,
-                whole_model: bool = False) -> Tuple[int, Dict[str, int]]:
-    """FLOPs of one forward (1 multiply-add = 1), attention included.
+                x: torch.Tensor) -> Tuple[int, Dict[str, int]]:
+    """FLOPs of one forward ``model(x)`` (1 multiply-add = 1), attention
+    included.
 
     Args:
-        model (nn.Module): The module (its current mode is used).
+        model (nn.Module): The module, e.g. a
+            :class:`~.models.BenchForward` (its current mode is used).
         x (Tensor): Input batch.
-        whole_model (bool): Whether ``model`` is a segmentor.
 
     Returns:
         tuple[int, dict[str, int]]: The total and the operators still
         uncounted (name: calls).
     """
-    analyzer = FlopAnalyzer(_Forward(model, whole_model), (x, ))
+    analyzer = FlopAnalyzer(model, (x, ))
     analyzer.set_op_handle(**ATTENTION_HANDLES)
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)

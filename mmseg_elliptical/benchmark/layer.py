@@ -18,8 +18,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from ..utils.report import markdown_table
-from .timing import make_timer, paired_ratio, run_interleaved, summarise
+from ..utils.output import markdown_table
+from .timing import make_timer, paired_ratio, run_interleaved, time_stats
 
 PATHS = ('dot-product', 'elliptical no-grad', 'elliptical grad',
          'elliptical explicit')
@@ -106,7 +106,7 @@ def layer_benchmark(tokens: int = 1025,
     for step in steps.values():
         step()
     rounds_ = run_interleaved(timers, rounds, min_run_time, seed)
-    results = {n: summarise(r, batch_size) for n, r in rounds_.items()}
+    results = {n: time_stats(r, batch_size) for n, r in rounds_.items()}
     base = results['dot-product']['round_ms']
     ratios = {
         n: vars(paired_ratio(r['round_ms'], base))

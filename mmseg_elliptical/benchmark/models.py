@@ -16,9 +16,10 @@ variants are derived from the config alone:
 A decode head that is elliptical in the config gets the same treatment. A
 config whose backbone has no elliptical version is measured as it is.
 
-The segmentor (``whole_model``) runs as ``mode='tensor'`` does: the decode
-head's raw outputs. mmdet's MaskFormer and Mask2Former heads need the data
-samples for that, which :class:`TensorForward` makes from the input's shape.
+What is measured of a built model is one module, :class:`BenchForward`:
+the backbone's forward, or the segmentor's (``whole_model``) as
+``mode='tensor'`` runs it (the decode head's raw outputs). It is what is
+timed, what the FLOPs are counted of and what the onnxruntime row exports.
 """
 import copy
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from typing import Callable, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from ..models.transformer import PARTS
+
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
-PARTS = ('backbone', 'decode_head')
 MODES = ('infer', 'train')
 
 
@@ -81,37 +83,24 @@ def _type_of(cls: type):
     return cls
 
 
-def elliptical_transformer(type_) -> Optional[type]:
-    """The plugin's elliptical backbone or head class for a config type.
-
-    Args:
-        type_ (str or type): A config ``type``: an elliptical class of the
-            plugin or an mmseg class that has one.
-
-    Returns:
-        type, optional: Its
-        :func:`~mmseg_elliptical.models.conversion.elliptical_version` when
-        that is an
-        :class:`~mmseg_elliptical.models.transformer.EllipticalTransformerMixin`,
-        else None.
-    """
+def _transformer_version(type_) -> Optional[type]:
+    """The plugin's elliptical backbone or head class of a config ``type``
+    (an elliptical class, or an mmseg class that has one), else None."""
     from ..models import EllipticalTransformerMixin, elliptical_version
     cls = _class_of(type_)
-    cls = None if not isinstance(cls, type) else elliptical_version(cls)
-    if cls is not None and issubclass(cls, EllipticalTransformerMixin):
-        return cls
-    return None
+    if not isinstance(cls, type):
+        return None
+    return elliptical_version(cls, EllipticalTransformerMixin)
 
 
 def supported_backbones() -> List[str]:
     """Names of the mmseg backbones the plugin has an elliptical version of."""
     from mmseg.models.backbones import __all__ as backbones
 
-    from ..models import EllipticalTransformerMixin
     from ..models.conversion import ELLIPTICAL_VERSIONS
-    return sorted(src.__name__ for src, cls in ELLIPTICAL_VERSIONS.items()
-                  if issubclass(cls, EllipticalTransformerMixin)
-                  and src.__name__ in backbones)
+    return sorted(
+        src.__name__ for src in ELLIPTICAL_VERSIONS
+        if _transformer_version(src) is not None and src.__name__ in backbones)
 
 
 def derive_variants(family: str,
@@ -136,19 +125,19 @@ def derive_variants(family: str,
     if bad or not roles:
         raise ValueError(f'Unknown roles {bad}; choose among {ROLES}.')
     model_cfg = copy.deepcopy(dict(model_cfg))
-    if elliptical_transformer(model_cfg['backbone']['type']) is None:
+    if _transformer_version(model_cfg['backbone']['type']) is None:
         return [
             BenchModel(family, family, 'model', config, model_cfg, whole_model)
         ]
     ell = copy.deepcopy(model_cfg)
     ell['backbone']['type'] = _type_of(
-        elliptical_transformer(model_cfg['backbone']['type']))
+        _transformer_version(model_cfg['backbone']['type']))
     # Parts that are elliptical in the subject: the backbone, and the decode
     # head where the config makes it elliptical.
     parts = [
         p for p in PARTS
         if isinstance(ell.get(p), dict) and ell[p].get('type') is not None
-        and elliptical_transformer(ell[p]['type']) is _class_of(ell[p]['type'])
+        and _transformer_version(ell[p]['type']) is _class_of(ell[p]['type'])
     ]
     variants = dict(elliptical=ell, **{'paper-ref': ell})
     variants['fused-dot'] = copy.deepcopy(ell)
@@ -172,40 +161,94 @@ def derive_variants(family: str,
     ]
 
 
-class TensorForward(nn.Module):
-    """A segmentor whose decode head's ``forward`` needs the data samples
-    (mmdet's MaskFormer and Mask2Former heads), run as ``mode='tensor'``
-    runs the others: the head's raw outputs on the backbone's features.
+def config_variants(configs: Sequence[str],
+                    names: Optional[Sequence[str]] = None,
+                    roles: Sequence[str] = DEFAULT_ROLES,
+                    whole_model: bool = False,
+                    cfg_options: Optional[dict] = None) -> List[BenchModel]:
+    """The variants (:func:`derive_variants`) of every config, read with
+    random weights (``load_config(..., no_pretrained=True)``).
 
     Args:
-        segmentor (nn.Module): The segmentor.
+        configs (Sequence[str]): Config files (``mmseg::`` paths allowed).
+        names (Sequence[str], optional): One name per config; defaults to
+            the file names (:func:`~mmseg_elliptical.utils.model_names`).
+        roles (Sequence[str]): Variants wanted, among :data:`ROLES`.
+        whole_model (bool): Benchmark the segmentors, not the backbones.
+        cfg_options (dict, optional): Overrides of every config.
+
+    Returns:
+        list[BenchModel]: In config order; with several configs each variant
+        is named ``CONFIG_NAME/ROLE``. A config whose backbone has no
+        elliptical version gives one ``'model'`` entry (and a log line).
+    """
+    import dataclasses
+
+    from mmengine.logging import print_log
+
+    from ..utils import load_config, model_names
+    specs = []
+    names = model_names(configs, names)
+    for name, config in zip(names, configs):
+        cfg = load_config(config, cfg_options, no_pretrained=True)
+        variants = derive_variants(name, config, cfg.model.to_dict(), roles,
+                                   whole_model)
+        if variants[0].role == 'model':
+            print_log(
+                f'{name}: {cfg.model.backbone.type} has no elliptical '
+                f'version (supported: {", ".join(supported_backbones())}); '
+                'measured as it is.',
+                logger='current')
+        elif len(names) > 1:
+            variants = [
+                dataclasses.replace(v, name=f'{name}/{v.role}')
+                for v in variants
+            ]
+        specs += variants
+    return specs
+
+
+class BenchForward(nn.Module):
+    """What the benchmark measures of a model, as a module: the backbone's
+    forward, or the segmentor's as ``mode='tensor'`` runs it (the decode
+    head's raw outputs). It is timed (:func:`make_step`), its FLOPs counted
+    (:func:`~.flops.count_flops`) and it is exported for the onnxruntime
+    row (:mod:`.onnx`).
+
+    mmdet's MaskFormer and Mask2Former heads need the data samples in
+    ``mode='tensor'``: they get samples made from the input's shape.
+
+    Args:
+        model (nn.Module): A backbone, or a segmentor with ``whole_model``.
+        whole_model (bool): ``model`` is a segmentor. Defaults to False.
     """
 
-    def __init__(self, segmentor: nn.Module) -> None:
+    def __init__(self, model: nn.Module, whole_model: bool = False) -> None:
         super().__init__()
-        self.segmentor = segmentor
-
-    @staticmethod
-    def needed(segmentor: nn.Module) -> bool:
-        """Whether ``segmentor``'s decode head takes the samples."""
         from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
-        return isinstance(
-            getattr(segmentor, 'decode_head', None),
+        self.model = model
+        self.whole_model = whole_model
+        self.head_needs_samples = whole_model and isinstance(
+            getattr(model, 'decode_head', None),
             (MaskFormerHead, Mask2FormerHead))
 
-    def forward(self, inputs: torch.Tensor, mode: str = 'tensor'):
+    def forward(self, inputs: torch.Tensor):
+        if not self.whole_model:
+            return self.model(inputs)
+        if not self.head_needs_samples:
+            return self.model(inputs, mode='tensor')
         from mmseg.structures import SegDataSample
         hw = tuple(inputs.shape[-2:])
         meta = dict(
             img_shape=hw, pad_shape=hw, batch_input_shape=hw, ori_shape=hw)
         samples = [SegDataSample(metainfo=meta) for _ in range(len(inputs))]
-        segmentor = self.segmentor
+        segmentor = self.model
         return segmentor.decode_head(segmentor.extract_feat(inputs), samples)
 
 
 def build_model(spec: BenchModel,
                 device: str = 'cpu',
-                seed: int = 0) -> nn.Module:
+                seed: int = 0) -> BenchForward:
     """Build the benchmarked module (backbone or segmentor), in eval mode.
 
     Every variant built with the same seed gets the same weights (the
@@ -218,7 +261,7 @@ def build_model(spec: BenchModel,
         seed (int): Seed of the initial weights. Defaults to 0.
 
     Returns:
-        nn.Module: The module.
+        BenchForward: The module.
     """
     from mmengine.config import ConfigDict
     from mmengine.model import revert_sync_batchnorm
@@ -230,9 +273,8 @@ def build_model(spec: BenchModel,
     with DefaultScope.overwrite_default_scope('mmseg'):
         segmentor = models.build(ConfigDict(copy.deepcopy(spec.model_cfg)))
     segmentor = revert_sync_batchnorm(segmentor)
-    model = segmentor if spec.whole_model else segmentor.backbone
-    if spec.whole_model and TensorForward.needed(segmentor):
-        model = TensorForward(segmentor)
+    model = BenchForward(segmentor if spec.whole_model else segmentor.backbone,
+                         spec.whole_model)
     if spec.explicit_attention:
         attentions = [
             m for m in model.modules()
@@ -243,14 +285,7 @@ def build_model(spec: BenchModel,
                              'on the explicit path.')
         for attn in attentions:
             attn.fused_attn = False
-    model.to(device)
-    model.eval()  # mmseg's ViT.train() returns None: no chaining
-    return model
-
-
-def run_forward(model: Callable, x: torch.Tensor, whole_model: bool):
-    """Forward of a backbone, or of a segmentor in ``mode='tensor'``."""
-    return model(x, mode='tensor') if whole_model else model(x)
+    return model.to(device).eval()
 
 
 def output_sum(out) -> torch.Tensor:
@@ -260,10 +295,9 @@ def output_sum(out) -> torch.Tensor:
     return sum(output_sum(o) for o in out)
 
 
-def make_step(model: nn.Module,
+def make_step(model: BenchForward,
               x: torch.Tensor,
               mode: str,
-              whole_model: bool = False,
               amp: bool = False,
               runner: Optional[Callable] = None) -> Callable[[], None]:
     """A callable running one inference or one training step.
@@ -271,12 +305,11 @@ def make_step(model: nn.Module,
     Sets the model's mode (eval for ``'infer'``, train for ``'train'``).
 
     Args:
-        model (nn.Module): The module.
+        model (BenchForward): The module.
         x (Tensor): Input batch.
         mode (str): ``'infer'``: forward under ``no_grad``. ``'train'``:
             forward and backward of the output sum (no optimizer: the models
             compared have the same parameters); gradients are reset first.
-        whole_model (bool): Whether ``model`` is a segmentor.
         amp (bool): bf16 autocast on ``x``'s device.
         runner (callable, optional): What runs the forward, e.g. the
             ``torch.compile`` d model; defaults to ``model``.
@@ -292,12 +325,12 @@ def make_step(model: nn.Module,
 
     def infer() -> None:
         with torch.no_grad(), autocast:
-            run_forward(runner, x, whole_model)
+            runner(x)
 
     def train() -> None:
         model.zero_grad(set_to_none=True)
         with autocast:
-            loss = output_sum(run_forward(runner, x, whole_model))
+            loss = output_sum(runner(x))
         loss.backward()
 
     return infer if mode == 'infer' else train

@@ -1,10 +1,11 @@
 """The onnxruntime row of the benchmark: the same model, exported.
 
-The benchmarked module (backbone, or segmentor in ``mode='tensor'``) is
-exported with its weights at the benchmark's batch and size (a static
-graph, ``torch.onnx.export(..., dynamo=True)``) and run by onnxruntime on
-the CPU with the benchmark's threads; it is timed interleaved with the
-PyTorch models (:mod:`.runner`), in inference only.
+The benchmarked module (:class:`~.models.BenchForward`: the backbone, or the
+segmentor in ``mode='tensor'``) is exported with its weights at the
+benchmark's batch and size (a static graph,
+``torch.onnx.export(..., dynamo=True)``) and run by onnxruntime on the CPU
+with the benchmark's threads; it is timed interleaved with the PyTorch
+models (:mod:`.runner`), in inference only.
 """
 import os.path as osp
 import tempfile
@@ -14,32 +15,19 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .models import run_forward
 from .timing import paired_ratio
 
 ROLE = 'onnxruntime'
 
 
-class ForwardOf(nn.Module):
-    """What the benchmark runs of ``model``, as a module to export."""
-
-    def __init__(self, model: nn.Module, whole_model: bool) -> None:
-        super().__init__()
-        self.model = model
-        self.whole_model = whole_model
-
-    def forward(self, x: Tensor):
-        return run_forward(self.model, x, self.whole_model)
-
-
-def onnxruntime_step(model: nn.Module, x: Tensor, whole_model: bool,
+def onnxruntime_step(model: nn.Module, x: Tensor,
                      threads: int) -> Callable[[], None]:
     """One onnxruntime inference of ``model``'s graph on ``x``.
 
     Args:
-        model (nn.Module): The benchmarked module, in eval mode.
+        model (nn.Module): The benchmarked module
+            (:class:`~.models.BenchForward`), in eval mode.
         x (Tensor): The input batch (CPU).
-        whole_model (bool): ``model`` is a segmentor (``mode='tensor'``).
         threads (int): onnxruntime's intra-op threads (0: its default).
 
     Returns:
@@ -55,7 +43,7 @@ def onnxruntime_step(model: nn.Module, x: Tensor, whole_model: bool,
         path = osp.join(folder, 'model.onnx')
         with torch.no_grad():
             torch.onnx.export(
-                ForwardOf(model, whole_model).eval(), (x, ),
+                model.eval(), (x, ),
                 path,
                 dynamo=True,
                 opset_version=OPSET,

@@ -3,8 +3,7 @@
 :func:`run_benchmark` builds every model once, counts parameters and FLOPs,
 then for each (input size, mode) times all models interleaved
 (:mod:`.timing`), measures their memory (:mod:`.memory`) and finally the
-ratios of each config's elliptical model to its baselines
-(:func:`ratios`), with a verdict against :data:`TARGETS`.
+ratios of each config's elliptical model to its baselines (:func:`ratios`).
 """
 import os
 import platform
@@ -12,24 +11,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn as nn
 from torch.utils.benchmark.utils.common import set_torch_threads
 
 from .flops import count_flops, count_params
-from .memory import peak_rss_in_child, saved_tensors_mb, step_peak_mb
-from .models import BenchModel, build_model, make_step, run_forward
+from .memory import saved_tensors_mb, step_peak_mb
+from .models import BenchForward, BenchModel, build_model, make_step
 from .onnx import ROLE as ONNX_ROLE
 from .onnx import onnx_name, onnxruntime_step, runtime_ratios
-from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
-                     summarise, verdict)
+from .timing import make_timer, paired_ratio, run_interleaved, time_stats
 
-#: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline
-#: must be <= bound (< bound when strict).
-TARGETS = {
-    ('fused-dot', 'time'): (1.03, False),
-    ('fused-dot', 'memory'): (1.01, False),
-    ('mmseg-dot', 'time'): (1.0, True),
-}
+#: ``BenchmarkOptions.memory``: the peak of tensor memory in one step, or
+#: nothing.
+MEMORY = ('tensors', 'none')
 
 
 @dataclass
@@ -50,11 +43,10 @@ class BenchmarkOptions:
             ``'inductor'``); None: eager.
         threads (int): torch threads (0: torch's default).
         clock (str): ``'wall'`` or ``'process'`` (see :mod:`.timing`).
-        memory (str): Peak memory of one step: ``'inline'`` (RSS, in this
-            process, after the rounds), ``'child'`` (RSS on the CPU: a fresh
-            process per measurement), ``'tensors'`` (the peak of tensor
-            memory on the CPU, exact and repeatable) or ``'none'``. On CUDA
-            it is ``max_memory_allocated``, in this process.
+        memory (str): ``'tensors'``: the peak of tensor memory in one step,
+            after the rounds (:func:`~.memory.step_peak_mb`: the profiler's
+            allocation records on the CPU, ``max_memory_allocated`` on
+            CUDA); ``'none'``.
         saved_tensors (bool): Also measure the tensors a training forward
             saves for the backward.
         flops_sizes (list[int]): Sizes at which FLOPs are counted.
@@ -74,7 +66,7 @@ class BenchmarkOptions:
     compile: Optional[str] = None
     threads: int = 1
     clock: str = 'wall'
-    memory: str = 'inline'
+    memory: str = 'tensors'
     saved_tensors: bool = False
     flops_sizes: List[int] = field(default_factory=list)
     seed: int = 0
@@ -86,39 +78,21 @@ class BenchmarkOptions:
                 if m == 'infer' or s in self.train_sizes]
 
 
-def runner_of(model: nn.Module, options: BenchmarkOptions) -> Callable:
+def runner_of(model: BenchForward, options: BenchmarkOptions) -> Callable:
     """``model`` or ``torch.compile(model)`` when asked."""
     if options.compile:  # one static graph per input size and mode
         return torch.compile(model, backend=options.compile, dynamic=False)
     return model
 
 
-def prepared_step(spec: BenchModel, size: int, mode: str,
-                  options: BenchmarkOptions) -> Callable[[], None]:
-    """Build ``spec`` and return its step at ``size``, warmed up.
-
-    Used in the child processes of ``memory='child'``.
-    """
-    if options.threads:
-        torch.set_num_threads(options.threads)
-    model = build_model(spec, options.device, options.seed)
-    x = torch.randn(options.batch_size, 3, size, size, device=options.device)
-    step = make_step(model, x, mode, spec.whole_model, options.amp,
-                     runner_of(model, options))
-    for _ in range(max(options.warmup, 1)):
-        step()
-    model.zero_grad(set_to_none=True)
-    return step
-
-
-def _complexity(spec: BenchModel, model: nn.Module,
+def _complexity(spec: BenchModel, model: BenchForward,
                 options: BenchmarkOptions) -> Dict:
     flops, uncounted = {}, {}
     model.eval()
     for size in options.flops_sizes:
         x = torch.randn(
             options.batch_size, 3, size, size, device=options.device)
-        flops[str(size)], uncounted = count_flops(model, x, spec.whole_model)
+        flops[str(size)], uncounted = count_flops(model, x)
     return dict(
         name=spec.name,
         family=spec.family,
@@ -129,19 +103,17 @@ def _complexity(spec: BenchModel, model: nn.Module,
         uncounted_ops=uncounted)
 
 
-def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
+def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],
                    runners: Sequence[Callable], size: int, mode: str,
                    options: BenchmarkOptions,
                    on_step: Optional[Callable]) -> List[Dict]:
-    """Time (and measure in process) every model at one (size, mode)."""
-    cuda = options.device.startswith('cuda')
+    """Time and measure every model at one (size, mode)."""
     x = torch.randn(options.batch_size, 3, size, size, device=options.device)
     steps = [
-        make_step(m, x, mode, s.whole_model, options.amp, r)
-        for s, m, r in zip(specs, models, runners)
+        make_step(m, x, mode, options.amp, r) for m, r in zip(models, runners)
     ]
     onnx = {
-        s.name: onnxruntime_step(m, x, s.whole_model, options.threads)
+        s.name: onnxruntime_step(m, x, options.threads)
         for s, m in zip(specs, models)
         if options.onnxruntime and mode == 'infer' and s.role in ('elliptical',
                                                                   'model')
@@ -172,22 +144,20 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
             size=size,
             mode=mode,
             batch_size=options.batch_size,
-            **summarise(rounds[spec.name], options.batch_size),
+            **time_stats(rounds[spec.name], options.batch_size),
             peak_mem_mb=None,
             memory_measure=None,
             saved_mb=None)
         model.zero_grad(set_to_none=True)
-        if options.memory in ('inline', 'tensors') or (options.memory
-                                                       == 'child' and cuda):
+        if options.memory == 'tensors':
             row['peak_mem_mb'], row['memory_measure'] = step_peak_mb(
-                step, options.device, tensors=options.memory == 'tensors')
+                step, options.device)
             model.zero_grad(set_to_none=True)
         if options.saved_tensors and mode == 'train':
             autocast = torch.autocast(
                 x.device.type, torch.bfloat16, enabled=options.amp)
             with autocast:
-                row['saved_mb'] = saved_tensors_mb(
-                    model, lambda: run_forward(model, x, spec.whole_model))
+                row['saved_mb'] = saved_tensors_mb(model, lambda: model(x))
         group.append(row)
     by_name = {s.name: s for s in specs}
     for name in onnx:
@@ -199,7 +169,7 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[nn.Module],
                 size=size,
                 mode=mode,
                 batch_size=options.batch_size,
-                **summarise(rounds[onnx_name(name)], options.batch_size),
+                **time_stats(rounds[onnx_name(name)], options.batch_size),
                 peak_mem_mb=None,
                 memory_measure=None,
                 saved_mb=None,
@@ -227,6 +197,9 @@ def run_benchmark(specs: Sequence[BenchModel],
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f'Model names must differ, got {names}.')
+    if options.memory not in MEMORY:
+        raise ValueError(f'memory={options.memory!r} must be one of '
+                         f'{MEMORY}.')
     unknown = sorted(set(options.train_sizes) - set(options.sizes))
     if unknown:
         raise ValueError(f'train sizes {unknown} are not among the sizes '
@@ -243,15 +216,6 @@ def run_benchmark(specs: Sequence[BenchModel],
             results += _measure_group(specs, models, runners, size, mode,
                                       options, on_step)
         del models, runners
-        if options.memory == 'child' and \
-                not options.device.startswith('cuda'):
-            by_name = {s.name: s for s in specs}
-            for row in results:
-                row['peak_mem_mb'], row['memory_measure'] = \
-                    peak_rss_in_child(
-                        prepared_step, by_name[row['model']], row['size'],
-                        row['mode'], options,
-                        preload=('torch', 'mmseg_elliptical.benchmark'))
     meta = dict(
         options=asdict(options),
         threads=threads,
@@ -276,16 +240,6 @@ def device_name(device: str) -> str:
         f'({os.cpu_count()} cores)'
 
 
-def _target(baseline: str, quantity: str,
-            stats: Optional[RatioStats]) -> Tuple[Optional[str], ...]:
-    bound = TARGETS.get((baseline, quantity))
-    if bound is None or stats is None:
-        return None, None
-    limit, strict = bound
-    text = f'{"<" if strict else "<="} {limit:g}'
-    return text, verdict(stats, limit, strict)
-
-
 def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
     """Elliptical / baseline, per config, size and mode.
 
@@ -297,8 +251,7 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
         results (Sequence[dict]): Rows of :func:`run_benchmark`.
 
     Returns:
-        list[dict]: One row per (config, baseline, size, mode), with the
-        verdicts against :data:`TARGETS`.
+        list[dict]: One row per (config, baseline, size, mode).
     """
     table = {(r['model'], r['size'], r['mode']): r for r in results}
     rows = []
@@ -324,12 +277,6 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
                     rounds=time.rounds,
                     memory=memory,
                     saved=_ratio(a['saved_mb'], b['saved_mb']))
-                row['time_target'], row['time_verdict'] = _target(
-                    base.role, 'time', time)
-                row['memory_target'], row['memory_verdict'] = _target(
-                    base.role, 'memory',
-                    None if memory is None else RatioStats(
-                        memory, memory, memory, 1))
                 rows.append(row)
     return rows
 

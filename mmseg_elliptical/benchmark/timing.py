@@ -18,8 +18,6 @@ from torch.utils.benchmark import Measurement, Timer
 from torch.utils.benchmark.utils.timer import timer as synced_timer
 
 CLOCKS = ('wall', 'process')
-#: Verdicts of a ratio against a target (see :func:`verdict`).
-MET, NOISE, MISSED = 'met', 'within noise', 'missed'
 
 
 def make_timer(step: Callable[[], None],
@@ -91,7 +89,7 @@ def run_interleaved(
     return out
 
 
-def summarise(rounds: Sequence[Measurement], batch_size: int = 1) -> Dict:
+def time_stats(rounds: Sequence[Measurement], batch_size: int = 1) -> Dict:
     """Median, IQR and throughput of one model's rounds.
 
     The rounds are merged (``Measurement.merge``) into one measurement of
@@ -149,25 +147,3 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> RatioStats:
         raise ValueError('paired_ratio: baseline times must be > 0.')
     q1, median, q3 = np.percentile(a / b, [25, 50, 75])
     return RatioStats(float(median), float(q1), float(q3), int(a.size))
-
-
-def verdict(stats: RatioStats, target: float, strict: bool = False) -> str:
-    """Whether a ratio meets ``ratio <= target`` (``< target`` if strict).
-
-    Args:
-        stats (RatioStats): The ratio.
-        target (float): The bound.
-        strict (bool): Require ``ratio < target``. Defaults to False.
-
-    Returns:
-        str: ``'met'`` when the upper quartile is within the bound,
-        ``'within noise'`` when only the lower quartile is (the bound lies
-        inside the interquartile range), ``'missed'`` when neither is.
-    """
-
-    def ok(value: float) -> bool:
-        return value < target if strict else value <= target
-
-    if ok(stats.q3):
-        return MET
-    return NOISE if ok(stats.q1) else MISSED

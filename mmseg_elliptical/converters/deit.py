@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Mapping, Tuple
 
 from torch import Tensor
 
-from ..utils.mmseg_files import mmseg_tool_path
+from ..engine.launch import mmseg_tool_path
 
 WRAPPERS = ('state_dict', 'model', 'module')
 # Source keys with no counterpart in a segmentation backbone.

@@ -4,11 +4,12 @@ from .checkpoint import (load_from_local, mmengine_safe_globals,
                          register_checkpoint_loader,
                          unregister_checkpoint_loader)
 from .hooks import SegSummaryHook
-from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
-                     start_launcher)
+from .launch import (end_process_group, mmseg_tool_path, prepare_cpu_launch,
+                     run_mmseg_tool, start_launcher)
 
 __all__ = [
     'load_from_local', 'mmengine_safe_globals', 'register_checkpoint_loader',
     'unregister_checkpoint_loader', 'SegSummaryHook', 'end_process_group',
-    'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
+    'mmseg_tool_path', 'prepare_cpu_launch', 'run_mmseg_tool',
+    'start_launcher'
 ]

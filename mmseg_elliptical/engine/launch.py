@@ -1,7 +1,8 @@
 """Run mmseg's tools with the plugin, also ``--launcher pytorch`` without CUDA.
 
 :func:`run_mmseg_tool` runs a script mmseg's wheel ships (``tools/train.py``
-and ``tools/test.py`` of this repository call it).
+and ``tools/test.py`` of this repository call it), found by
+:func:`mmseg_tool_path` where mmengine finds ``mmseg::`` configs.
 
 mmengine 0.10's PyTorch launcher calls ``torch.cuda.set_device`` (an
 ``AttributeError`` on a CPU-only torch) before ``init_process_group`` with the
@@ -24,15 +25,17 @@ without an active exception`` (exit code -6), which torchrun reports as a
 failed job.
 """
 import gc
+import logging
 import os
+import os.path as osp
 import runpy
 import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
-
-from ..utils.mmseg_files import mmseg_tool_path
+from mmengine.logging import print_log
+from mmengine.utils import get_installed_path
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` for a CPU
 #: module), as a config and as ``--cfg-options``.
@@ -41,6 +44,29 @@ CPU_WRAPPER = dict(
 CPU_WRAPPER_OPTIONS = [
     f'model_wrapper_cfg.{k}={v}' for k, v in CPU_WRAPPER.items()
 ]
+
+
+def mmseg_tool_path(name: str) -> str:
+    """Path of a script mmseg's wheel ships under ``mmseg/.mim/tools``.
+
+    Args:
+        name (str): Path relative to the tools folder, e.g. ``'train.py'``.
+
+    Returns:
+        str: The absolute path.
+
+    Raises:
+        FileNotFoundError: mmseg's installation has no such script.
+    """
+    path = osp.join(
+        get_installed_path('mmsegmentation'), '.mim', 'tools', name)
+    if not osp.isfile(path):
+        import mmseg
+        raise FileNotFoundError(
+            f'mmseg {mmseg.__version__} does not ship tools/{name} at {path}; '
+            'install mmsegmentation==1.2.2 from PyPI (its wheel carries the '
+            'tools).')
+    return path
 
 
 def launcher_of(argv: Sequence[str]) -> str:
@@ -125,18 +151,20 @@ def start_launcher(launcher: str,
 def end_process_group() -> None:
     """Destroy the default process group, if any (see the module docstring).
 
-    Safe to call when no group exists. Errors while destroying are printed,
-    not raised, so they never mask the job's own exit status or exception.
+    Safe to call when no group exists. Errors while destroying are logged
+    (``print_log``, warning), not raised, so they never mask the job's own
+    exit status or exception.
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
     try:
         dist.destroy_process_group()
     except Exception as exc:  # noqa: BLE001  # the job's outcome wins
-        print(
+        print_log(
             f'mmseg_elliptical: destroying the process group failed: '
             f'{exc!r}',
-            file=sys.stderr)
+            logger='current',
+            level=logging.WARNING)
     # The group object outlives destroy_process_group while DDP's reducer
     # holds it, and the Runner that holds DDP sits in reference cycles: free
     # them now, so gloo joins its threads before interpreter shutdown.

@@ -13,7 +13,7 @@ from .chain import EllipticalLayerMixin, ValueChain
 from .conversion import ConversionError, elliptical_version, to_elliptical
 from .decode_heads import (EllipticalMask2FormerHead, EllipticalMaskFormerHead,
                            EllipticalMaskTransformerHead)
-from .transformer import EllipticalTransformerMixin, chain_stages
+from .transformer import PARTS, EllipticalTransformerMixin, chain_stages
 
 __all__ = [
     'AttentionRecord', 'EllipticalAttention', 'EllipticalAttentionMixin',
@@ -25,6 +25,6 @@ __all__ = [
     'EllipticalMAE', 'EllipticalMaskTransformerHead',
     'EllipticalMask2FormerHead', 'EllipticalMaskFormerHead',
     'EllipticalLayerMixin', 'ValueChain', 'ConversionError',
-    'elliptical_version', 'to_elliptical', 'EllipticalTransformerMixin',
-    'chain_stages'
+    'elliptical_version', 'to_elliptical', 'PARTS',
+    'EllipticalTransformerMixin', 'chain_stages'
 ]

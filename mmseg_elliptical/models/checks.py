@@ -2,7 +2,8 @@
 
 Everything that can be checked once is checked when a model is built
 (:func:`check_elliptical_layers`, :func:`check_estimator_args`,
-:func:`check_kwargs`); :func:`check_images` runs per forward and costs no
+:func:`check_kwargs` with :func:`init_keywords`); :func:`check_images` runs
+per forward and costs no
 host synchronisation unless asked to look at the values
 (:data:`CHECK_FINITE`).
 """
@@ -10,7 +11,7 @@ import difflib
 import inspect
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -172,6 +173,42 @@ def looks_at_values(x: Tensor, check_finite: str) -> bool:
     return check_finite == 'always' or x.device.type == 'cpu'
 
 
+def init_keywords(cls: type,
+                  whole_mro: bool = False) -> Tuple[List[str], bool]:
+    """The keyword arguments the ``__init__`` s of ``cls``'s classes name.
+
+    Follows ``cls.__mro__`` from ``cls`` up while each ``__init__`` passes
+    ``**kwargs`` on, i.e. up to the first one that takes no ``**kwargs``
+    (the class that uses them), or over the whole MRO with ``whole_mro``.
+
+    Args:
+        cls (type): The class.
+        whole_mro (bool): Read every class of the MRO. Defaults to False.
+
+    Returns:
+        tuple[list[str], bool]: The names (positional-or-keyword and
+        keyword-only, without ``self``), in MRO order, and whether the walk
+        met an ``__init__`` without ``**kwargs`` (False: ``**kwargs`` all
+        the way up, so any keyword may be accepted).
+    """
+    names: List[str] = []
+    closed = False
+    for klass in cls.__mro__:
+        if '__init__' not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        names += [
+            n for n, p in params.items()
+            if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                          p.KEYWORD_ONLY)
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            closed = True
+            if not whole_mro:
+                break
+    return names, closed
+
+
 def check_kwargs(cls: type, parent: type, kwargs: dict,
                  own: Sequence[str]) -> None:
     """Reject keyword arguments neither ``cls`` nor ``parent`` accepts.
@@ -185,20 +222,10 @@ def check_kwargs(cls: type, parent: type, kwargs: dict,
         kwargs (dict): The keyword arguments passed on to ``parent``.
         own (Sequence[str]): The plugin class's own argument names.
     """
-    valid = list(own)
-    for klass in parent.__mro__:  # follow **kwargs up to the class using them
-        if '__init__' not in vars(klass) or klass is object:
-            continue
-        params = inspect.signature(klass.__init__).parameters
-        valid += [
-            n for n, p in params.items()
-            if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                          p.KEYWORD_ONLY)
-        ]
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            break
-    else:
+    names, closed = init_keywords(parent)
+    if not closed:
         return  # **kwargs all the way up: nothing to check against
+    valid = list(own) + names
     for name in kwargs:
         if name not in valid:
             close = difflib.get_close_matches(name, valid, n=1)

@@ -1,12 +1,13 @@
 """Convert mmseg / mmcv modules in place into their elliptical versions.
 
 A module is converted by swapping its class for the elliptical subclass
-registered for its *exact* type (:func:`elliptical_version_of`): parameters,
-buffers, hooks and the RNG state are untouched, so the state dict and the
-initial weights stay mmseg's. A module that cannot be converted (a type
-without an elliptical version, a subclass included, since it may add
-behaviour this package does not know, or a configuration the elliptical
-class does not run) is a :class:`ConversionError` that names it.
+registered for its *exact* type (:func:`register_elliptical_version`, in
+:data:`ELLIPTICAL_VERSIONS`): parameters, buffers, hooks and the RNG state
+are untouched, so the state dict and the initial weights stay mmseg's. A
+module that cannot be converted (a type without an elliptical version, a
+subclass included, since it may add behaviour this package does not know, or
+a configuration the elliptical class does not run) is a
+:class:`ConversionError` that names it.
 
 The one verb is :func:`to_elliptical`; :func:`elliptical_version` looks the
 class up without converting anything.
@@ -22,7 +23,7 @@ class ConversionError(TypeError):
     """A module has no elliptical version, or one that runs its settings."""
 
 
-def elliptical_version_of(source: type) -> Callable[[type], type]:
+def register_elliptical_version(source: type) -> Callable[[type], type]:
     """Class decorator: register ``cls`` as the elliptical ``source``.
 
     Args:
@@ -41,12 +42,23 @@ def elliptical_version_of(source: type) -> Callable[[type], type]:
     return register
 
 
-def elliptical_version(cls: type) -> Optional[type]:
+def elliptical_version(cls: type, kind: type = object) -> Optional[type]:
     """The elliptical class of ``cls``: its registered version, ``cls``
-    itself when it is one, else None."""
-    if cls in ELLIPTICAL_VERSIONS.values():
-        return cls
-    return ELLIPTICAL_VERSIONS.get(cls)
+    itself when it is one, else None.
+
+    Args:
+        cls (type): An mmseg / mmcv class, or an elliptical one.
+        kind (type): Only a version that subclasses ``kind`` counts (e.g.
+            ``EllipticalTransformerMixin``: a backbone or head, not a layer
+            or an attention). Defaults to ``object`` (any).
+
+    Returns:
+        type, optional: The elliptical class.
+    """
+    found = cls if cls in ELLIPTICAL_VERSIONS.values() else \
+        ELLIPTICAL_VERSIONS.get(cls)
+    return found if isinstance(found, type) and issubclass(found,
+                                                           kind) else None
 
 
 def qualname(cls: type) -> str:

@@ -20,6 +20,9 @@ from .checks import (check_elliptical_layers, check_estimator_args,
                      check_finite_mode, check_images, check_kwargs)
 from .conversion import to_elliptical
 
+#: The parts of a segmentor that can be elliptical.
+PARTS = ('backbone', 'decode_head')
+
 
 class GridSource(NamedTuple):
     """Where the analysis reads the ``(h, w)`` token grid of a stage.
@@ -107,6 +110,27 @@ def stage_strides(steps: Sequence[Sequence[int]]) -> List[Tuple[int, int]]:
         rows, cols = rows * sh, cols * sw
         out.append((rows, cols))
     return out
+
+
+def reduced_token_layouts(steps: Sequence[Sequence[int]],
+                          reductions: Sequence[int]) -> List[TokenLayout]:
+    """The token layouts of the reduced-attention backbones (MiT, Twins-PCPVT):
+    per stage, the grid is the layers' ``hw_shape`` argument and the keys
+    are that grid reduced by the attention's ``sr_ratio``.
+
+    Args:
+        steps (Sequence[Sequence[int]]): The strides ``(sh, sw)`` of the
+            module that starts each stage (its patch embedding).
+        reductions (Sequence[int]): The ``sr_ratio`` of each stage.
+
+    Returns:
+        list[TokenLayout]: One per stage.
+    """
+    return [
+        TokenLayout(
+            grid='argument', stride=stride, keys='reduced', reduction=ratio)
+        for stride, ratio in zip(stage_strides(steps), reductions)
+    ]
 
 
 def chain_stages(stages: Sequence[Sequence[nn.Module]],

@@ -3,14 +3,16 @@
 The benchmark names models from config files, the analyses (robustness,
 collapse, attention maps, the comparison report) from ``(config,
 checkpoint)`` pairs; both go through :func:`model_names`. Every config is
-read with :func:`load_config` (``cfg_options``, ``mmseg::`` paths).
+read with :func:`load_config` (``cfg_options``; ``mmseg::`` paths resolved by
+mmengine's ``get_config``).
 """
 import os.path as osp
 from typing import List, NamedTuple, Optional, Sequence
 
 from mmengine.config import Config
+from mmengine.hub import get_config
 
-from .mmseg_files import mmseg_config_path
+from ..models.transformer import PARTS
 
 
 class ModelSpec(NamedTuple):
@@ -106,16 +108,28 @@ def load_config(path: str,
 
     Returns:
         Config: The config.
+
+    Raises:
+        FileNotFoundError: The file does not exist (an ``mmseg::`` path: in
+            the configs mmseg's wheel ships).
     """
-    if path.startswith('mmseg::'):
-        path = mmseg_config_path(path)
+    if '::' in path:  # mmengine resolves it (mmseg/.mim/configs/...)
+        try:
+            cfg = get_config(path)
+        except FileNotFoundError as e:
+            import mmseg
+            raise FileNotFoundError(
+                f'config {path} does not exist: {e} (mmseg '
+                f'{mmseg.__version__} ships its configs under '
+                'mmseg/.mim/configs).') from None
     elif not osp.isfile(path):
         raise FileNotFoundError(f'config {path} does not exist.')
-    cfg = Config.fromfile(path)
+    else:
+        cfg = Config.fromfile(path)
     if no_pretrained and 'model' in cfg:
         if cfg.model.get('pretrained'):
             cfg.model.pretrained = None
-        for part in ('backbone', 'decode_head'):
+        for part in PARTS:
             init_cfg = cfg.model.get(part, {}).get('init_cfg')
             if isinstance(init_cfg, dict) and \
                     init_cfg.get('type') == 'Pretrained':
@@ -140,26 +154,3 @@ def split_loader(cfg: Config, split: str) -> dict:
         raise ValueError(f'The config has no {split}_dataloader; pick '
                          'another --split.')
     return loader
-
-
-def parse_cfg_options(options: Sequence[str]) -> dict:
-    """``key=value`` strings parsed as mmengine's ``DictAction`` parses
-    ``--cfg-options`` (lists, tuples, numbers, booleans).
-
-    Raises:
-        ValueError: An option without ``=``.
-    """
-    from types import SimpleNamespace
-
-    from mmengine.config import DictAction
-    if not options:
-        return {}
-    bad = [o for o in options if '=' not in o]
-    if bad:
-        raise ValueError(
-            f'--cfg-options takes key=value pairs, got {bad[0]!r} '
-            "(e.g. 'train_cfg.max_iters=100').")
-    namespace = SimpleNamespace()
-    DictAction(
-        option_strings=[], dest='cfg_options')(None, namespace, list(options))
-    return namespace.cfg_options

@@ -5,9 +5,11 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from helpers import (FAMILIES, QueryDecoder, family_config, first_images,
-                     load_model, load_tool, save_model)
-from oracles import window_slot
+from builders import TINY_MODELS
+from evidence_oracles import window_slot
+from processes import load_tool
+from saved_models import (QueryDecoder, family_config, first_images,
+                          load_model, save_model)
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import (image_maps, model_attention,
@@ -21,8 +23,10 @@ pytestmark = pytest.mark.usefixtures('single_thread')
 #: 64 scene, the crop holding it and the query token.
 QUERIES = dict(
     vit=(1, (30, 20), (0, 64, 0, 64), (2, 3)),
-    beit=(1, (40, 20), (0, 32, 32, 64), (2, 1)),  # crop x 32..64
-    mae=(2, (10, 50), (32, 64, 0, 32), (2, 1)),  # crop y 32..64
+    # BEiT, MAE: the first of mmseg's 32 x 24 crops (x at 0, 24, 40; y at 0,
+    # 32) that holds the point.
+    beit=(1, (40, 20), (0, 32, 24, 48), (2, 2)),  # crop x 24..48
+    mae=(2, (10, 50), (32, 64, 0, 24), (2, 1)),  # crop y 32..64
     mit=(0, (30, 20), (0, 64, 0, 64), (5, 7)),
     pcpvt=(2, (30, 20), (0, 64, 0, 64), (2, 3)),
     swin=(1, (30, 20), (0, 64, 0, 64), (5, 7)),
@@ -38,10 +42,10 @@ def test_maps_per_family(family, family_models, demo_root):
     layer, point, box, query = QUERIES[family]
     spec, = model_specs(family_models[family])
     res = model_attention(spec, scene(demo_root), point, [layer])
-    stage = FAMILIES[family]['stages'][layer]
+    stage = TINY_MODELS[family].stages[layer]
     entry = res['layers'][layer]
-    assert entry['grid'] == FAMILIES[family]['grids'][stage]
-    assert entry['stride'] == FAMILIES[family]['strides'][stage]
+    assert entry['grid'] == TINY_MODELS[family].grids[stage]
+    assert entry['stride'] == TINY_MODELS[family].strides[stage]
     assert (res['box'], entry['query'], entry['stage']) == (box, query, stage)
     maps, off = entry['maps'], entry['off_grid']
     assert maps.shape[1:] == entry['grid']
@@ -62,7 +66,7 @@ def test_maps_per_family(family, family_models, demo_root):
     assert full[:, :y1].sum() == full[:, y2:].sum() == 0
     assert full[:, :, :x1].sum() == full[:, :, x2:].sum() == 0
     # m of every elliptical layer: all but the first of each stage.
-    stages = FAMILIES[family]['stages']
+    stages = TINY_MODELS[family].stages
     assert sorted(res['relevance']) == [
         i for i in range(len(stages)) if i and stages[i] == stages[i - 1]
     ]
@@ -103,7 +107,7 @@ def test_maps_are_torch_weights(family, layer, demo_root, tmp_path):
     assert second['data_samples'][0].img_path == scene(demo_root)
     weights = torch_weights(model, found.attention(layer),
                             lambda m: m.test_step(second))
-    h, w = FAMILIES[family]['grids'][FAMILIES[family]['stages'][layer]]
+    h, w = TINY_MODELS[family].grids[TINY_MODELS[family].stages[layer]]
     if family == 'vit':  # after the cls token
         expected = weights[0, :, 1 + row * w + col, 1:].reshape(-1, h, w)
     else:  # 5 x 5 keys of 3 x 3 tokens, the last row and column uncovered

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 import torch
-from helpers import (FAMILIES, ROOT, first_images, free_port, hand_collapse,
-                     load_model, load_tool, run_command)
-from oracles import pairwise_cosine
+from builders import ROOT, TINY_MODELS
+from evidence_oracles import pairwise_cosine
+from processes import free_port, load_tool, run_command
+from saved_models import first_images, hand_collapse, load_model
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import (mean_pairwise_cosine, measure_collapse,
@@ -35,19 +36,19 @@ HAND = dict(
 def test_collapse_per_family(family, family_models):
     spec, = model_specs(family_models[family])
     result = measure_collapse(spec, max_images=2, progress=False)
-    stages = FAMILIES[family]['stages']
+    stages = TINY_MODELS[family].stages
     assert result['stage'] == stages
     assert len(result['cosine']) == len(stages)
     pick, index, tokens = HAND[family]
     cos, samples, count = hand_collapse(family_models[family], pick, tokens, 2)
     assert result['cosine'][index] == pytest.approx(cos, abs=1e-6)
-    # BEiT and MAE: four 32 x 32 crops of each 64 x 64 scene.
-    assert result['samples'] == samples == (8 if 'crop' in FAMILIES[family]
-                                            else 2)
+    # BEiT and MAE: 2 x 3 crops of 32 x 24 of each 64 x 64 scene.
+    assert result['samples'] == samples == (12
+                                            if TINY_MODELS[family].crop else 2)
     assert result['images'] == 2
     # Grid tokens only: no cls token; Swin's 16 x 16 grid without the
     # padding to 18 x 18 windows.
-    grid = FAMILIES[family]['grids'][stages[index]]
+    grid = TINY_MODELS[family].grids[stages[index]]
     assert result['tokens'][index] == count == grid[0] * grid[1]
     # m is estimated in every layer but the first of each stage.
     firsts = [i == 0 or stages[i] != stages[i - 1] for i in range(len(stages))]
@@ -124,11 +125,11 @@ def test_collapse_on_two_processes_is_the_single_process_one(
         family_models, tmp_path):
     """The images split across 2 gloo processes (3 images: the sampler pads
     the second process's share), gathered in dataset order: the same file
-    to the last digit. BEiT: four slide crops per image."""
+    to the last digit. BEiT: 2 x 3 slide crops per image."""
     args = [*family_models['beit'], '--max-images', '3', '--names', 'b']
     one = load_tool('analysis_tools/collapse.py').main(
         args + ['--out-dir', str(tmp_path / 'one')])
-    assert one['b']['images'] == 3 and one['b']['samples'] == 12
+    assert one['b']['images'] == 3 and one['b']['samples'] == 18
     run_command([
         'bash',
         osp.join(ROOT, 'tools', 'dist_launch.sh'),

@@ -2,9 +2,10 @@
 import pytest
 import torch
 import torch.nn as nn
-from helpers import FAMILIES, QueryDecoder, family_config
+from builders import BACKBONES, TINY_MODELS
 from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
+from saved_models import QueryDecoder, family_config
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import (CollapseMeter, LayerRecorder,
@@ -25,13 +26,13 @@ def build(family, demo_root, tmp_path, elliptical=True):
     return MODELS.build(cfg.model).eval()
 
 
-@pytest.mark.parametrize('family', sorted(FAMILIES))
+@pytest.mark.parametrize('family', sorted(BACKBONES))
 def test_layers_stages_and_layouts(family, demo_root, tmp_path):
-    spec = FAMILIES[family]
+    spec = TINY_MODELS[family]
     found = transformer_layers(build(family, demo_root, tmp_path))
-    assert found.stages == spec['stages']
-    assert len(found.layers) == len(spec['stages'])
-    assert [tuple(lay.stride) for lay in found.layouts] == spec['strides']
+    assert found.stages == spec.stages
+    assert len(found.layers) == len(spec.stages)
+    assert [tuple(lay.stride) for lay in found.layouts] == spec.strides
     prefix = 1 if family in ('vit', 'beit', 'mae') else 0
     assert all(lay.prefix == prefix and lay.suffix == 0
                for lay in found.layouts)
@@ -40,19 +41,18 @@ def test_layers_stages_and_layouts(family, demo_root, tmp_path):
     if family == 'mit':
         assert [lay.reduction for lay in found.layouts] == [3, 1]
     # The grids recorded in one forward, by hand: square 64 x 64 inputs
-    # (BEiT, MAE: 32 x 32), and 64 x 96 where the size is free.
+    # (BEiT, MAE: their 32 x 24 crops), and 64 x 96 where the size is free.
     model = build(family, demo_root, tmp_path)
-    size = spec.get('crop', 64)
+    h, w = spec.crop or (64, 64)
     with LayerRecorder(transformer_layers(model), tokens=False) as rec:
         with torch.no_grad():
-            model.backbone(torch.randn(1, 3, size, size))
-            if 'crop' not in spec:
+            model.backbone(torch.randn(1, 3, h, w))
+            if spec.crop is None:
                 model.backbone(torch.randn(1, 3, 64, 96))
-    wide = [(64 // sh, 96 // sw) for sh, sw in spec['strides']]
-    assert [r.grids
-            for r in rec.records] == [[spec['grids'][s]] +
-                                      ([wide[s]] if 'crop' not in spec else [])
-                                      for s in spec['stages']]
+    wide = [(64 // sh, 96 // sw) for sh, sw in spec.strides]
+    assert [r.grids for r in rec.records
+            ] == [[spec.grids[s]] + ([wide[s]] if spec.crop is None else [])
+                  for s in spec.stages]
 
 
 @pytest.mark.parametrize('family', ['vit', 'swin'])
@@ -64,7 +64,7 @@ def test_mmseg_class_is_read_and_converted(family, demo_root, tmp_path):
     init_default_scope('mmseg')
     model = MODELS.build(cfg.model)
     found = transformer_layers(model)
-    assert len(found.layers) == len(FAMILIES[family]['stages'])
+    assert len(found.layers) == len(TINY_MODELS[family].stages)
     assert not isinstance(found.attention(1), EllipticalAttentionMixin)
     found = transformer_layers(model, convert=True)
     assert isinstance(model.backbone, EllipticalTransformerMixin)
@@ -73,7 +73,7 @@ def test_mmseg_class_is_read_and_converted(family, demo_root, tmp_path):
 
 
 def test_decode_head_and_errors(demo_root, tmp_path):
-    from helpers import DEMO_ELLIPTICAL, demo_config
+    from builders import DEMO_ELLIPTICAL, demo_config
     init_default_scope('mmseg')
     model = MODELS.build(
         demo_config(DEMO_ELLIPTICAL, demo_root, str(tmp_path)).model)

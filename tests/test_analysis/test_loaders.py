@@ -4,7 +4,7 @@ original."""
 import copy
 
 import pytest
-from helpers import DEMO_ELLIPTICAL, TINY_GENERATE, tiny_config
+from builders import DEMO_ELLIPTICAL, TINY_GENERATE, tiny_config
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 

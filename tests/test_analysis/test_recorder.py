@@ -2,7 +2,7 @@
 import pytest
 import torch
 import torch.nn as nn
-from helpers import DEMO_DOT, DEMO_ELLIPTICAL, demo_config
+from builders import DEMO_DOT, DEMO_ELLIPTICAL, demo_config
 from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 from oracles import naive_relevance

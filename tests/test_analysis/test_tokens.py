@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 import torch
+from evidence_oracles import window_slot
 from mmengine.config import ConfigDict
 from mmseg.models.backbones.swin import ShiftWindowMSA
 from mmseg.models.segmentors import EncoderDecoder
-from oracles import window_slot
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import (attention_row, grid_to_image,

@@ -9,10 +9,10 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import DEMO_ELLIPTICAL, tiny_config
+from builders import DEMO_ELLIPTICAL, tiny_config
+from evidence_oracles import naive_slide_inference
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import MMSegInferencer, inference_model, init_model
-from oracles import naive_slide_inference
 
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 

@@ -1,17 +1,20 @@
 """``benchmark/models.py``: the derived baselines of a config (fused-dot,
-mmseg-dot, paper-ref) and the paper reference against
+mmseg-dot, paper-ref), the one forward the benchmark measures
+(``BenchForward``: timed, counted, exported) and the paper reference against
 ``oracles.naive_attention``."""
 import os.path as osp
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import BENCH_MMSEG_VIT_T, BENCH_TINY, ROOT, tiny_variants
+from builders import BENCH_MMSEG_VIT_T, BENCH_TINY, ROOT, tiny_variants
 from mmseg.models.backbones import VisionTransformer
 from oracles import naive_attention
 
 from mmseg_elliptical.benchmark.flops import count_flops
-from mmseg_elliptical.benchmark.models import build_model, derive_variants
+from mmseg_elliptical.benchmark.models import (BenchForward, build_model,
+                                               config_variants,
+                                               derive_variants, make_step)
 from mmseg_elliptical.models import EllipticalTransformerMixin
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils.config import load_config
@@ -66,7 +69,10 @@ def test_variants_of_mmseg_config_and_elliptical_head():
             dot.model_cfg[part])
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
-        outs = [build_model(v)(x, mode='tensor') for v in (fused, dot)]
+        outs = [build_model(v)(x) for v in (fused, dot)]
+    segmentor = build_model(fused).model
+    with torch.no_grad():  # the segmentor's own mode='tensor'
+        torch.testing.assert_close(outs[0], segmentor(x, mode='tensor'))
     torch.testing.assert_close(outs[0], outs[1])
 
 
@@ -103,7 +109,8 @@ def test_backbone_without_elliptical_version_is_measured_as_is():
 
 def test_built_variants_share_weights_and_dot_products_agree():
     models = {v.role: build_model(v) for v in tiny_variants()}
-    assert type(models['mmseg-dot']) is VisionTransformer
+    assert all(type(m) is BenchForward for m in models.values())
+    assert type(models['mmseg-dot'].model) is VisionTransformer
     states = [m.state_dict() for m in models.values()]
     for state in states[1:]:
         assert state.keys() == states[0].keys()
@@ -126,7 +133,7 @@ def test_paper_reference_against_independent_formulation(monkeypatch):
     def record(module, args, kwargs, output):
         calls.append((module, args[0], kwargs['identity'], output))
 
-    for layer in model.layers:
+    for layer in model.model.layers:
         layer.attn.register_forward_hook(record, with_kwargs=True)
 
     def no_sdpa(*args, **kwargs):
@@ -140,3 +147,38 @@ def test_paper_reference_against_independent_formulation(monkeypatch):
     for attn, x, identity, output in calls:
         ref, v_prev = naive_attention(attn, x, v_prev, identity=identity)
         torch.testing.assert_close(output, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_one_forward_is_timed_and_counted(monkeypatch):
+    """The steps and the FLOP count run ``BenchForward.forward``: here the
+    backbone's forward (the onnxruntime row exports the same module:
+    ``tests/test_deploy/test_benchmark_onnx.py``)."""
+    model = build_model(tiny_variants(('elliptical', ))[0])
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():  # the backbone's own forward, output for output
+        for a, b in zip(model(x), model.model(x), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    calls = []
+    monkeypatch.setattr(
+        model.model,
+        'forward',
+        lambda inputs, _forward=model.model.forward:
+        (calls.append(tuple(inputs.shape)), _forward(inputs))[1])
+    make_step(model, x, 'infer')()
+    make_step(model, x, 'train')()
+    assert count_flops(model, x)[0] > 0
+    assert calls[:2] == [(1, 3, 32, 32)] * 2 and len(calls) >= 3
+
+
+def test_config_variants_name_each_config():
+    specs = config_variants([BENCH_MMSEG_VIT_T, BENCH_MMSEG_VIT_T], ['a', 'b'],
+                            ('elliptical', 'fused-dot'),
+                            cfg_options=BENCH_TINY)
+    assert [s.name for s in specs] == [
+        'a/elliptical', 'a/fused-dot', 'b/elliptical', 'b/fused-dot'
+    ]
+    assert [s.family for s in specs] == ['a', 'a', 'b', 'b']
+    assert specs[0].model_cfg['backbone']['num_layers'] == 3
+    assert specs[0].model_cfg['pretrained'] is None  # nothing downloaded
+    one, = config_variants([BENCH_MMSEG_VIT_T], ['vit'], ('elliptical', ))
+    assert one.name == 'elliptical'

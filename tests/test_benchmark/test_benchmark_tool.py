@@ -1,10 +1,12 @@
 """``tools/analysis_tools/benchmark.py`` at tiny sizes: every output
-(JSON, Markdown, CSV, plot, the overview of runs), two configs compiled, the
-layer micro-benchmark."""
+(JSON, Markdown, CSV, plot), its targets and verdicts, two configs compiled;
+``benchmark_overview.py`` (the table of runs) and ``benchmark_layer.py``
+(the layer micro-benchmark)."""
 import json
 
 import pytest
-from helpers import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T, load_tool
+from builders import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T
+from processes import load_tool
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -12,6 +14,29 @@ pytestmark = pytest.mark.usefixtures('single_thread')
 @pytest.fixture(scope='module')
 def tool():
     return load_tool('analysis_tools/benchmark.py')
+
+
+def ratio(role, q1, q3, memory=None):
+    return dict(
+        role=role, time=(q1 + q3) / 2, time_q1=q1, time_q3=q3, memory=memory)
+
+
+@pytest.mark.parametrize('row, expected', [
+    (ratio('fused-dot', 0.99, 1.02, 1.01), ('<= 1.03', 'met', 'met')),
+    (ratio('fused-dot', 1.02, 1.05, 1.02),
+     ('<= 1.03', 'within noise', 'missed')),
+    (ratio('fused-dot', 1.04, 1.06), ('<= 1.03', 'missed', None)),
+    (ratio('mmseg-dot', 0.98, 0.99, 5.), ('< 1', 'met', None)),
+    (ratio('mmseg-dot', 0.98, 1.00), ('< 1', 'within noise', None)),
+    (ratio('mmseg-dot', 1.00, 1.00), ('< 1', 'missed', None)),
+    (ratio('paper-ref', 0.5, 3.0, 9.), (None, None, None)),
+])
+def test_targets_and_verdicts(tool, row, expected):
+    judged = tool.judge(row)
+    assert (judged['time_target'], judged['time_verdict'],
+            judged['memory_verdict']) == expected
+    assert judged['memory_target'] == ('<= 1.01' if row['role'] == 'fused-dot'
+                                       and row['memory'] else None)
 
 
 def test_cli_outputs(tool, tmp_path):
@@ -30,7 +55,8 @@ def test_cli_outputs(tool, tmp_path):
     assert flops['elliptical'] == flops['fused-dot'] == flops['paper-ref']
     assert len(saved['results']) == 4 * 3  # 2 inference sizes + 1 train
     for r in saved['results']:
-        assert len(r['round_ms']) == 2 and r['memory_measure'] == 'VmHWM'
+        assert len(r['round_ms']) == 2 and r['memory_measure'] == 'tensors'
+        assert r['peak_mem_mb'] > 0
         assert (r['saved_mb'] is None) == (r['mode'] == 'infer')
     train = {
         r['model']: r['saved_mb']
@@ -39,24 +65,23 @@ def test_cli_outputs(tool, tmp_path):
     # The explicit path keeps the probabilities for the backward.
     assert train['paper-ref'] > train['fused-dot']
     assert len(saved['ratios']) == 3 * 3
+    assert all(r == tool.judge(dict(r)) for r in saved['ratios'])
     md = (out / 'benchmark.md').read_text()
-    assert '| fused-dot | 64 | training step |' in md
+    assert '| fused-dot | 64 | training step |' in _cells(md)
     assert '<= 1.03: ' in md and '< 1: ' in md
     header = (out / 'benchmark.csv').read_text().splitlines()[0]
     assert header.startswith('model,family,role,size,mode')
     assert (out / 'benchmark.png').stat().st_size > 0
     # The overview of runs: a row per size and baseline, read from the JSON.
-    text = tool.main([
-        '--overview',
-        str(out),
-        str(out), '--out-dir',
-        str(tmp_path / 'overview')
-    ])
+    text = load_tool('analysis_tools/benchmark_overview.py').main(
+        [str(out), str(out), '--out-dir',
+         str(tmp_path / 'overview')])
     assert (tmp_path / 'overview' / 'overview.md').read_text() == text
-    rows = [line.strip('|').split(' | ') for line in text.splitlines()[2:]]
+    rows = [[c.strip() for c in line.strip('|').split('|')]
+            for line in text.splitlines()[2:]]
     keys = {(r['size'], r['baseline']) for r in saved['ratios']}
     assert len(rows) == 2 * len(keys) == 12  # each run given twice
-    by_key = {(r[0].strip(), r[1]): r for r in rows}
+    by_key = {(r[0], r[1]): r for r in rows}
     for ratio in saved['ratios']:
         row = by_key[(f"{ratio['family']} at {ratio['size']}, batch 1",
                       ratio['baseline'])]
@@ -65,12 +90,13 @@ def test_cli_outputs(tool, tmp_path):
         q1, q3 = iqr.rstrip(')').split('-')
         assert [float(median), float(q1), float(q3)] == pytest.approx(
             [ratio['time'], ratio['time_q1'], ratio['time_q3']], abs=5e-4)
-        memory = row[4 if ratio['mode'] == 'infer' else 5].strip()
+        memory = row[4 if ratio['mode'] == 'infer' else 5]
         assert float(memory) == pytest.approx(ratio['memory'], abs=5e-4)
     family = saved['ratios'][0]['family']
     assert by_key[(f'{family} at 32, batch 1', 'fused-dot')][3] == '-'
 
 
+@pytest.mark.slow  # torch.compile
 def test_cli_two_configs_compiled_and_layer(tool, tmp_path):
     from torch._dynamo.utils import counters
     graphs = counters['stats']['unique_graphs']
@@ -91,13 +117,28 @@ def test_cli_two_configs_compiled_and_layer(tool, tmp_path):
                                            ('ell', 'ell/mmseg-dot'),
                                            ('mm', 'mm/fused-dot'),
                                            ('mm', 'mm/mmseg-dot')}
-    layer = tool.main([
-        '--layer', '17', '24', '3', '--rounds', '2', '--out-dir',
-        str(tmp_path)
-    ])
+    layer = load_tool('analysis_tools/benchmark_layer.py').main(
+        ['17', '24', '3', '--rounds', '2', '--out-dir',
+         str(tmp_path)])
     assert set(layer['results']) == {
         'dot-product', 'elliptical no-grad', 'elliptical grad',
         'elliptical explicit'
     }
     assert all(r['rounds'] == 2 for r in layer['ratios'].values())
-    assert '| elliptical grad |' in (tmp_path / 'layer.md').read_text()
+    assert '| elliptical grad |' in _cells((tmp_path / 'layer.md').read_text())
+
+
+def test_overview_and_layer_check_their_arguments(tmp_path):
+    with pytest.raises(SystemExit):
+        load_tool('analysis_tools/benchmark_overview.py').main(
+            [str(tmp_path)])  # no benchmark.json there
+    with pytest.raises(SystemExit):
+        load_tool('analysis_tools/benchmark_layer.py').main(['17', '24'])
+
+
+def _cells(markdown: str) -> str:
+    """``markdown`` with each table cell's padding removed."""
+    return '\n'.join('| ' + ' | '.join(c.strip()
+                                       for c in line.strip('|').split('|')) +
+                     ' |' if line.startswith('|') else line
+                     for line in markdown.splitlines())

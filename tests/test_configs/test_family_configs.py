@@ -6,10 +6,10 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import (ROOT, check_interchange,
-                     check_loss_trains_every_parameter, config_paths,
-                     mmseg_base, mmseg_names, seg_samples, sync_bn_to_bn,
-                     tiny_train_step)
+from builders import (ROOT, config_paths, mmseg_base, mmseg_names, seg_samples,
+                      sync_bn_to_bn)
+from checks import (check_interchange, check_loss_trains_every_parameter,
+                    tiny_train_step)
 from mmengine.config import Config, ConfigDict
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope, init_default_scope
@@ -17,7 +17,7 @@ from mmseg.registry import MODELS
 
 from mmseg_elliptical.models import (EllipticalBEiT, EllipticalMAE,
                                      EllipticalSwinTransformer)
-from mmseg_elliptical.utils import mmseg_config_path
+from mmseg_elliptical.utils import load_config
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -95,8 +95,7 @@ def build(model_cfg: ConfigDict, **backbone) -> torch.nn.Module:
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
 def test_family_config(path):
     ours_cfg = tiny(Config.fromfile(path).model)
-    mmseg_cfg = tiny(
-        Config.fromfile(mmseg_config_path(mmseg_base(path))).model)
+    mmseg_cfg = tiny(load_config(mmseg_base(path)).model)
     mmseg_model = build(mmseg_cfg).eval()
     dot = build(ours_cfg, elliptical_layers=[]).eval()
     # Same seed, same weights: the conversion consumes no RNG, adds nothing.

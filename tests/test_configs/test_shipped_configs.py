@@ -7,11 +7,10 @@ import os.path as osp
 import sys
 
 import pytest
-from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, MMDET_CONFIG_DIRS,
-                     ROOT, mmseg_base, mmseg_names, run_command)
+from builders import (DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, MMDET_CONFIG_DIRS,
+                      ROOT, mmseg_base, mmseg_config_file, mmseg_names)
 from mmengine.config import Config
-
-from mmseg_elliptical.utils import mmseg_config_path
+from processes import run_command
 
 CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))
@@ -64,6 +63,7 @@ def flatten(d, prefix=''):
     return items
 
 
+@pytest.mark.slow  # a subprocess builds every config
 def test_every_config_builds_through_custom_imports():
     proc = run_command([sys.executable, '-c', BUILD_ALL, *BUILDABLE])
     built = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -89,7 +89,7 @@ def test_configs_are_mmseg_configs_plus_the_attention(path):
     # mmseg's Mask2Former Swin-T/S configs import mmdet.models: not needed
     # to compare the keys (and the extra may be missing)
     theirs = flatten(
-        Config.fromfile(mmseg_config_path(base),
+        Config.fromfile(mmseg_config_file(base),
                         import_custom_modules=False).to_dict())
     changed = {
         k
@@ -212,6 +212,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # a subprocess
 def test_registry_error_without_the_plugin() -> None:
     proc = run_command([sys.executable, '-c', MISSING_PLUGIN, DEMO_ELLIPTICAL])
     out = json.loads(proc.stdout.strip().splitlines()[-1])

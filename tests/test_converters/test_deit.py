@@ -6,9 +6,9 @@ from typing import Dict
 
 import pytest
 import torch
-from helpers import run_tool_main
 from mmseg.models.backbones import VisionTransformer
 from oracles import timm_vit_forward
+from processes import run_tool_main
 from torch import Tensor
 
 from mmseg_elliptical.converters import convert_deit

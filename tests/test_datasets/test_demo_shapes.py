@@ -7,7 +7,7 @@ import os.path as osp
 import cv2
 import numpy as np
 import pytest
-from helpers import TINY_GENERATE
+from builders import TINY_GENERATE
 from mmengine.registry import init_default_scope
 from mmseg.registry import DATASETS
 

@@ -5,11 +5,11 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT
+from builders import ROOT
 
 from mmseg_elliptical.benchmark import (BenchmarkOptions, derive_variants,
                                         run_benchmark)
-from mmseg_elliptical.benchmark.report import markdown
+from mmseg_elliptical.benchmark.render import markdown
 from mmseg_elliptical.utils import load_config
 
 pytest.importorskip('onnxruntime')

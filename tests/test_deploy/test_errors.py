@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import HAS_MMDET, ROOT, tiny_query_head
+from builders import HAS_MMDET, ROOT, tiny_query_head
 from mmengine.config import Config
 
 from mmseg_elliptical.deploy import build_segmentor, check_input, export_onnx

@@ -12,7 +12,7 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import ROOT
+from builders import ROOT
 from mmengine.config import ConfigDict
 
 from mmseg_elliptical.deploy import build_segmentor, export_onnx

@@ -10,11 +10,12 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import DEMO_ELLIPTICAL, load_tool
+from builders import DEMO_ELLIPTICAL
 from mmengine.config import ConfigDict
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 from mmseg.registry import MODELS
+from processes import load_tool
 
 from mmseg_elliptical.datasets import generate_demo_shapes
 from mmseg_elliptical.deploy import (ONNXRuntimeSegmentor, build_segmentor,

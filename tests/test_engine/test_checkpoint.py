@@ -10,17 +10,18 @@ import sys
 
 import pytest
 import torch
-from helpers import (DEMO_DOT, DEMO_ELLIPTICAL, build_segmentor, run_command,
-                     tiny_config)
+from builders import DEMO_DOT, DEMO_ELLIPTICAL, build_segmentor, tiny_config
 from mmengine.runner import CheckpointLoader, Runner, load_checkpoint
 from mmengine.runner.checkpoint import save_checkpoint
 from mmseg.apis import init_model
+from processes import run_command
 
 from mmseg_elliptical.engine import load_from_local
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 
+@pytest.mark.slow  # trains end to end (mmengine's Runner)
 def test_segmenter_checkpoints_load_strictly_both_ways(tmp_path) -> None:
     dot = build_segmentor(DEMO_DOT)
     ell = build_segmentor(
@@ -59,6 +60,7 @@ def trained(demo_root, tmp_path_factory):
     return cfg_file, osp.join(work_dir, 'iter_2.pth')
 
 
+@pytest.mark.slow  # the trained fixture
 def test_mmengine_checkpoint_needs_the_allow_list(trained) -> None:
     _, ckpt = trained
     # Plain torch refuses mmengine's checkpoint: the allow-list is needed...
@@ -99,6 +101,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # the trained fixture, subprocesses
 @pytest.mark.parametrize('switch', [None, '0'])
 def test_checkpoint_loader_switch(trained, switch) -> None:
     env = dict(os.environ, OMP_NUM_THREADS='1')
@@ -117,6 +120,7 @@ def test_checkpoint_loader_switch(trained, switch) -> None:
     assert logged == (1 if on else 0)  # once, although installed twice
 
 
+@pytest.mark.slow  # the trained fixture
 def test_init_model_loads_checkpoint(trained) -> None:
     cfg_file, ckpt = trained
     model = init_model(cfg_file, ckpt, device='cpu')

@@ -18,10 +18,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import (SEGMENTOR_NO_DROPOUT, build_segmentor, free_port,
-                     run_command, seg_samples)
+from builders import SEGMENTOR_NO_DROPOUT, build_segmentor, seg_samples
 from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
+from processes import free_port, run_command
 from torch import Tensor
 
 from mmseg_elliptical.engine.launch import end_process_group
@@ -130,6 +130,7 @@ def run_workers(out_dir: str) -> None:
     fail(error)
 
 
+@pytest.mark.slow  # torch.multiprocessing, gloo
 def test_two_processes_match_one_process(tmp_path) -> None:
     run_workers(str(tmp_path))
     ref = step(build_segmentor(**SEGMENTOR_NO_DROPOUT), *batch())
@@ -198,6 +199,7 @@ end_process_group()              # no group: a no-op
 '''
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.skipif(not osp.isdir('/proc/self/task'), reason='needs /proc')
 def test_end_process_group_joins_gloo_threads() -> None:
     # Gloo's threads outliving the tool meet interpreter shutdown and abort
@@ -224,3 +226,22 @@ def test_run_mmseg_tool_ends_the_group_on_error(monkeypatch) -> None:
     with pytest.raises(SystemExit) as exc:
         mmseg_tools.run_mmseg_tool('train.py')
     assert exc.value.code == 3 and calls == ['end']
+
+
+def test_a_failed_destroy_is_logged_not_raised(monkeypatch) -> None:
+    from mmseg_elliptical.engine import launch
+
+    def fail():
+        raise RuntimeError('gloo is gone')
+
+    logged = []
+    monkeypatch.setattr(launch.dist, 'is_initialized', lambda: True)
+    monkeypatch.setattr(launch.dist, 'destroy_process_group', fail)
+    monkeypatch.setattr(
+        launch,
+        'print_log',
+        lambda msg, logger=None, level=None: logged.append((msg, level)))
+    launch.end_process_group()  # the job's outcome wins: no exception
+    assert logged == [("mmseg_elliptical: destroying the process group "
+                       "failed: RuntimeError('gloo is gone')", logging.WARNING)
+                      ]

@@ -9,11 +9,11 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import DEMO_ELLIPTICAL, tiny_config
+from builders import DEMO_ELLIPTICAL, tiny_config
+from evidence_oracles import naive_blend
 from mmengine.dataset import pseudo_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
-from oracles import naive_blend
 
 from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
 from mmseg_elliptical.engine import SegSummaryHook
@@ -34,6 +34,7 @@ def test_hook_arguments_are_checked(kwargs):
         SegSummaryHook(**kwargs)
 
 
+@pytest.mark.slow  # trains end to end (mmengine's Runner)
 def test_image_is_the_model_input_when_it_fits(tmp_path):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
@@ -84,6 +85,7 @@ def _last_val(runner):
     return [r for r in records if 'mIoU' in r][-1]
 
 
+@pytest.mark.slow  # the trained fixture
 def test_summary_prints_the_last_validation(trained):
     log = _log(trained)
     summary = log[log.rindex('Summary (validation, iteration 4'):]
@@ -99,6 +101,7 @@ def test_summary_prints_the_last_validation(trained):
     assert picture in summary
 
 
+@pytest.mark.slow  # the trained fixture
 def test_picture_shows_image_labels_and_predictions(trained):
     picture = cv2.imread(osp.join(trained.work_dir, 'predictions.png'))
     side = 64 * SCALE
@@ -129,6 +132,7 @@ def test_picture_shows_image_labels_and_predictions(trained):
     assert (picture[side:side + GAP] == 255).all()  # white gaps
 
 
+@pytest.mark.slow  # the trained fixture
 def test_test_loop_draws_and_reports(trained):
     trained.test()
     log = _log(trained)
@@ -136,6 +140,7 @@ def test_test_loop_draws_and_reports(trained):
     assert osp.isfile(osp.join(trained.work_dir, 'predictions.png'))
 
 
+@pytest.mark.slow  # the trained fixture
 def test_summary_follows_the_last_validation(trained):
     hook = SegSummaryHook(
         num_scenes=1, scale=1, with_labels=False, out_file='last.png')

@@ -6,8 +6,8 @@ by layer); the chain keeps nothing between forwards.
 """
 import pytest
 import torch
-from helpers import (VIT_ARCH, check_compiled, check_with_cp, grads, images,
-                     outputs_loss)
+from builders import VIT_ARCH, images
+from checks import check_compiled, check_with_cp, grads, outputs_loss
 from oracles import naive_vit_forward
 
 from mmseg_elliptical.benchmark.memory import saved_tensors_mb, tensor_peak_mb
@@ -148,6 +148,7 @@ def test_a_failed_forward_leaves_no_stale_values():
         torch.testing.assert_close(model(x)[0], expected)
 
 
+@pytest.mark.slow  # torch.compile
 def test_torch_compile_with_cp_matches_eager():
     """torch breaks the graph around each checkpoint; still correct.
     Without with_cp (one graph): each backbone's

@@ -10,7 +10,7 @@ synchronisation (``check_finite``).
 import numpy as np
 import pytest
 import torch
-from helpers import VIT_ARCH
+from builders import VIT_ARCH
 from mmseg.registry import MODELS
 
 from mmseg_elliptical.models import (EllipticalMaskTransformerHead,
@@ -18,6 +18,7 @@ from mmseg_elliptical.models import (EllipticalMaskTransformerHead,
                                      EllipticalPCPVT,
                                      EllipticalVisionTransformer)
 from mmseg_elliptical.models.checks import (CHECK_FINITE, check_images,
+                                            check_kwargs, init_keywords,
                                             looks_at_values)
 
 pytestmark = pytest.mark.usefixtures('single_thread')
@@ -272,3 +273,52 @@ def test_check_finite_reads_device_values_only_when_always(mode, reads_gpu):
         else:  # the whole forward runs without reading a value
             assert model(torch.empty(1, 3, 32, 32,
                                      device='meta'))[0].device.type == 'meta'
+
+
+class Base:
+
+    def __init__(self, depth=1, *, width=2):
+        pass
+
+
+class Middle(Base):
+
+    def __init__(self, ratio=1., **kwargs):
+        super().__init__(**kwargs)
+
+
+class Top(Middle):
+
+    def __init__(self, name='', *args, **kwargs):
+        super().__init__(**kwargs)
+
+
+class Open:
+
+    def __init__(self, **kwargs):
+        pass
+
+
+def test_init_keywords_follow_kwargs_up_the_mro() -> None:
+    """The one signature walk (the backbones' and the query heads' keyword
+    checks): up to the first ``__init__`` without ``**kwargs``, or the whole
+    MRO."""
+    assert init_keywords(Top) == (['name', 'ratio', 'depth', 'width'], True)
+    assert init_keywords(Base) == (['depth', 'width'], True)
+
+    class Beyond:
+
+        def __init__(self, extra=0):
+            pass
+
+    class After(Base, Beyond):  # Beyond's __init__ lies past Base's
+        pass
+
+    assert init_keywords(After) == (['depth', 'width'], True)
+    assert init_keywords(After, whole_mro=True) == \
+        (['depth', 'width', 'extra'], True)
+    assert init_keywords(Top, whole_mro=True) == init_keywords(Top)
+    assert init_keywords(Open) == ([], False)
+    with pytest.raises(TypeError, match="'widht'; did you mean 'width'"):
+        check_kwargs(Top, Top, dict(name='x', widht=3), own=[])
+    check_kwargs(Top, Open, dict(anything=1), own=[])  # **kwargs: no check

@@ -15,7 +15,7 @@ from mmseg_elliptical.models import (ConversionError, EllipticalAttention,
                                      EllipticalGlobalSubsampledAttention,
                                      elliptical_version, to_elliptical)
 from mmseg_elliptical.models.conversion import (ELLIPTICAL_VERSIONS,
-                                                elliptical_version_of)
+                                                register_elliptical_version)
 
 C, H, WS = 24, 3, 3
 
@@ -134,10 +134,29 @@ def test_elliptical_version():
     assert elliptical_version(Subclassed) is None  # exact types only
 
 
-def test_elliptical_version_of_checks_the_subclass():
+def test_elliptical_version_of_a_kind():
+    """``kind`` keeps the backbones and heads (what the benchmark and the
+    analysis read), not the layers and attentions."""
+    from mmseg.models.backbones import VisionTransformer
+    from mmseg.models.backbones.vit import TransformerEncoderLayer
+
+    from mmseg_elliptical.models import (EllipticalTransformerMixin,
+                                         EllipticalVisionTransformer)
+    kind = EllipticalTransformerMixin
+    assert elliptical_version(VisionTransformer, kind) is \
+        EllipticalVisionTransformer
+    assert elliptical_version(EllipticalVisionTransformer, kind) is \
+        EllipticalVisionTransformer
+    assert elliptical_version(TransformerEncoderLayer) is not None
+    assert elliptical_version(TransformerEncoderLayer, kind) is None
+    assert elliptical_version(MultiheadAttention, kind) is None
+    assert elliptical_version(nn.Linear, kind) is None
+
+
+def test_register_elliptical_version_checks_the_subclass():
     with pytest.raises(TypeError, match='Mine must subclass Linear'):
 
-        @elliptical_version_of(nn.Linear)
+        @register_elliptical_version(nn.Linear)
         class Mine(nn.Module):
             pass
 

@@ -12,15 +12,16 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from helpers import (TINY_FAMILIES, HostReads, as_list,
-                     check_fused_equals_explicit, outputs_loss, tiny_family)
+from builders import TINY_MODELS, tiny_family
+from checks import as_list, check_fused_equals_explicit, outputs_loss
+from spies import HostReads
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 CUDA = pytest.mark.skipif(
     not torch.cuda.is_available(), reason='needs a CUDA GPU')
 DEVICES = ['cpu', pytest.param('cuda', marks=CUDA)]
-FAMILIES = sorted(TINY_FAMILIES)
+FAMILIES = sorted(TINY_MODELS)
 # bf16 keeps ~3 significant digits and the two paths round differently: on
 # the CPU the paths' outputs differ by up to 1 % (of their norm), their
 # gradients by up to 5.5 % (the Segmenter head's; each path's differ from

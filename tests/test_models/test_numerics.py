@@ -11,8 +11,8 @@ from typing import Dict, Tuple
 
 import pytest
 import torch
-from helpers import (build_segmentor, check_bf16, check_with_cp, grads,
-                     seg_samples)
+from builders import build_segmentor, seg_samples
+from checks import check_bf16, check_with_cp, grads
 from torch import Tensor
 
 pytestmark = pytest.mark.usefixtures('single_thread')

@@ -3,20 +3,20 @@ its forward (the input checks, then mmseg's) walks no modules."""
 import pytest
 import torch
 import torch.nn as nn
-from helpers import TINY_FAMILIES
+from builders import TINY_MODELS
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 
-@pytest.mark.parametrize('family', sorted(TINY_FAMILIES))
+@pytest.mark.parametrize('family', sorted(TINY_MODELS))
 @pytest.mark.parametrize('train', [False, True], ids=['infer', 'train'])
 def test_default_forward_walks_no_modules(family, train, monkeypatch):
     """The expected input channels are found once when the model is built;
     a forward (with the default ``check_finite``) calls neither
     ``modules()`` nor ``children()`` nor their named versions."""
-    cls, arch, shape = TINY_FAMILIES[family]
-    model = cls(**arch).train(train)
-    x = torch.randn(*shape)
+    tiny = TINY_MODELS[family]
+    model = tiny.cls(**tiny.args).train(train)
+    x = torch.randn(*tiny.shape)
     inputs = [x] if family == 'head' else x
     walks = []
     for name in ('named_modules', 'named_children'):

@@ -11,12 +11,14 @@ import sys
 import time
 
 import pytest
-from helpers import (DEMO_ELLIPTICAL, ROOT, SEGMENTOR_NO_DROPOUT,
-                     build_segmentor, free_port, run_command, tiny_config)
+from builders import (DEMO_ELLIPTICAL, ROOT, SEGMENTOR_NO_DROPOUT,
+                      build_segmentor, tiny_config)
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import save_checkpoint
+from processes import free_port, run_command
 
-pytestmark = pytest.mark.usefixtures('single_thread')
+# torchrun and the launch scripts, in subprocesses
+pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
 
 WORLD = 2
 

@@ -22,8 +22,9 @@ import sys
 
 import pytest
 import torch
-from helpers import DEMO_ELLIPTICAL, run_tool, tiny_config
+from builders import DEMO_ELLIPTICAL, tiny_config
 from mmengine.runner import Runner
+from processes import run_tool
 
 from mmseg_elliptical.engine import load_from_local, run_mmseg_tool
 
@@ -44,6 +45,7 @@ def config_file(demo_root, tmp_path, work_dir, max_iters, name):
     return cfg, path
 
 
+@pytest.mark.slow  # trains end to end, in subprocesses
 def test_train_test_resume_exactly(demo_root, tmp_path):
     dir_a, dir_b = str(tmp_path / 'a'), str(tmp_path / 'b')
     cfg_a, _ = config_file(demo_root, tmp_path, dir_a, 4, 'uninterrupted')

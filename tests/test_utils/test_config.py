@@ -1,54 +1,60 @@
 """``utils/config.py``: ``model_specs`` / ``model_names`` name the tools'
-(config, checkpoint) pairs; ``parse_cfg_options`` reads ``key=value``
-strings as mmengine's ``DictAction`` reads ``--cfg-options`` on mmseg's
-command lines."""
+(config, checkpoint) pairs; ``load_config`` reads a config (``mmseg::`` paths
+through mmengine) with the overrides ``DictAction`` parses."""
 import argparse
+import os.path as osp
 
 import pytest
 from mmengine.config import DictAction
+from mmengine.utils import get_installed_path
 
-from mmseg_elliptical.utils.config import (model_names, model_specs,
-                                           parse_cfg_options)
+from mmseg_elliptical.engine import mmseg_tool_path
+from mmseg_elliptical.utils.config import load_config, model_names, model_specs
 
-OPTIONS = [
-    'a=1', 'b.c=[1,2]', 'd=(1,2)', 'e=True', 'f=x', 'g=1,2', 'h=1.5', 'i=None',
-    'j=[(1,2),(3,4)]', 'a=2'
-]
+SEGMENTER = 'segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'
+MIM = osp.join(get_installed_path('mmsegmentation'), '.mim')
 
 
-def command_line(options):
+def cfg_options(*options):
     """What mmseg's tools get from ``--cfg-options OPTIONS``."""
     parser = argparse.ArgumentParser()
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     return parser.parse_args(['--cfg-options', *options]).cfg_options
 
 
-def test_parse_cfg_options_as_the_command_line():
-    parsed = parse_cfg_options(OPTIONS)
-    assert parsed == command_line(OPTIONS)
-    assert parsed == {
-        'a': 2,  # the last one wins
-        'b.c': [1, 2],
-        'd': (1, 2),
-        'e': True,
-        'f': 'x',
-        'g': [1, 2],
-        'h': 1.5,
-        'i': None,
-        'j': [(1, 2), (3, 4)],
-    }
-    assert [type(parsed[k]) for k in 'aehi'] == [int, bool, float, type(None)]
+def test_load_config_resolves_mmseg_paths_and_merges_options():
+    cfg = load_config(
+        f'mmseg::{SEGMENTER}',
+        cfg_options('model.backbone.num_layers=3',
+                    'model.decode_head.num_classes=7'))
+    assert cfg.filename == osp.join(MIM, 'configs', SEGMENTER)
+    assert cfg.model.backbone.type == 'VisionTransformer'
+    assert (cfg.model.backbone.num_layers,
+            cfg.model.decode_head.num_classes) == (3, 7)
+    # The URL mmseg's config downloads from is dropped only when asked.
+    assert cfg.model.pretrained.startswith('http')
+    assert load_config(
+        f'mmseg::{SEGMENTER}', no_pretrained=True).model.pretrained is None
 
 
-@pytest.mark.parametrize('options', [None, [], ()])
-def test_no_options(options):
-    assert parse_cfg_options(options) == {}
+def test_load_config_names_a_missing_file(tmp_path):
+    missing = str(tmp_path / 'nope.py')
+    with pytest.raises(
+            FileNotFoundError, match=rf'^config {missing} does not exist\.$'):
+        load_config(missing)
+    with pytest.raises(
+            FileNotFoundError,
+            match=r'config mmseg::segmenter/nope\.py does not exist.*'
+            r'segmenter/nope\.py.*ships its configs under mmseg/\.mim'):
+        load_config('mmseg::segmenter/nope.py')
 
 
-@pytest.mark.parametrize('bad', ['novalue', ''])
-def test_an_option_without_a_value(bad):
-    with pytest.raises(ValueError, match=rf"key=value.*got {bad!r}"):
-        parse_cfg_options(['a=1', bad])
+def test_mmseg_tool_path():
+    assert mmseg_tool_path('train.py') == osp.join(MIM, 'tools', 'train.py')
+    assert osp.isfile(mmseg_tool_path('model_converters/vit2mmseg.py'))
+    with pytest.raises(
+            FileNotFoundError, match=r'does not ship tools/nope\.py.*install'):
+        mmseg_tool_path('nope.py')
 
 
 def test_model_specs_errors(demo_models):

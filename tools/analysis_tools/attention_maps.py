@@ -33,6 +33,7 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                        plot_relevance, shown_heads,
                                        shown_layers)
+from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils import model_specs
 
 
@@ -69,8 +70,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--mean-heads',
         action='store_true',
         help='add a column with the mean over heads')
-    parser.add_argument(
-        '--part', default='backbone', choices=['backbone', 'decode_head'])
+    parser.add_argument('--part', default='backbone', choices=PARTS)
     parser.add_argument('--names', nargs='+', help='model names')
     parser.add_argument(
         '--out',

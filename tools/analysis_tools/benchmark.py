@@ -7,7 +7,9 @@ For every config, the elliptical model and its baselines are derived
 ``--roles``, ``paper-ref`` (the explicit path). All models are measured in
 one process, interleaved round by round; the report gives parameters,
 FLOPs, time per step (inference, training step), memory and the ratios of
-elliptical to each baseline. Writes ``benchmark.{json,md,csv,png}``.
+elliptical to each baseline, judged against :data:`TARGETS`. Writes
+``benchmark.{json,md,csv,png}``. ``benchmark_layer.py`` times one attention
+layer; ``benchmark_overview.py`` puts several runs in one table.
 
 Example::
 
@@ -17,37 +19,36 @@ Example::
         mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
     # onnxruntime next to PyTorch eager (the elliptical model, inference)
     python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
-    # one attention layer
-    python tools/analysis_tools/benchmark.py --layer
-    # one table of several runs
-    python tools/analysis_tools/benchmark.py --overview \\
-        work_dirs/speed/vit-t_b1 work_dirs/speed/mit-b0 \\
-        --out-dir work_dirs/speed
 """
 import argparse
 import dataclasses
-import json
 import os.path as osp
 import sys
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, Optional, Sequence
 
 import torch
 from mmengine.config import DictAction
 from mmengine.utils import ProgressBar
 
-from mmseg_elliptical.benchmark import (DEFAULT_ROLES, ROLES, BenchmarkOptions,
-                                        BenchModel, derive_variants,
-                                        layer_benchmark, layer_markdown,
+from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
+                                        BenchmarkOptions, config_variants,
                                         run_benchmark)
-from mmseg_elliptical.benchmark.models import supported_backbones
-from mmseg_elliptical.benchmark.report import (csv_table, figure, markdown,
-                                               overview_table)
-from mmseg_elliptical.utils import load_config, model_names, write_report
+from mmseg_elliptical.benchmark.render import csv_table, figure, markdown
+from mmseg_elliptical.utils import write_report
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join(
     ROOT, 'configs', 'segmenter',
     'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
+#: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline
+#: must be <= bound (< bound when strict).
+TARGETS = {
+    ('fused-dot', 'time'): (1.03, False),
+    ('fused-dot', 'memory'): (1.01, False),
+    ('mmseg-dot', 'time'): (1.0, True),
+}
+#: Verdicts of a ratio against a target (see :func:`judge`).
+MET, NOISE, MISSED = 'met', 'within noise', 'missed'
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -126,31 +127,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='wall-clock, or process CPU time (CPU only)')
     p.add_argument(
         '--memory',
-        choices=['inline', 'child', 'tensors', 'none'],
-        default='inline',
-        help='CPU peak memory of one step: RSS increase in this '
-        'process after the timing (inline) or in a fresh child '
-        'process per measurement (slower, isolated), or the peak '
-        'of tensor memory (exact, repeatable). CUDA: '
-        'max_memory_allocated')
+        choices=MEMORY,
+        default='tensors',
+        help='peak of tensor memory in one step (the profiler\'s records on '
+        'the CPU, max_memory_allocated on CUDA), or none')
     p.add_argument(
         '--saved-tensors',
         action='store_true',
         help='also measure the tensors a training forward saves '
         'for the backward')
-    p.add_argument(
-        '--layer',
-        nargs='*',
-        type=int,
-        metavar='N',
-        help='run the per-layer micro-benchmark instead: one '
-        'attention of TOKENS DIMS HEADS (default 1025 192 3)')
-    p.add_argument(
-        '--overview',
-        nargs='+',
-        metavar='DIR',
-        help='measure nothing: one table of the benchmark.json '
-        'in each DIR (earlier runs), into OUT_DIR/overview.md')
     p.add_argument(
         '--onnxruntime',
         action='store_true',
@@ -171,8 +156,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error('--clock process measures CPU time: use it with --device cpu')
     if args.onnxruntime and args.device != 'cpu':
         p.error('--onnxruntime runs on the CPU: use it with --device cpu')
-    if args.layer is not None and len(args.layer) not in (0, 3):
-        p.error('--layer takes TOKENS DIMS HEADS, or nothing')
     args.train_sizes = args.sizes if args.train_sizes is None \
         else args.train_sizes
     args.flops_sizes = args.sizes if args.flops_sizes is None \
@@ -182,80 +165,48 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def run_layer(args: argparse.Namespace) -> Dict:
-    """The per-layer micro-benchmark; writes ``layer.{json,md}``."""
-    tokens, dims, heads = args.layer or (1025, 192, 3)
-    report = layer_benchmark(tokens, dims, heads, args.batch_size, args.rounds,
-                             args.min_run_time, args.threads, args.clock,
-                             args.device, args.seed)
-    text = layer_markdown(report)
-    write_report(args.out_dir, 'layer', data=report, markdown=text)
-    print(text)
-    return report
+def judge(ratio: Dict) -> Dict:
+    """Add the verdicts against :data:`TARGETS` to a ratio row of
+    ``run_benchmark``: ``time_target`` / ``memory_target`` (the bound) and
+    ``time_verdict`` / ``memory_verdict``: ``'met'`` when the upper quartile
+    of the per-round ratios is within the bound, ``'within noise'`` when only
+    the lower quartile is, ``'missed'`` when neither is (memory: one
+    measurement, met or missed); None where no target applies."""
+    quartiles = dict(
+        time=(ratio['time_q1'], ratio['time_q3']),
+        memory=(ratio['memory'], ratio['memory']))
+    for quantity, (q1, q3) in quartiles.items():
+        bound = TARGETS.get((ratio['role'], quantity))
+        target = verdict = None
+        if bound is not None and q1 is not None:
+            limit, strict = bound
+
+            def ok(value: float) -> bool:
+                return value < limit if strict else value <= limit
+
+            target = f'{"<" if strict else "<="} {limit:g}'
+            verdict = MET if ok(q3) else NOISE if ok(q1) else MISSED
+        ratio[f'{quantity}_target'], ratio[f'{quantity}_verdict'] = \
+            target, verdict
+    return ratio
 
 
-def run_overview(args: argparse.Namespace) -> str:
-    """One table of earlier runs; writes ``overview.md``."""
-    reports = []
-    for folder in args.overview:
-        with open(osp.join(folder, 'benchmark.json')) as f:
-            reports.append(json.load(f))
-    text = overview_table(reports)
-    write_report(args.out_dir, 'overview', markdown=text)
-    print(text)
-    return text
-
-
-def model_list(args: argparse.Namespace) -> List[BenchModel]:
-    """The models of every config: the derived variants, or the model."""
-    specs = []
-    names = model_names(args.configs, args.names)
-    for name, config in zip(names, args.configs):
-        cfg = load_config(config, args.cfg_options, no_pretrained=True)
-        variants = derive_variants(name, config, cfg.model.to_dict(),
-                                   args.roles, args.whole_model)
-        if variants[0].role == 'model':
-            print(f'{name}: {cfg.model.backbone.type} has no elliptical '
-                  f'version (supported: {", ".join(supported_backbones())})'
-                  '; measured as it is.')
-        if len(names) > 1:
-            variants = [
-                dataclasses.replace(v, name=f'{name}/{v.role}')
-                if v.role != 'model' else v for v in variants
-            ]
-        specs += variants
-    return specs
-
-
-def main(argv: Optional[Sequence[str]] = None) -> Union[Dict, str]:
-    """Run the benchmark; return the report (as in ``benchmark.json``), or
-    the overview's markdown."""
+def main(argv: Optional[Sequence[str]] = None) -> Dict:
+    """Run the benchmark; return the report (as in ``benchmark.json``)."""
     args = parse_args(argv)
-    if args.overview:
-        return run_overview(args)
-    if args.layer is not None:
-        return run_layer(args)
-    specs = model_list(args)
+    specs = config_variants(args.configs, args.names, args.roles,
+                            args.whole_model, args.cfg_options)
     options = BenchmarkOptions(
-        sizes=args.sizes,
-        train_sizes=args.train_sizes,
-        batch_size=args.batch_size,
-        rounds=args.rounds,
-        min_run_time=args.min_run_time,
-        warmup=args.warmup,
-        device=args.device,
-        amp=args.amp,
-        compile=args.compile_backend if args.compile else None,
-        threads=args.threads,
-        clock=args.clock,
-        memory=args.memory,
-        saved_tensors=args.saved_tensors,
-        flops_sizes=args.flops_sizes,
-        seed=args.seed,
-        onnxruntime=args.onnxruntime)
+        **{
+            f.name: getattr(args, f.name)
+            for f in dataclasses.fields(BenchmarkOptions)
+            if f.name != 'compile'
+        },
+        compile=args.compile_backend if args.compile else None)
     print('Models: ' + ', '.join(s.name for s in specs))
     bar = ProgressBar(len(options.groups()) * len(specs) * args.rounds)
     report = run_benchmark(specs, options, bar.update)
+    report['ratios'] = [judge(r) for r in report['ratios']]
     report['meta']['command'] = ' '.join([
         'python tools/analysis_tools/benchmark.py',
         *(sys.argv[1:] if argv is None else argv)

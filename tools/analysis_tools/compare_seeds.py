@@ -4,19 +4,45 @@
         [--names ...] [--seeds 0 1 2] [--work-dir work_dirs/compare] \\
         [--cfg-options ...]
 
-Runs that finished before are kept, interrupted ones resume; see
-:mod:`mmseg_elliptical.analysis.seed_sweep`.
+Every (config, seed) run is mmseg's ``tools/train.py`` in a subprocess, in its
+own work dir ``WORK_DIR/NAME/seedSEED``, on the config as resolved here (its
+bases and ``--cfg-options`` merged, dumped there as ``config.py``) with
+``--cfg-options randomness.seed=SEED``. A finished run leaves ``result.json``
+there and is skipped when the command is run again, unless its settings
+(config path and resolved content, seed) changed, which is an error; an
+interrupted one is resumed from its last checkpoint (``--resume``).
+
+Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
+``compare.md`` (mean and standard deviation of the final metrics per model,
+:func:`~mmseg_elliptical.analysis.compare_seeds.seed_statistics`) and
+``compare.png`` (validation mIoU over iterations).
 """
 import argparse
+import hashlib
+import json
+import os
 import os.path as osp
+import statistics
+import subprocess
+import sys
 import time
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
-from mmseg_elliptical.analysis.seed_sweep import compare_seeds
+from mmengine.config import Config, DictAction
+
+from mmseg_elliptical.analysis.compare_seeds import (read_history,
+                                                     seed_statistics)
+from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
+                                    write_report)
+
+TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
+         'run_mmseg_tool("train.py")')
+RESULT = 'result.json'
+CONFIG = 'config.py'
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
+    """Parse the command line and check it before any run."""
     parser = argparse.ArgumentParser(
         description='Train configs on several seeds (skipping runs that are '
         'done) and compare their validation metrics: mean and standard '
@@ -39,28 +65,213 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        default=[],
+        action=DictAction,
+        default={},
         help='key=value options of every run, as in tools/train.py')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.names = args.names or [
+        osp.splitext(osp.basename(c))[0] for c in args.configs
+    ]
+    if len(args.names) != len(args.configs):
+        parser.error(f'{len(args.names)} names for {len(args.configs)} '
+                     'configs: give one per config.')
+    if len(set(args.names)) != len(args.names):
+        parser.error(f'names {args.names} repeat a name: give each config '
+                     'its own.')
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f'seeds {args.seeds} repeat a seed.')
+    for config in args.configs:
+        if not osp.isfile(config):
+            parser.error(f'config {config} does not exist.')
+    return args
+
+
+def fingerprint(cfg: Config) -> str:
+    """The start of the SHA-256 of a resolved config's text (its bases and
+    options merged)."""
+    return hashlib.sha256(cfg.pretty_text.encode()).hexdigest()[:16]
+
+
+def train(config: str, seed: int, work_dir: str) -> float:
+    """Run mmseg's ``tools/train.py`` on one seed (resuming if it can).
+
+    Args:
+        config (str): Config file.
+        seed (int): ``randomness.seed``.
+        work_dir (str): The run's work dir; its ``train.log`` gets the
+            output.
+
+    Returns:
+        float: Wall-clock seconds.
+    """
+    os.makedirs(work_dir, exist_ok=True)
+    command = [
+        sys.executable, '-c', TRAIN, config, '--work-dir', work_dir,
+        '--resume', '--cfg-options', f'randomness.seed={seed}'
+    ]
+    out = osp.join(work_dir, 'train.log')
+    start = time.perf_counter()
+    with open(out, 'a') as f:
+        proc = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        with open(out) as f:
+            tail = ''.join(f.readlines()[-20:])
+        raise RuntimeError(f'Training {config} with seed {seed} failed '
+                           f'(exit status {proc.returncode}); the end of '
+                           f'{out}:\n{tail}')
+    return time.perf_counter() - start
+
+
+def run_all(configs: Sequence[str],
+            names: Sequence[str],
+            seeds: Sequence[int],
+            work_dir: str,
+            cfg_options: Optional[dict] = None,
+            log: Callable[[str], None] = print) -> List[Dict]:
+    """Train what has no ``result.json`` yet, one run at a time.
+
+    Args:
+        configs (Sequence[str]): Config files.
+        names (Sequence[str]): One name per config (folder and label).
+        seeds (Sequence[int]): Seeds of every config.
+        work_dir (str): Root of the runs.
+        cfg_options (dict, optional): Options of every run, as
+            ``DictAction`` parses them.
+        log (callable): Progress printer.
+
+    Returns:
+        list[dict]: One result per run: ``name``, ``config``, ``seed``,
+        ``config_sha256``, ``cfg_options``, ``seconds``, ``history``.
+    """
+    results = []
+    resolved = {c: load_config(c, cfg_options) for c in configs}
+    todo = [(c, n, s) for c, n in zip(configs, names) for s in seeds]
+    for i, (config, name, seed) in enumerate(todo, 1):
+        run_dir = osp.join(work_dir, name, f'seed{seed}')
+        path = osp.join(run_dir, RESULT)
+        cfg = resolved[config]
+        settings = dict(
+            name=name,
+            config=osp.abspath(config),
+            seed=seed,
+            config_sha256=fingerprint(cfg))
+        if osp.isfile(path):
+            with open(path) as f:
+                result = json.load(f)
+            found = {k: result.get(k) for k in settings}
+            if found != settings:
+                raise ValueError(
+                    f'{path} holds a run with {found}, not {settings}: use '
+                    'another --work-dir, or delete that folder to rerun it.')
+            log(f'[{i}/{len(todo)}] {name} seed {seed}: done before, '
+                f'kept ({path})')
+            results.append(result)
+            continue
+        log(f'[{i}/{len(todo)}] {name} seed {seed}: training '
+            f'(log: {osp.join(run_dir, "train.log")})')
+        os.makedirs(run_dir, exist_ok=True)
+        cfg.dump(osp.join(run_dir, CONFIG))
+        seconds = train(osp.join(run_dir, CONFIG), seed, run_dir)
+        history = read_history(run_dir)
+        last_iter = int(cfg.train_cfg.max_iters)
+        if max(history, default=None) != last_iter:
+            raise RuntimeError(
+                f'{run_dir} holds no validation at the last iteration '
+                f'({last_iter}; validated: {sorted(history)}): does the '
+                'config validate (val_cfg, val_evaluator) and log with '
+                "mmengine's LocalVisBackend? If the run was stopped "
+                'during its last validation, delete the folder.')
+        result = dict(
+            settings,
+            cfg_options=dict(cfg_options or {}),
+            seconds=round(seconds, 1),
+            history={
+                str(k): v
+                for k, v in sorted(history.items())
+            })
+        with open(path, 'w') as f:
+            json.dump(result, f, indent=1)
+        last = result['history'][str(max(history))]
+        log(f'    {seconds / 60:.1f} min, final mIoU '
+            f'{last.get("mIoU", float("nan")):.2f}')
+        results.append(result)
+    return results
+
+
+def markdown(summary: Dict[str, Dict], results: Sequence[Dict]) -> str:
+    """The summary as a markdown table, one row per model.
+
+    Cells are ``mean ± std`` over the seeds; the last column is the mean
+    wall-clock time of a run.
+    """
+    metrics = list(next(iter(summary.values())))
+    head = (['model', 'seeds'] + [m.replace('IoU.', '')
+                                  for m in metrics] + ['min/run'])
+    rows = []
+    for name, stats in summary.items():
+        seconds = [
+            r['seconds'] for r in results
+            if r['name'] == name and r.get('seconds')
+        ]
+        minutes = statistics.mean(seconds) / 60 if seconds else None
+        cells = [f'{s["mean"]:.2f} ± {s["std"]:.2f}' for s in stats.values()]
+        n = next(iter(stats.values()))['n']
+        rows.append([name, n] + cells + [minutes])
+    return markdown_table(head, rows, spec='.1f')
+
+
+def figure(results: Sequence[Dict], metric: str = 'mIoU'):
+    """Validation ``metric`` over iterations: every seed, and the mean.
+
+    Returns:
+        matplotlib.figure.Figure: The figure.
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    names = list(dict.fromkeys(r['name'] for r in results))
+    for colour, name in zip(plt.rcParams['axes.prop_cycle'].by_key()['color'],
+                            names):
+        runs = [r['history'] for r in results if r['name'] == name]
+        for history in runs:
+            steps = sorted(history, key=int)
+            ax.plot([int(s) for s in steps],
+                    [history[s][metric] for s in steps],
+                    color=colour,
+                    alpha=0.35,
+                    linewidth=1)
+        common = sorted(set.intersection(*(set(h) for h in runs)), key=int)
+        ax.plot([int(s) for s in common],
+                [statistics.mean(h[s][metric] for h in runs) for s in common],
+                color=colour,
+                linewidth=2,
+                marker='o',
+                label=f'{name} (mean of {len(runs)})')
+    ax.set_xlabel('iteration')
+    ax.set_ylabel(f'validation {metric}')
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Train what is missing, write the report; return the summary."""
     args = parse_args(argv)
-    names = args.names or [
-        osp.splitext(osp.basename(c))[0] for c in args.configs
-    ]
     start = time.perf_counter()
-    try:
-        summary, _, table, written = compare_seeds(
-            args.configs,
-            names,
-            args.seeds,
-            args.work_dir,
-            args.cfg_options,
-            log=lambda s: print(s, flush=True))
-    except ValueError as e:
-        raise SystemExit(str(e))
+    results = run_all(
+        args.configs,
+        args.names,
+        args.seeds,
+        args.work_dir,
+        args.cfg_options,
+        log=lambda s: print(s, flush=True))
+    summary = seed_statistics(results)
+    table = markdown(summary, results)
+    written = write_report(
+        args.work_dir,
+        'compare',
+        data=dict(summary=summary, runs=results),
+        markdown=table,
+        figure=figure(results))
     print(f'\nFinal validation metrics, mean ± standard deviation over '
           f'seeds {" ".join(map(str, args.seeds))} '
           f'({(time.perf_counter() - start) / 60:.1f} min):\n\n{table}')

@@ -17,7 +17,7 @@ import cv2
 
 from ...benchmark.timing import paired_ratio
 from ...utils.config import ModelSpec
-from ...utils.report import markdown_table
+from ...utils.output import markdown_table
 from .. import robustness as rb
 from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
                                  shown_layers)

@@ -233,7 +233,7 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
             batch_size=options.speed_batch,
             rounds=options.speed_rounds,
             device=options.device,
-            memory='tensors' if options.device == 'cpu' else 'inline',
+            memory='tensors',
             seed=options.seed)
         models = [
             BenchModel(

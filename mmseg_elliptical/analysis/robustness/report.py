@@ -8,7 +8,7 @@ to ``robustness.json`` and writes ``robustness.{md,csv,png}`` and
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...utils.report import markdown_table, pyplot, write_report
+from ...utils.output import markdown_table, pyplot, write_report
 from .bootstrap import paired_bootstrap
 from .protocols import GROUPS
 from .store import CLEAN, ResultStore, cell_key

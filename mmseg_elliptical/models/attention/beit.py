@@ -14,13 +14,13 @@ from mmseg.models.backbones.mae import MAEAttention
 from mmseg.registry import MODELS
 from torch import Tensor
 
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from .core import EllipticalAttentionMixin
 from .utils import relative_position_bias
 
 
 @MODELS.register_module()
-@elliptical_version_of(BEiTAttention)
+@register_elliptical_version(BEiTAttention)
 class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
     """mmseg's ``BEiTAttention`` with elliptical scores.
 
@@ -78,7 +78,7 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
 
 
 @MODELS.register_module()
-@elliptical_version_of(MAEAttention)
+@register_elliptical_version(MAEAttention)
 class EllipticalMAEAttention(EllipticalBEiTAttention, MAEAttention):
     """mmseg's ``MAEAttention`` (BEiT's, zero-initialised relative position
     table) with elliptical scores."""

@@ -16,12 +16,12 @@ from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from mmseg.registry import MODELS
 from torch import Tensor
 
-from ..conversion import ConversionError, elliptical_version_of
+from ..conversion import ConversionError, register_elliptical_version
 from .core import EllipticalAttentionMixin, split_heads
 
 
 @MODELS.register_module()
-@elliptical_version_of(MultiheadAttention)
+@register_elliptical_version(MultiheadAttention)
 class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
     """mmcv's ``MultiheadAttention`` (self-attention) with elliptical scores.
 
@@ -141,7 +141,7 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
 
 
 @MODELS.register_module()
-@elliptical_version_of(EfficientMultiheadAttention)
+@register_elliptical_version(EfficientMultiheadAttention)
 class EllipticalEfficientMultiheadAttention(EllipticalAttention,
                                             EfficientMultiheadAttention):
     """MiT's spatial-reduction attention (SegFormer) with elliptical scores.
@@ -175,7 +175,7 @@ class EllipticalEfficientMultiheadAttention(EllipticalAttention,
 
 
 @MODELS.register_module()
-@elliptical_version_of(GlobalSubsampledAttention)
+@register_elliptical_version(GlobalSubsampledAttention)
 class EllipticalGlobalSubsampledAttention(
         EllipticalEfficientMultiheadAttention, GlobalSubsampledAttention):
     """Twins' global sub-sampled attention with elliptical scores.

@@ -29,13 +29,13 @@ from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.registry import MODELS
 from torch import Tensor
 
-from ..conversion import (ConversionError, elliptical_version_of, qualname,
-                          to_elliptical)
+from ..conversion import (ConversionError, qualname,
+                          register_elliptical_version, to_elliptical)
 from .core import EllipticalAttentionMixin
 from .utils import relative_position_bias
 
 
-@elliptical_version_of(WindowMSA)
+@register_elliptical_version(WindowMSA)
 class EllipticalWindowMSA(WindowMSA):
     """mmseg's ``WindowMSA`` whose forward its owner supplies per call.
 
@@ -58,7 +58,7 @@ class EllipticalWindowMSA(WindowMSA):
 
 
 @MODELS.register_module()
-@elliptical_version_of(ShiftWindowMSA)
+@register_elliptical_version(ShiftWindowMSA)
 class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
     """Swin's (shifted) window attention with elliptical scores.
 

@@ -7,17 +7,17 @@ from mmseg.models.backbones.beit import BEiTTransformerEncoderLayer
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from ..transformer import EllipticalTransformerMixin, TokenLayout, patch_grid
 
 
-@elliptical_version_of(BEiTTransformerEncoderLayer)
+@register_elliptical_version(BEiTTransformerEncoderLayer)
 class EllipticalBEiTLayer(EllipticalLayerMixin, BEiTTransformerEncoderLayer):
     """BEiT's encoder layer (layer scale kept) in a chain."""
 
 
 @MODELS.register_module()
-@elliptical_version_of(BEiT)
+@register_elliptical_version(BEiT)
 class EllipticalBEiT(EllipticalTransformerMixin, BEiT):
     """mmseg's ``BEiT`` whose layers use elliptical attention.
 

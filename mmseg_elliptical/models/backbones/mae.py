@@ -4,17 +4,17 @@ from mmseg.models.backbones.mae import MAETransformerEncoderLayer
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from .beit import EllipticalBEiT
 
 
-@elliptical_version_of(MAETransformerEncoderLayer)
+@register_elliptical_version(MAETransformerEncoderLayer)
 class EllipticalMAELayer(EllipticalLayerMixin, MAETransformerEncoderLayer):
     """MAE's encoder layer in a chain."""
 
 
 @MODELS.register_module()
-@elliptical_version_of(MAE)
+@register_elliptical_version(MAE)
 class EllipticalMAE(EllipticalBEiT, MAE):
     """mmseg's ``MAE`` backbone whose layers use elliptical attention.
 

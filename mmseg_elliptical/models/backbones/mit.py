@@ -7,18 +7,18 @@ from mmseg.models.backbones.mit import TransformerEncoderLayer
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from ..transformer import (EllipticalTransformerMixin, TokenLayout,
-                           stage_strides)
+                           reduced_token_layouts)
 
 
-@elliptical_version_of(TransformerEncoderLayer)
+@register_elliptical_version(TransformerEncoderLayer)
 class EllipticalMiTLayer(EllipticalLayerMixin, TransformerEncoderLayer):
     """MiT's encoder layer (spatial-reduction attention, MixFFN) in a chain."""
 
 
 @MODELS.register_module()
-@elliptical_version_of(MixVisionTransformer)
+@register_elliptical_version(MixVisionTransformer)
 class EllipticalMixVisionTransformer(EllipticalTransformerMixin,
                                      MixVisionTransformer):
     """mmseg's ``MixVisionTransformer`` (SegFormer) with elliptical attention.
@@ -41,13 +41,6 @@ class EllipticalMixVisionTransformer(EllipticalTransformerMixin,
         return [stage[1] for stage in self.layers]
 
     def token_layout(self) -> List[TokenLayout]:
-        strides = stage_strides(
-            [stage[0].projection.stride for stage in self.layers])
-        return [
-            TokenLayout(
-                grid='argument',
-                stride=stride,
-                keys='reduced',
-                reduction=stage[1][0].attn.sr_ratio)
-            for stride, stage in zip(strides, self.layers)
-        ]
+        return reduced_token_layouts(
+            [stage[0].projection.stride for stage in self.layers],
+            [stage[1][0].attn.sr_ratio for stage in self.layers])

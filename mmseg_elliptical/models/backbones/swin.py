@@ -7,18 +7,18 @@ from mmseg.models.backbones.swin import SwinBlock
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from ..transformer import (EllipticalTransformerMixin, TokenLayout,
                            stage_strides)
 
 
-@elliptical_version_of(SwinBlock)
+@register_elliptical_version(SwinBlock)
 class EllipticalSwinBlock(EllipticalLayerMixin, SwinBlock):
     """Swin's block (W-MSA or SW-MSA, FFN) in a chain."""
 
 
 @MODELS.register_module()
-@elliptical_version_of(SwinTransformer)
+@register_elliptical_version(SwinTransformer)
 class EllipticalSwinTransformer(EllipticalTransformerMixin, SwinTransformer):
     """mmseg's ``SwinTransformer`` with elliptical window attention.
 

@@ -7,18 +7,18 @@ from mmseg.models.backbones.twins import GSAEncoderLayer
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from ..transformer import (EllipticalTransformerMixin, TokenLayout,
-                           stage_strides)
+                           reduced_token_layouts)
 
 
-@elliptical_version_of(GSAEncoderLayer)
+@register_elliptical_version(GSAEncoderLayer)
 class EllipticalGSAEncoderLayer(EllipticalLayerMixin, GSAEncoderLayer):
     """Twins' global sub-sampled attention layer in a chain."""
 
 
 @MODELS.register_module()
-@elliptical_version_of(PCPVT)
+@register_elliptical_version(PCPVT)
 class EllipticalPCPVT(EllipticalTransformerMixin, PCPVT):
     """mmseg's ``PCPVT`` (Twins-PCPVT) with elliptical attention.
 
@@ -43,13 +43,6 @@ class EllipticalPCPVT(EllipticalTransformerMixin, PCPVT):
         return list(self.layers)
 
     def token_layout(self) -> List[TokenLayout]:
-        strides = stage_strides(
-            [embed.projection.stride for embed in self.patch_embeds])
-        return [
-            TokenLayout(
-                grid='argument',
-                stride=stride,
-                keys='reduced',
-                reduction=stage[0].attn.sr_ratio)
-            for stride, stage in zip(strides, self.layers)
-        ]
+        return reduced_token_layouts(
+            [embed.projection.stride for embed in self.patch_embeds],
+            [stage[0].attn.sr_ratio for stage in self.layers])

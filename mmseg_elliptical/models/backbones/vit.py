@@ -8,17 +8,17 @@ from mmseg.models.backbones.vit import TransformerEncoderLayer
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from ..transformer import EllipticalTransformerMixin, TokenLayout, patch_grid
 
 
-@elliptical_version_of(TransformerEncoderLayer)
+@register_elliptical_version(TransformerEncoderLayer)
 class EllipticalViTLayer(EllipticalLayerMixin, TransformerEncoderLayer):
     """mmseg's ViT encoder layer (also the Segmenter head's) in a chain."""
 
 
 @MODELS.register_module()
-@elliptical_version_of(VisionTransformer)
+@register_elliptical_version(VisionTransformer)
 class EllipticalVisionTransformer(EllipticalTransformerMixin,
                                   VisionTransformer):
     """mmseg's ``VisionTransformer`` whose layers use elliptical attention.

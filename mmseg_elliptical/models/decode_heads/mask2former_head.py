@@ -2,12 +2,12 @@
 from mmseg.models.decode_heads import Mask2FormerHead
 from mmseg.registry import MODELS
 
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from .query_decoder import EllipticalQueryDecoderMixin
 
 
 @MODELS.register_module()
-@elliptical_version_of(Mask2FormerHead)
+@register_elliptical_version(Mask2FormerHead)
 class EllipticalMask2FormerHead(EllipticalQueryDecoderMixin, Mask2FormerHead):
     """mmseg's ``Mask2FormerHead`` whose decoder scores its query
     self-attention elliptically.

@@ -2,12 +2,12 @@
 from mmseg.models.decode_heads import MaskFormerHead
 from mmseg.registry import MODELS
 
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from .query_decoder import EllipticalQueryDecoderMixin
 
 
 @MODELS.register_module()
-@elliptical_version_of(MaskFormerHead)
+@register_elliptical_version(MaskFormerHead)
 class EllipticalMaskFormerHead(EllipticalQueryDecoderMixin, MaskFormerHead):
     """mmseg's ``MaskFormerHead`` whose decoder scores its query
     self-attention elliptically.

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ..attention import EllipticalAttention  # noqa: F401  (registers it)
 from ..chain import EllipticalLayerMixin
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 
 
 class EllipticalDecoderLayerMixin(EllipticalLayerMixin):
@@ -23,14 +23,14 @@ class EllipticalDecoderLayerMixin(EllipticalLayerMixin):
         return super().forward(query, *args, **kwargs)
 
 
-@elliptical_version_of(Mask2FormerDecoderLayer)
+@register_elliptical_version(Mask2FormerDecoderLayer)
 class EllipticalMask2FormerDecoderLayer(EllipticalDecoderLayerMixin,
                                         Mask2FormerDecoderLayer):
     """Mask2Former's decoder layer (masked cross-attention, query
     self-attention, FFN) in a chain."""
 
 
-@elliptical_version_of(DetrTransformerDecoderLayer)
+@register_elliptical_version(DetrTransformerDecoderLayer)
 class EllipticalDetrDecoderLayer(EllipticalDecoderLayerMixin,
                                  DetrTransformerDecoderLayer):
     """DETR's decoder layer (query self-attention, cross-attention, FFN;

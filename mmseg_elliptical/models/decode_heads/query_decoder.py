@@ -11,7 +11,6 @@ and in Mask2Former they change from layer to layer (layer l reads feature
 level ``l % 3``: another resolution, another number of tokens, another
 scale), with a mask that changes with the predictions.
 """
-import inspect
 from typing import List, Optional, Sequence
 
 import torch
@@ -19,7 +18,7 @@ import torch.nn as nn
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 from torch import Tensor
 
-from ..checks import check_kwargs, looks_at_values
+from ..checks import check_kwargs, init_keywords, looks_at_values
 from ..transformer import EllipticalTransformerMixin
 from .mmdet_extra import MMDET_AVAILABLE, require_mmdet
 
@@ -60,16 +59,8 @@ class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
         ``BaseDecodeHead`` names it.
         """
         require_mmdet(cls.__name__)
-        own = list(cls.OWN_ARGS)
-        for klass in cls.mmseg_class().__mro__:
-            if '__init__' in vars(klass) and klass is not object:
-                own += [
-                    n for n, p in inspect.signature(
-                        klass.__init__).parameters.items()
-                    if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                                  p.KEYWORD_ONLY)
-                ]
-        check_kwargs(cls, BaseDecodeHead, kwargs, own)
+        names, _ = init_keywords(cls.mmseg_class(), whole_mro=True)
+        check_kwargs(cls, BaseDecodeHead, kwargs, [*cls.OWN_ARGS, *names])
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
         return [self.transformer_decoder.layers]

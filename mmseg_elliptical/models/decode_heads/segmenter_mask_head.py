@@ -7,12 +7,12 @@ from mmseg.registry import MODELS
 
 from ..backbones.vit import EllipticalViTLayer  # noqa: F401  (registers it)
 from ..checks import count_non_finite, looks_at_values
-from ..conversion import elliptical_version_of
+from ..conversion import register_elliptical_version
 from ..transformer import EllipticalTransformerMixin, TokenLayout
 
 
 @MODELS.register_module()
-@elliptical_version_of(SegmenterMaskTransformerHead)
+@register_elliptical_version(SegmenterMaskTransformerHead)
 class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
                                     SegmenterMaskTransformerHead):
     """Segmenter mask transformer whose layers use elliptical attention.

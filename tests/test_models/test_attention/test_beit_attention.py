@@ -3,10 +3,11 @@
 materialises."""
 import pytest
 import torch
-from helpers import ShapeSpy, check_attention_dropout
+from checks import check_attention_dropout
 from mmseg.models.backbones.beit import BEiTAttention
 from mmseg.models.backbones.mae import MAEAttention
 from oracles import naive_beit_attention
+from spies import ShapeSpy
 
 from mmseg_elliptical.models import (AttentionRecord, EllipticalBEiTAttention,
                                      EllipticalMAEAttention, to_elliptical)

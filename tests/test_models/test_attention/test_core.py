@@ -72,7 +72,10 @@ def plan(queries: int, keys: int, grad: bool, compiled: bool) -> Scaling:
 
 
 @pytest.mark.parametrize('grad', [True, False], ids=['grad', 'no_grad'])
-@pytest.mark.parametrize('compiled', [False, True], ids=['eager', 'compiled'])
+@pytest.mark.parametrize(
+    'compiled',
+    [False, pytest.param(True, marks=pytest.mark.slow)],  # torch.compile
+    ids=['eager', 'compiled'])
 @pytest.mark.parametrize('queries, keys', [(16, 4), (16, 16), (4, 16)])
 def test_scaling_decision(queries, keys, grad, compiled):
     """Keys when there are fewer keys than queries without grad; q from its

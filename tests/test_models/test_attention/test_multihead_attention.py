@@ -9,7 +9,7 @@ outputs, values and gradients.
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_attention_dropout
+from checks import check_attention_dropout
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from oracles import naive_attention

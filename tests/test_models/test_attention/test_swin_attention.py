@@ -5,9 +5,10 @@ import math
 
 import pytest
 import torch
-from helpers import ShapeSpy, check_attention_dropout
+from checks import check_attention_dropout
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from oracles import naive_window_attention
+from spies import ShapeSpy
 
 from mmseg_elliptical.models import AttentionRecord, to_elliptical
 from mmseg_elliptical.models.attention import (EllipticalShiftWindowMSA,

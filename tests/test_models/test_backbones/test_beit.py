@@ -4,12 +4,11 @@ against mmseg's BEiT / MAE and ``oracles.naive_beit_forward``; arguments,
 inputs, numerics, memory, compile. Every test runs for both families."""
 import pytest
 import torch
-from helpers import (BEIT_ARCH, check_beit_inputs, check_bf16, check_compiled,
-                     check_dot_product_equals_mmseg,
-                     check_finite_forward_backward, check_interchange,
-                     check_matches_naive,
-                     check_saves_no_more_scores_than_mmseg, randomise,
-                     set_fused, zero_values)
+from builders import BEIT_ARCH, randomise, set_fused, zero_values
+from checks import (check_beit_inputs, check_bf16, check_compiled,
+                    check_dot_product_equals_mmseg,
+                    check_finite_forward_backward, check_interchange,
+                    check_matches_naive, check_saves_no_more_scores_than_mmseg)
 from mmseg.models.backbones import MAE, BEiT
 from oracles import naive_beit_forward
 
@@ -64,6 +63,7 @@ def test_elliptical_forward_matches_naive(family, layers):
                         torch.randn(2, 3, 32, 24))
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize('family', FAMILIES)
 def test_torch_compile_matches_eager(family):
     torch.manual_seed(0)

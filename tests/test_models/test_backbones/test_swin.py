@@ -3,12 +3,11 @@ and ``oracles.naive_swin_forward``; paths, numerics, memory, compile."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import (check_bf16, check_compiled,
-                     check_dot_product_equals_mmseg,
-                     check_finite_forward_backward, check_interchange,
-                     check_matches_naive,
-                     check_saves_no_more_scores_than_mmseg, check_with_cp,
-                     grads, outputs_loss, randomise, set_fused, zero_values)
+from builders import randomise, set_fused, zero_values
+from checks import (check_bf16, check_compiled, check_dot_product_equals_mmseg,
+                    check_finite_forward_backward, check_interchange,
+                    check_matches_naive, check_saves_no_more_scores_than_mmseg,
+                    check_with_cp, grads, outputs_loss)
 from mmseg.models.backbones import SwinTransformer
 from oracles import naive_swin_forward
 
@@ -120,6 +119,7 @@ def test_output_and_gradients_whichever_path_runs(monkeypatch):
             g_sdpa[name], g_auto[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.slow  # torch.compile
 def test_torch_compile_matches_eager():
     torch.manual_seed(0)
     model = EllipticalSwinTransformer(

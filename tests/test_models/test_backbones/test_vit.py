@@ -2,8 +2,9 @@
 and ``oracles.naive_vit_forward``."""
 import pytest
 import torch
-from helpers import (VIT_ARCH, check_compiled, check_dot_product_equals_mmseg,
-                     check_interchange, check_matches_naive, images)
+from builders import VIT_ARCH, images
+from checks import (check_compiled, check_dot_product_equals_mmseg,
+                    check_interchange, check_matches_naive)
 from mmseg.models.backbones import VisionTransformer
 from oracles import naive_vit_forward
 
@@ -86,6 +87,7 @@ def test_frozen_exclude():
     assert trainable == ['pos_embed']
 
 
+@pytest.mark.slow  # torch.compile
 def test_torch_compile_matches_eager():
     """Train mode with gradients, and inference (its own scaling path)."""
     torch.manual_seed(0)

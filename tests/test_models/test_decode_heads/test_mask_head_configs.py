@@ -9,16 +9,16 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import (HAS_MMDET, MMDET_CONFIG_DIRS, build_module,
-                     check_loss_trains_every_parameter, config_paths,
-                     mmseg_base, seg_samples, sync_bn_to_bn, tiny_query_head)
+from builders import (HAS_MMDET, MMDET_CONFIG_DIRS, build_module, config_paths,
+                      mmseg_base, seg_samples, sync_bn_to_bn, tiny_query_head)
+from checks import check_loss_trains_every_parameter
 from mmengine.config import Config, ConfigDict
 from mmseg.models.backbones import SwinTransformer
 
 from mmseg_elliptical.models import (EllipticalMask2FormerHead,
                                      EllipticalMaskFormerHead,
                                      EllipticalSwinTransformer)
-from mmseg_elliptical.utils import mmseg_config_path
+from mmseg_elliptical.utils import load_config
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -91,8 +91,7 @@ def test_swin_in_dot_product_mode_is_mmsegs(path):
     config's ``SwinTransformer``, built from one seed: the same weights and
     the same features; the default elliptical backbone differs."""
     ours_cfg = Config.fromfile(path).model.backbone
-    mmseg_cfg = Config.fromfile(mmseg_config_path(
-        mmseg_base(path))).model.backbone
+    mmseg_cfg = load_config(mmseg_base(path)).model.backbone
     assert ours_cfg.type == 'EllipticalSwinTransformer'
     assert mmseg_cfg.type == 'SwinTransformer'
     tiny_swin(ours_cfg), tiny_swin(mmseg_cfg)

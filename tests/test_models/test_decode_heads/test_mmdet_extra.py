@@ -10,9 +10,11 @@ import json
 import os.path as osp
 import sys
 
-from helpers import MMDET_CONFIG_DIRS, config_paths, run_command
+import pytest
+from builders import MMDET_CONFIG_DIRS, config_paths
 from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
 from mmseg.registry import MODELS
+from processes import run_command
 
 from mmseg_elliptical.models.decode_heads import (MMDET_AVAILABLE,
                                                   register_mmdet_placeholders)
@@ -59,6 +61,7 @@ HINT = ("needs mmdet, which is not installed (mmseg's MaskFormer and "
         "install -e '.[mmdet]'")
 
 
+@pytest.mark.slow  # a subprocess
 def test_without_mmdet_configs_fail_with_the_install_hint(tmp_path):
     # mmseg's own config (no custom_imports, unlike its Mask2Former Swin-T/S
     # configs, whose custom_imports of mmdet.models fail at loading)

@@ -13,9 +13,9 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import (ROOT, as_list, build_module, check_interchange,
-                     check_loss_trains_every_parameter, grads, outputs_loss,
-                     seg_samples, tiny_query_head)
+from builders import ROOT, build_module, seg_samples, tiny_query_head
+from checks import (as_list, check_interchange,
+                    check_loss_trains_every_parameter, grads, outputs_loss)
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmengine.config import Config
 from oracles import naive_mask2former, naive_maskformer

@@ -1,5 +1,6 @@
-"""tools/analysis_tools/compare_seeds.py: each seed trained once, resumable,
-mean ± std."""
+"""``tools/analysis_tools/compare_seeds.py``: each seed trained once,
+resumable, mean ± std; ``analysis/compare_seeds.py``: the history it reads
+and the statistics over seeds."""
 import json
 import os
 import os.path as osp
@@ -7,9 +8,17 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE, load_tool
+from builders import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE
+from mmengine.config import Config
+from processes import load_tool
 
-from mmseg_elliptical.analysis import seed_sweep as compare
+from mmseg_elliptical.analysis.compare_seeds import (read_history,
+                                                     seed_statistics)
+
+
+@pytest.fixture(scope='module')
+def compare():
+    return load_tool('analysis_tools/compare_seeds.py')
 
 
 def _scalars(run_dir, stamp, records):
@@ -34,20 +43,32 @@ def test_read_history_merges_restarts(tmp_path):
     _scalars(run, '20240101_010000',
              [dict(mIoU=25.0, step=4),
               dict(mIoU=30.0, step=6)])
-    assert compare.read_history(run) == {
+    assert read_history(run) == {
         2: dict(mIoU=10.0, aAcc=50.0),
         4: dict(mIoU=25.0),
         6: dict(mIoU=30.0)
     }
 
 
-def test_mean_std_is_the_sample_statistic():
+def test_seed_statistics_are_the_sample_statistics():
     values = [71.5, 80.25, 77.0, 69.125]
-    stats = compare.mean_std(values)
+    runs = [_result('m', seed, {'mIoU': v}) for seed, v in enumerate(values)]
+    stats = seed_statistics(runs)['m']['mIoU']
     assert stats['mean'] == pytest.approx(np.mean(values))
     assert stats['std'] == pytest.approx(np.std(values, ddof=1))
     assert stats['n'] == 4
-    assert np.isnan(compare.mean_std([3.0])['std'])
+    one = seed_statistics([_result('m', 0, {'mIoU': 3.0})])['m']['mIoU']
+    assert one['mean'] == 3.0 and np.isnan(one['std'])
+    # A class absent from the validation images: mmseg logs its IoU as NaN.
+    absent = seed_statistics([
+        _result('m', s, {
+            'mIoU': 1.0 + s,
+            'IoU.ring': v
+        }) for s, v in enumerate([float('nan'), 2.0])
+    ])['m']
+    assert absent['mIoU']['std'] == pytest.approx(np.std([1, 2], ddof=1))
+    assert np.isnan(absent['IoU.ring']['mean'])
+    assert np.isnan(absent['IoU.ring']['std'])
 
 
 def _result(name, seed, finals, earlier=1.0):
@@ -64,7 +85,7 @@ def _result(name, seed, finals, earlier=1.0):
         })
 
 
-def test_summary_and_table_use_the_last_validation():
+def test_summary_and_table_use_the_last_validation(compare):
     rng = np.random.default_rng(0)
     results, finals = [], {}
     for name in ('ell', 'dot'):
@@ -77,32 +98,37 @@ def test_summary_and_table_use_the_last_validation():
             }
             finals.setdefault(name, []).append(values)
             results.append(_result(name, seed, values))
-    summary = compare.summarise(results)
+    summary = seed_statistics(results)
     assert list(summary) == ['ell', 'dot']
     table = compare.markdown(summary, results)
-    lines = table.splitlines()
-    assert lines[0] == ('| model | seeds | mIoU | disc | ring | min/run |')
+    lines = [[c.strip() for c in line.strip('|').split('|')]
+             for line in table.splitlines()]
+    assert lines[0] == ['model', 'seeds', 'mIoU', 'disc', 'ring', 'min/run']
     for name, row in zip(('ell', 'dot'), lines[2:]):
         assert list(summary[name]) == ['mIoU', 'IoU.disc', 'IoU.ring']
-        cells = [f'| {name} | 3 |']
+        cells = [name, '3']
         for key in ('mIoU', 'IoU.disc', 'IoU.ring'):
             values = [v[key] for v in finals[name]]
             assert summary[name][key]['mean'] == pytest.approx(np.mean(values))
             assert summary[name][key]['std'] == pytest.approx(
                 np.std(values, ddof=1))
-            cells.append(f' {np.mean(values):.2f} ± '
-                         f'{np.std(values, ddof=1):.2f} |')
-        assert row == ''.join(cells) + ' 2.0 |'  # minutes: (1 + 2 + 3) / 3
+            cells.append(f'{np.mean(values):.2f} ± '
+                         f'{np.std(values, ddof=1):.2f}')
+        assert row == cells + ['2.0']  # minutes: (1 + 2 + 3) / 3
 
 
 @pytest.fixture
-def fake_training(monkeypatch):
-    """``compare.train`` replaced by a logger of calls writing a history."""
-    calls, fail = [], set()
+def fake_training(compare, monkeypatch):
+    """``compare.train`` replaced by a logger of calls writing a history;
+    the configs (``load_config``) by 4-iteration configs whose content
+    (``edits``) the test changes."""
+    calls, fail, edits, trained = [], set(), {}, []
 
-    def train(config, seed, work_dir, cfg_options=()):
-        calls.append((osp.basename(config), seed))
-        if (osp.basename(config), seed) in fail:
+    def train(config, seed, work_dir):
+        trained.append(Config.fromfile(config))
+        name = trained[-1].name
+        calls.append((name, seed))
+        if (name, seed) in fail:
             raise RuntimeError('training failed')
         _scalars(
             work_dir, f'2024_{len(calls)}',
@@ -110,20 +136,29 @@ def fake_training(monkeypatch):
              dict(mIoU=seed + 1.5, step=4)])
         return 1.0
 
+    def load_config(config, options=None):
+        cfg = Config(
+            dict(
+                name=osp.basename(config),
+                train_cfg=dict(max_iters=4),
+                content=edits.get(config, 'as shipped')))
+        cfg.merge_from_dict(options or {})
+        return cfg
+
     monkeypatch.setattr(compare, 'train', train)
-    fingerprints = {}
-    monkeypatch.setattr(
-        compare, 'resolve', lambda config, options:
-        (4, fingerprints.get(config, 'sha')))
-    return calls, fail, fingerprints
+    monkeypatch.setattr(compare, 'load_config', load_config)
+    return calls, fail, edits, trained
 
 
-def test_runs_are_trained_once(tmp_path, fake_training):
-    calls, fail, fingerprints = fake_training
+def test_runs_are_trained_once(compare, tmp_path, fake_training):
+    calls, fail, fingerprints, trained = fake_training
     work = str(tmp_path / 'cmp')
-    args = (['a.py', 'b.py'], ['x', 'y'], [0, 1], work, ['k=1'])
+    args = (['a.py', 'b.py'], ['x', 'y'], [0, 1], work, {'k': 1})
     first = compare.run_all(*args, log=lambda s: None)
     assert calls == [('a.py', 0), ('a.py', 1), ('b.py', 0), ('b.py', 1)]
+    # Each run trains the config dumped in its folder, options merged.
+    assert all(cfg.k == 1 for cfg in trained)
+    assert trained[0].filename == osp.join(work, 'x', 'seed0', 'config.py')
     assert [r['history']['4']['mIoU'] for r in first] == [1.5, 2.5] * 2
     calls.clear()
     assert compare.run_all(*args, log=lambda s: None) == first
@@ -141,39 +176,42 @@ def test_runs_are_trained_once(tmp_path, fake_training):
     assert not osp.exists(osp.join(work, 'x', 'seed1', compare.RESULT))
     # other settings in the same folder are refused: options, config content
     with pytest.raises(ValueError, match='another --work-dir'):
-        compare.run_all(*args[:4], ['k=2'], log=lambda s: None)
+        compare.run_all(*args[:4], {'k': 2}, log=lambda s: None)
     fingerprints['a.py'] = 'edited'
     with pytest.raises(ValueError, match='another --work-dir'):
         compare.run_all(*args, log=lambda s: None)
 
 
-def test_a_run_must_validate_at_its_last_iteration(tmp_path, monkeypatch,
+def test_a_run_must_validate_at_its_last_iteration(compare, tmp_path,
                                                    fake_training):
-    monkeypatch.setattr(compare, 'resolve', lambda config, options: (6, ''))
     with pytest.raises(RuntimeError, match='last iteration'):
         compare.run_all(['a.py'], ['x'], [0],
-                        str(tmp_path),
+                        str(tmp_path), {'train_cfg.max_iters': 6},
                         log=lambda s: None)
     assert not osp.exists(
         osp.join(str(tmp_path), 'x', 'seed0', compare.RESULT))
 
 
-def test_resolve_reads_the_config_and_options():
-    last, digest = compare.resolve(DEMO_DOT)
-    assert last == 3000
-    seven, other = compare.resolve(DEMO_DOT, ['train_cfg.max_iters=7'])
-    assert seven == 7 and other != digest
+def test_fingerprint_of_the_config_and_options(compare):
+    cfg = compare.load_config(DEMO_DOT)
+    digest = compare.fingerprint(cfg)
+    assert cfg.train_cfg.max_iters == 3000
+    seven = compare.load_config(DEMO_DOT, {'train_cfg.max_iters': 7})
+    assert seven.train_cfg.max_iters == 7
+    assert compare.fingerprint(seven) != digest
     # the twins differ in the backbone type only: other content
-    assert compare.resolve(DEMO_ELLIPTICAL)[1] != digest
-    assert compare.resolve(DEMO_DOT) == (last, digest)
+    assert compare.fingerprint(compare.load_config(DEMO_ELLIPTICAL)) != digest
+    assert compare.fingerprint(compare.load_config(DEMO_DOT)) == digest
 
 
-def test_arguments_are_checked():
+def test_arguments_are_checked(compare, monkeypatch):
+    monkeypatch.setattr(compare, 'run_all', None)  # nothing may start
     for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
                  [DEMO_DOT, DEMO_DOT, '--names', 'a',
                   'a'], [DEMO_DOT, '--seeds', '1', '1']):
-        with pytest.raises(SystemExit):
-            load_tool('analysis_tools/compare_seeds.py').main(argv)
+        with pytest.raises(SystemExit) as exc:
+            compare.main(argv)
+        assert exc.value.code == 2
 
 
 def _tiny_options(demo_root):
@@ -193,14 +231,16 @@ def _tiny_options(demo_root):
     return opts
 
 
-def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
+@pytest.mark.slow  # trains end to end, in subprocesses
+def test_end_to_end_on_tiny_runs(compare, demo_root, tmp_path, monkeypatch,
+                                 capsys):
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     work = str(tmp_path / 'cmp')
     argv = [
         DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3', '--work-dir',
         work, '--cfg-options', *_tiny_options(demo_root)
     ]
-    summary = load_tool('analysis_tools/compare_seeds.py').main(argv)
+    summary = compare.main(argv)
     for seed in (0, 3):
         run = osp.join(work, 'ell', f'seed{seed}')
         with open(osp.join(run, compare.RESULT)) as f:
@@ -214,7 +254,8 @@ def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
     finals = [r['history']['2']['mIoU'] for r in runs]
     assert summary['ell']['mIoU']['mean'] == pytest.approx(np.mean(finals))
     with open(osp.join(work, 'compare.md')) as f:
-        assert f.read().splitlines()[2].startswith('| ell | 2 | ')
+        row = f.read().splitlines()[2]
+    assert [c.strip() for c in row.strip('|').split('|')][:2] == ['ell', '2']
     with open(osp.join(work, 'compare.png'), 'rb') as f:
         assert f.read(8) == b'\x89PNG\r\n\x1a\n'
     assert 'compare.md' in capsys.readouterr().out
@@ -223,5 +264,5 @@ def test_end_to_end_on_tiny_runs(demo_root, tmp_path, monkeypatch, capsys):
         raise AssertionError('a finished run was trained again')
 
     monkeypatch.setattr(subprocess, 'run', no_training)
-    again = load_tool('analysis_tools/compare_seeds.py').main(argv)
+    again = compare.main(argv)
     assert again['ell']['mIoU'] == summary['ell']['mIoU']

@@ -1,8 +1,8 @@
-"""One report writer for the command-line tools: markdown, CSV, JSON, PNG.
+"""What the command-line tools write: markdown tables, figures, files.
 
 Each tool builds its tables as a header and rows, renders them with
-:func:`markdown_table` and writes everything with :func:`write_report` as
-``<out_dir>/<stem>.{json,md,csv,png}``.
+:func:`markdown_table` (prettytable) and writes everything with
+:func:`write_report` as ``<out_dir>/<stem>.{json,md,csv,png}``.
 """
 import csv
 import io
@@ -10,50 +10,55 @@ import json
 import math
 import os
 import os.path as osp
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from prettytable import PrettyTable, TableStyle
 
 Rows = Sequence[Sequence[Any]]
 
 
-def fmt(value: Any, spec: str = '.3f') -> str:
-    """Format a number with ``spec``; ``-`` for None or NaN, str otherwise.
-
-    Args:
-        value (Any): A number, None or anything printable.
-        spec (str): Format of floats. Defaults to ``'.3f'``.
-
-    Returns:
-        str: The text.
-    """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return '-'
-    if isinstance(value, float):
-        return format(value, spec)
-    return str(value)
-
-
 def markdown_table(header: Sequence[str],
                    rows: Rows,
-                   spec: str = '.3f',
+                   spec: Union[str, Sequence[str]] = '.3f',
                    left: int = 1) -> str:
-    """A markdown table; numbers right-aligned, the first columns left.
+    """A markdown table (prettytable's ``MARKDOWN`` style): the first
+    ``left`` columns left-aligned (labels), the others right-aligned.
 
     Args:
-        header (Sequence[str]): Column titles.
-        rows (Sequence[Sequence]): Cells (numbers go through :func:`fmt`).
-        spec (str): Format of float cells. Defaults to ``'.3f'``.
-        left (int): Number of leading left-aligned (label) columns.
+        header (Sequence[str]): Column titles (distinct).
+        rows (Sequence[Sequence]): Cells: floats are formatted with
+            ``spec``; None and NaN are shown as ``-``; anything else as
+            ``str`` gives it.
+        spec (str or Sequence[str]): Format of float cells, for every column
+            or one per column. Defaults to ``'.3f'``.
+        left (int): Number of leading left-aligned columns. Defaults to 1.
 
     Returns:
         str: The table, ending with a newline.
     """
-    lines = [
-        '| ' + ' | '.join(header) + ' |',
-        '|' + '---|' * left + '---:|' * (len(header) - left)
-    ]
-    for row in rows:
-        lines.append('| ' + ' | '.join(fmt(v, spec) for v in row) + ' |')
-    return '\n'.join(lines) + '\n'
+    specs = [spec] * len(header) if isinstance(spec, str) else list(spec)
+    if len(specs) != len(header):
+        raise ValueError(f'markdown_table: {len(specs)} formats for '
+                         f'{len(header)} columns.')
+
+    def formatter(spec: str) -> Callable[[str, Any], str]:
+
+        def cell(_: str, value: Any) -> str:
+            if value is None or (isinstance(value, float)
+                                 and math.isnan(value)):
+                return '-'
+            return format(value, spec) if isinstance(value,
+                                                     float) else str(value)
+
+        return cell
+
+    table = PrettyTable(list(header))
+    table.set_style(TableStyle.MARKDOWN)
+    for i, name in enumerate(table.field_names):
+        table.custom_format[name] = formatter(specs[i])
+        table.align[name] = 'l' if i < left else 'r'
+    table.add_rows([list(row) for row in rows])
+    return table.get_string() + '\n'
 
 
 def pyplot():

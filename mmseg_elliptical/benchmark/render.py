@@ -1,7 +1,7 @@
-"""The benchmark's report: markdown tables, CSV rows and a figure."""
+"""The benchmark's report rendered: markdown tables, CSV rows and a figure."""
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..utils.report import fmt, markdown_table, pyplot
+from ..utils.output import markdown_table, pyplot
 
 MODE_NAMES = {'infer': 'inference', 'train': 'training step'}
 RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
@@ -9,12 +9,12 @@ RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
                   'memory_measure', 'saved_mb')
 
 
-def _verdict(target, verdict) -> str:
-    return '-' if target is None else f'{target}: {verdict}'
-
-
 def summary_tables(report: Dict) -> str:
     """One short table per config: elliptical / each baseline.
+
+    A ratio row that carries a tool's verdicts (``time_target``,
+    ``time_verdict``, ``memory_target``, ``memory_verdict``; see
+    ``tools/analysis_tools/benchmark.py``) adds them as two columns.
 
     Args:
         report (dict): As :func:`~.runner.run_benchmark` returns it.
@@ -22,26 +22,27 @@ def summary_tables(report: Dict) -> str:
     Returns:
         str: Markdown (the tables of docs/benchmark.md).
     """
+    judged = any('time_target' in r for r in report['ratios'])
+
+    def verdict(r: Dict, quantity: str) -> Optional[str]:
+        target = r.get(f'{quantity}_target')
+        return target and f"{target}: {r[f'{quantity}_verdict']}"
+
+    header = [
+        'baseline', 'size', 'step', 'time', 'time IQR', 'peak memory',
+        'saved tensors'
+    ] + (['time target', 'memory target'] if judged else [])
     out = []
     families = list(dict.fromkeys(r['family'] for r in report['ratios']))
     for family in families:
-        rows = []
-        for r in (r for r in report['ratios'] if r['family'] == family):
-            rows.append([
-                r['role'], r['size'], MODE_NAMES[r['mode']], r['time'],
-                f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory'],
-                r['saved'],
-                _verdict(r['time_target'], r['time_verdict']),
-                _verdict(r['memory_target'], r['memory_verdict'])
-            ])
-        out.append(
-            f'**{family}**: elliptical / baseline (< 1: elliptical '
-            'is faster or smaller)\n\n' + markdown_table([
-                'baseline', 'size', 'step', 'time', 'time IQR', 'peak memory',
-                'saved tensors', 'time target', 'memory target'
-            ],
-                                                         rows,
-                                                         left=3))
+        rows = [[
+            r['role'], r['size'], MODE_NAMES[r['mode']], r['time'],
+            f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory'], r['saved']
+        ] + ([verdict(r, 'time'), verdict(r, 'memory')] if judged else [])
+                for r in report['ratios'] if r['family'] == family]
+        out.append(f'**{family}**: elliptical / baseline (< 1: elliptical '
+                   'is faster or smaller)\n\n' +
+                   markdown_table(header, rows, left=3))
     return '\n'.join(out)
 
 
@@ -157,12 +158,8 @@ def markdown(report: Dict) -> str:
             spec='.2f',
             left=2))
     rows = [[
-        r['model'], r['size'], MODE_NAMES[r['mode']],
-        fmt(r['median_ms'], '.1f'),
-        fmt(r['iqr_ms'], '.1f'),
-        fmt(r['images_per_s'], '.2f'),
-        fmt(r['peak_mem_mb'], '.1f'),
-        fmt(r['saved_mb'], '.2f')
+        r['model'], r['size'], MODE_NAMES[r['mode']], r['median_ms'],
+        r['iqr_ms'], r['images_per_s'], r['peak_mem_mb'], r['saved_mb']
     ] for r in report['results']]
     lines += [
         '',
@@ -171,6 +168,7 @@ def markdown(report: Dict) -> str:
             'peak mem MiB', 'saved MiB'
         ],
                        rows,
+                       spec=['', '', '', '.1f', '.1f', '.2f', '.1f', '.2f'],
                        left=1)
     ]
     return '\n'.join(lines)

@@ -1,0 +1,123 @@
+"""Process helpers of the tests: a command run to its end (or killed with
+its process group), the tools as modules or as ``__main__``, a free port.
+"""
+import importlib.util
+import os
+import os.path as osp
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import Dict, Optional, Sequence
+
+import pytest
+from builders import ROOT
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for torchrun and gloo)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def run_command(
+        args: Sequence[str],
+        timeout: float = 300,
+        env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """Run ``args`` in the repository root to a zero exit status.
+
+    The test fails with the output's tail on another exit status, or when the
+    command has not finished after ``timeout`` seconds: its process group
+    (the command runs in a session of its own: a shell script and the
+    torchrun it starts) then gets SIGTERM, on which torchrun stops its
+    workers (they run in sessions of their own), and SIGKILL 30 s later.
+    The output goes through files, so a process left behind cannot block
+    the test on a pipe.
+
+    Args:
+        args (Sequence[str]): The command line.
+        timeout (float): Seconds. Defaults to 300.
+        env (dict, optional): The environment. Defaults to this process's
+            with ``OMP_NUM_THREADS=1``.
+
+    Returns:
+        subprocess.CompletedProcess: With ``stdout`` and ``stderr`` (str).
+    """
+    if env is None:
+        env = dict(os.environ, OMP_NUM_THREADS='1')
+    with tempfile.TemporaryFile('w+') as out, \
+            tempfile.TemporaryFile('w+') as err:
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True)
+        try:
+            proc.wait(timeout)
+            failure = f'exit status {proc.returncode}' \
+                if proc.returncode else None
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            failure = f'not finished after {timeout} s'
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if failure:
+        pytest.fail(
+            f'{" ".join(args)[-300:]}: {failure}\n'
+            f'--- stdout:\n{stdout[-2000:]}\n'
+            f'--- stderr:\n{stderr[-4000:]}',
+            pytrace=False)
+    return subprocess.CompletedProcess(args, 0, stdout, stderr)
+
+
+def load_tool(path: str):
+    """The module of a command-line tool, e.g.
+    ``load_tool('analysis_tools/collapse.py')`` (under ``tools/``).
+
+    It is registered in ``sys.modules`` (dataclasses of the tool look their
+    module up there)."""
+    name = 'tool_' + osp.splitext(path)[0].replace('/', '_')
+    spec = importlib.util.spec_from_file_location(
+        name, osp.join(ROOT, 'tools', path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def run_tool_main(monkeypatch, path: str, *args: str) -> None:
+    """Run ``tools/<path>`` as ``__main__`` in this process with ``args``
+    on its command line."""
+    import runpy
+    monkeypatch.setattr(sys, 'argv', [osp.basename(path), *args])
+    runpy.run_path(osp.join(ROOT, 'tools', path), run_name='__main__')
+
+
+def run_tool(script: str, *args: str, timeout: float = 600) -> str:
+    """Run ``tools/<script>`` in a fresh interpreter; its output."""
+    proc = run_command(
+        [sys.executable,
+         osp.join(ROOT, 'tools', script), *args],
+        timeout=timeout)
+    return proc.stdout + proc.stderr
+
+
+# ------------------------------------------- analysis: tiny saved models
+
+#: One tiny backbone per family: its config and, by hand, the number of
+#: layers, the stage of each and the stride and grid of each stage on a
+#: 64 x 64 input (BEiT and MAE: 32 x 32 crops of their img_size).

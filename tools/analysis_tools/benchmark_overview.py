@@ -1,0 +1,54 @@
+#!/usr/bin/env python
+"""One table of earlier benchmark runs (docs/benchmark.md's speed table).
+
+Reads the ``benchmark.json`` that ``benchmark.py`` wrote in each folder and
+writes, per run, config, size and baseline, the time ratios (median and
+interquartile range of the per-round ratios) and the peak memory ratios of
+the inference and the training step to ``OUT_DIR/overview.md``.
+
+Example::
+
+    python tools/analysis_tools/benchmark_overview.py \\
+        work_dirs/speed/vit-t_b1 work_dirs/speed/mit-b0 \\
+        --out-dir work_dirs/speed
+"""
+import argparse
+import os.path as osp
+from typing import Optional, Sequence
+
+from mmengine.fileio import load
+
+from mmseg_elliptical.benchmark.render import overview_table
+from mmseg_elliptical.utils import write_report
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse the command line."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument(
+        'runs',
+        nargs='+',
+        metavar='DIR',
+        help='folders of benchmark.py runs (each with its benchmark.json)')
+    p.add_argument('--out-dir', default='work_dirs/benchmark')
+    args = p.parse_args(argv)
+    missing = [
+        d for d in args.runs if not osp.isfile(osp.join(d, 'benchmark.json'))
+    ]
+    if missing:
+        p.error(f'no benchmark.json in {", ".join(missing)}')
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    """Write the table; return its markdown."""
+    args = parse_args(argv)
+    text = overview_table(
+        [load(osp.join(d, 'benchmark.json')) for d in args.runs])
+    files = write_report(args.out_dir, 'overview', markdown=text)
+    print(f'{text}\nWrote {", ".join(files)}')
+    return text
+
+
+if __name__ == '__main__':
+    main()
