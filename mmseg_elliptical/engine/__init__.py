@@ -10,6 +10,5 @@ from .launch import (end_process_group, mmseg_tool_path, prepare_cpu_launch,
 __all__ = [
     'load_from_local', 'mmengine_safe_globals', 'register_checkpoint_loader',
     'unregister_checkpoint_loader', 'SegSummaryHook', 'end_process_group',
-    'mmseg_tool_path', 'prepare_cpu_launch', 'run_mmseg_tool',
-    'start_launcher'
+    'mmseg_tool_path', 'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
 ]

@@ -6,7 +6,7 @@ the corruption into a config's test pipeline, :mod:`.loop` runs one model's
 cells through ``runner.test()``, :mod:`.store` keeps every finished cell
 (resumable), :mod:`.grid` drives the grid, :mod:`.summary` computes P, mPC,
 rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images, and
-:mod:`.report` writes it all. ``tools/analysis_tools/robustness.py`` is the
+:mod:`.render` writes it all. ``tools/analysis_tools/robustness.py`` is the
 command line.
 """
 from .bootstrap import ImageAreas, miou, paired_bootstrap
@@ -16,7 +16,7 @@ from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
                        insert_after_loading)
 from .protocols import (CORRUPTION_SETS, GROUPS, PROTOCOLS, Protocol, group_of,
                         resolve_corruptions, resolve_severities)
-from .report import (csv_rows, grid_summary, heatmaps, markdown_tables,
+from .render import (csv_rows, grid_markdown, grid_summary, heatmaps,
                      paired_test, summary_rows, write_robustness_report)
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
@@ -27,7 +27,7 @@ __all__ = [
     'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
     'CORRUPTION_SETS', 'GROUPS', 'PROTOCOLS', 'Protocol', 'group_of',
     'resolve_corruptions', 'resolve_severities', 'csv_rows', 'grid_summary',
-    'heatmaps', 'markdown_tables', 'paired_test', 'summary_rows',
+    'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
     'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
     'grid_scores', 'model_summary', 'robustness_summary'
 ]

@@ -102,8 +102,8 @@ def paired_lines(summary: Dict[str, Dict]) -> List[str]:
     return lines
 
 
-def markdown_tables(summary: Dict[str, Dict], corruptions: Sequence[str],
-                    severities: Sequence[int]) -> str:
+def grid_markdown(summary: Dict[str, Dict], corruptions: Sequence[str],
+                  severities: Sequence[int]) -> str:
     """The summary, the groups, CE per corruption, the paired tests and
     every cell, models side by side.
 
@@ -329,7 +329,7 @@ def write_robustness_report(store: ResultStore,
                            baseline, means, resamples, seed)
     store.data['summary'] = summary
     store.save()
-    text = markdown_tables(summary, corruptions, severities)
+    text = grid_markdown(summary, corruptions, severities)
     write_report(
         work_dir,
         'robustness',
