@@ -1,14 +1,15 @@
 """Running mmseg's tools with the plugin: the checkpoint loader, the launch
 helpers and the hooks."""
-from .checkpoint import (load_from_local, mmengine_safe_globals,
-                         register_checkpoint_loader,
+from .checkpoint import (CheckpointError, check_checkpoint, load_from_local,
+                         mmengine_safe_globals, register_checkpoint_loader,
                          unregister_checkpoint_loader)
 from .hooks import SegSummaryHook
 from .launch import (end_process_group, mmseg_tool_path, prepare_cpu_launch,
                      run_mmseg_tool, start_launcher)
 
 __all__ = [
-    'load_from_local', 'mmengine_safe_globals', 'register_checkpoint_loader',
+    'CheckpointError', 'check_checkpoint', 'load_from_local',
+    'mmengine_safe_globals', 'register_checkpoint_loader',
     'unregister_checkpoint_loader', 'SegSummaryHook', 'end_process_group',
     'mmseg_tool_path', 'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
 ]

@@ -1,34 +1,52 @@
-"""Let mmengine read its own checkpoints under torch's ``weights_only`` loader.
+"""Local checkpoints through mmengine: torch's weights-only loader with
+mmengine's own objects allowed, and a clear error for an unreadable file.
 
 Since torch 2.6, ``torch.load`` defaults to ``weights_only=True``, which
 refuses the non-tensor objects mmengine 0.10 stores in its checkpoints (the
 message hub's ``HistoryBuffer``, the numpy arrays and scalars inside it, and
 the bound methods it pickles through ``getattr``). ``tools/test.py``,
 ``--resume`` and ``mmseg.apis.init_model`` then fail with ``Unsupported
-global``. Instead of switching the safe loader off for the whole process
-(``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``), the plugin replaces mmengine's
-local-file checkpoint loader by one that keeps ``weights_only=True`` and allows
-exactly these globals, for the duration of that one load.
+global``. And a checkpoint cut short (a download or copy that stopped
+midway) fails deep inside torch with a message that names neither the file
+nor the cause (``OSError: [Errno 22] Invalid argument``, or the zip reader's
+``failed finding central directory``).
 
-This is the one side effect of ``import mmseg_elliptical`` besides registering
-modules: :func:`register_checkpoint_loader` runs at import (logged once), so
-it also works for mmseg's own tools through a config's ``custom_imports``.
-Set the environment variable ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` before
-the import to keep mmengine's loader, or call
-:func:`unregister_checkpoint_loader` to restore it later.
+The plugin's loader for local files is mmengine's own, called with torch's
+allowlist of exactly these globals for that one load
+(``torch.serialization.safe_globals``), and it turns a failure on a file
+that is no complete torch checkpoint into a :class:`CheckpointError` that
+names the path, its size and the fix (:func:`check_checkpoint`, which the
+tools also run on their arguments before any work).
+
+This is the one side effect of ``import mmseg_elliptical`` besides
+registering modules: :func:`register_checkpoint_loader` runs at import
+(logged once), so it also works for mmseg's own tools through a config's
+``custom_imports``. Set the environment variable
+``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` before the import to keep
+mmengine's loader, or call :func:`unregister_checkpoint_loader` to restore it
+later. docs/reliability.md says why the allowlist is scoped to these loads
+rather than added for the whole process.
 """
 import os
 import os.path as osp
+import zipfile
 from typing import Callable, List, Optional
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner.checkpoint import \
+    load_from_local as mmengine_load_from_local
 
 ENV_SWITCH = 'MMSEG_ELLIPTICAL_CHECKPOINT_LOADER'
 _mmengine_loader: Optional[Callable] = None
 _logged = False
+
+
+class CheckpointError(ValueError):
+    """A file that is no complete torch checkpoint (empty, cut short, or of
+    another kind)."""
 
 
 def mmengine_safe_globals() -> List[object]:
@@ -42,8 +60,72 @@ def mmengine_safe_globals() -> List[object]:
     ]
 
 
+def unreadable_reason(path: str) -> Optional[str]:
+    """Why a file cannot be a complete torch checkpoint, or None when its
+    structure is sound (torch's zip format with its central directory and
+    ``data.pkl``, or a pickle: torch's legacy format).
+
+    Reads the first bytes and, for a zip archive, its central directory
+    only; the tensors are not read.
+    """
+    if os.path.getsize(path) == 0:
+        return 'it is empty'
+    with open(path, 'rb') as f:
+        head = f.read(64)
+    if head.startswith(b'PK\x03\x04'):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return ('it is cut short: a zip archive (torch\'s format) '
+                    'without its end, as a download or copy that stopped '
+                    'midway leaves it')
+        if not any(n.split('/')[-1] == 'data.pkl' for n in names):
+            return 'it is a zip archive, but not one torch wrote'
+        return None
+    if head.startswith(b'\x80'):
+        return None
+    try:
+        text = head.decode('utf-8')
+    except UnicodeDecodeError:
+        return f'it is no torch file (it starts with {head[:8]!r})'
+    first = text.strip().splitlines()[0][:40] if text.strip() else ''
+    return f'it is a text file (it starts with {first!r})'
+
+
+def checkpoint_error(path: str, reason: str) -> CheckpointError:
+    """The error for an unreadable checkpoint: path, size, cause, fix."""
+    return CheckpointError(
+        f'Checkpoint {path} ({os.path.getsize(path):,} bytes) is not a '
+        f'complete torch checkpoint: {reason}. Download it again, or save '
+        'it again with torch.save / mmengine.')
+
+
+def check_checkpoint(path: str) -> str:
+    """Check that ``path`` is a file with the structure of a torch
+    checkpoint.
+
+    Args:
+        path (str): The checkpoint file.
+
+    Returns:
+        str: ``path``.
+
+    Raises:
+        FileNotFoundError: No such file.
+        CheckpointError: Empty, cut short or another kind of file.
+    """
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'Checkpoint {path} does not exist.')
+    reason = unreadable_reason(path)
+    if reason is not None:
+        raise checkpoint_error(path, reason)
+    return path
+
+
 def load_from_local(filename: str, map_location: Optional[str] = None):
-    """mmengine's local-file loader: weights-only, plus mmengine's globals.
+    """mmengine's local-file loader with mmengine's globals allowed, and a
+    :class:`CheckpointError` for a file that is no complete checkpoint.
 
     Args:
         filename (str): Local checkpoint path.
@@ -52,12 +134,20 @@ def load_from_local(filename: str, map_location: Optional[str] = None):
     Returns:
         dict: The loaded checkpoint.
     """
-    filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
-    with torch.serialization.safe_globals(mmengine_safe_globals()):
-        return torch.load(
-            filename, map_location=map_location, weights_only=True)
+    try:
+        with torch.serialization.safe_globals(mmengine_safe_globals()):
+            return mmengine_load_from_local(filename, map_location)
+    except Exception as error:
+        path = osp.expanduser(filename)
+        if not osp.isfile(path):
+            raise
+        reason = unreadable_reason(path)
+        if reason is None and (isinstance(error, EOFError)
+                               or 'truncated' in str(error)):
+            reason = 'it is cut short (the data ends early)'
+        if reason is None:
+            raise
+        raise checkpoint_error(path, reason) from error
 
 
 def checkpoint_loader_enabled() -> bool:
@@ -88,8 +178,9 @@ def register_checkpoint_loader() -> bool:
     if not _logged:
         _logged = True
         print_log(
-            'mmseg_elliptical: local checkpoints now load through its '
-            'weights-only loader that allows mmengine\'s own objects; set '
+            'mmseg_elliptical: local checkpoints now load through mmengine\'s '
+            'loader with mmengine\'s own objects allowed (still '
+            'weights-only) and a clear error for an unreadable file; set '
             f'{ENV_SWITCH}=0 to keep mmengine\'s loader.',
             logger='current')
     return True

@@ -116,7 +116,7 @@ def test_checkpoint_loader_switch(trained, switch) -> None:
     assert out['import'] == [on, on]
     assert out['unregistered'] == [False, False]  # mmengine's own loader
     assert out['registered'] == [on, on]
-    logged = proc.stdout.count('weights-only loader that allows mmengine')
+    logged = proc.stdout.count('with mmengine\'s own objects allowed')
     assert logged == (1 if on else 0)  # once, although installed twice
 
 
@@ -158,3 +158,79 @@ def test_disallowed_globals_are_refused(tmp_path) -> None:
         with pytest.raises(pickle.UnpicklingError, match='Unsupported global'):
             load_checkpoint(model, path)
     assert not osp.exists(marker)
+
+
+# ---------------------------------------------------------------------------
+# Unreadable checkpoints
+
+
+@pytest.fixture(scope='module')
+def whole(tmp_path_factory) -> str:
+    """A checkpoint of about 400 KB in torch's zip format."""
+    path = str(tmp_path_factory.mktemp('whole') / 'whole.pth')
+    torch.save(dict(state_dict=dict(w=torch.randn(100_000))), path)
+    return path
+
+
+def cut(whole: str, tmp_path, size: int) -> str:
+    path = str(tmp_path / f'cut{size}.pth')
+    with open(whole, 'rb') as src, open(path, 'wb') as dst:
+        dst.write(src.read(size))
+    return path
+
+
+@pytest.mark.parametrize('kind', ['empty', 'cut 100 KB', 'cut 20 KB', 'text'])
+def test_an_unreadable_checkpoint_is_named(whole, tmp_path, kind) -> None:
+    from mmseg_elliptical.engine import CheckpointError, check_checkpoint
+    if kind == 'empty':
+        path, why = str(tmp_path / 'empty.pth'), 'it is empty'
+        open(path, 'wb').close()
+    elif kind == 'text':
+        path, why = str(tmp_path / 'page.pth'), 'it is a text file'
+        with open(path, 'w') as f:
+            f.write('<!DOCTYPE html>\n<html>Not Found</html>\n')
+    else:
+        size = 1000 * int(kind.split()[1])
+        path, why = cut(whole, tmp_path, size), 'it is cut short'
+    size = f'({osp.getsize(path):,} bytes)'
+    # torch's own message names neither the file nor the cause.
+    with pytest.raises(Exception) as raw:
+        torch.load(path)
+    assert path not in str(raw.value)
+    for load in (check_checkpoint, CheckpointLoader.load_checkpoint,
+                 load_from_local):
+        with pytest.raises(CheckpointError) as error:
+            load(path)
+        message = str(error.value)
+        assert message.startswith(f'Checkpoint {path} {size} is not a '
+                                  'complete torch checkpoint: ')
+        assert why in message and 'Download it again' in message
+    if kind == 'text':
+        assert "'<!DOCTYPE html>'" in message
+    # The loader keeps torch's error as the cause.
+    with pytest.raises(CheckpointError) as error:
+        load_from_local(path)
+    assert kind == 'text' or kind == 'empty' or \
+        error.value.__cause__ is not None
+
+
+def test_a_sound_checkpoint_passes_the_check(whole, trained) -> None:
+    from mmseg_elliptical.engine import check_checkpoint
+    assert check_checkpoint(whole) == whole
+    assert check_checkpoint(trained[1]) == trained[1]
+    legacy = whole.replace('.pth', '_legacy.pth')
+    torch.save({'w': torch.ones(3)},
+               legacy,
+               _use_new_zipfile_serialization=False)
+    assert check_checkpoint(legacy) == legacy
+    assert torch.equal(load_from_local(legacy)['w'], torch.ones(3))
+    with pytest.raises(FileNotFoundError, match='does not exist'):
+        check_checkpoint(whole + '.missing')
+    # A legacy file cut short: its structure looks sound, the load names it.
+    from mmseg_elliptical.engine import CheckpointError
+    with open(legacy, 'rb') as f:
+        data = f.read()
+    with open(legacy, 'wb') as f:
+        f.write(data[:len(data) // 2])
+    with pytest.raises(CheckpointError, match='cut short'):
+        load_from_local(legacy)
