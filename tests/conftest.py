@@ -2,6 +2,8 @@
 ``saved_models``, ``checks``, ``spies``, ``processes``) and the oracles are
 registered for pytest's assert rewriting, so their asserts report as the
 tests' own."""
+import sys
+
 import pytest
 
 pytest.register_assert_rewrite('builders', 'checks', 'evidence_oracles',
@@ -65,3 +67,17 @@ def family_models(demo_root, tmp_path_factory):
             str(tmp / f'{family}.py'))
         for family in builders.BACKBONES
     }
+
+
+@pytest.fixture(autouse=True)
+def loggers_on_this_tests_output():
+    """mmengine's loggers keep the stream they were created with: a logger
+    made under an earlier test's captured output (closed since) would print
+    logging's own '--- Logging error ---' traceback. Point them at this
+    test's."""
+    from mmengine.logging import MMLogger
+    for logger in MMLogger._instance_dict.values():
+        for handler in logger.handlers:
+            if getattr(getattr(handler, 'stream', None), 'closed', False):
+                handler.stream = sys.stdout
+    yield

@@ -107,6 +107,25 @@ def run_tool_main(monkeypatch, path: str, *args: str) -> None:
     runpy.run_path(osp.join(ROOT, 'tools', path), run_name='__main__')
 
 
+def refused(capsys, main, argv: Sequence[str]) -> str:
+    """Run a tool's ``main`` on a bad command line: it must exit with
+    status 2 (argparse's) and at most two lines on stderr (the usage line
+    and the error), no traceback.
+
+    Returns:
+        str: The error line.
+    """
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(list(argv))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, (stop.value.code, err)
+    lines = err.strip().splitlines()
+    assert 1 <= len(lines) <= 2 and 'Traceback' not in err, err
+    assert ': error: ' in lines[-1], err
+    return lines[-1]
+
+
 def run_tool(script: str, *args: str, timeout: float = 600) -> str:
     """Run ``tools/<script>`` in a fresh interpreter; its output."""
     proc = run_command(

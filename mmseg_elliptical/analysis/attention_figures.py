@@ -6,6 +6,7 @@ import numpy as np
 
 from ..utils.output import pyplot, save_figure
 from .attention_maps import image_maps
+from .layers import AnalysisError
 
 #: Heads drawn per layer when none are chosen.
 DEFAULT_HEADS = 4
@@ -23,7 +24,7 @@ def shown_heads(results: Dict[str, Dict], layers: Sequence[int],
     :data:`DEFAULT_HEADS` of the widest layer.
 
     Raises:
-        ValueError: A head that no shown layer has.
+        AnalysisError: A head that no shown layer has.
     """
     most = max(
         len(r['layers'][i]['maps']) for r in results.values() for i in layers)
@@ -31,8 +32,9 @@ def shown_heads(results: Dict[str, Dict], layers: Sequence[int],
         return list(range(min(most, DEFAULT_HEADS)))
     bad = [hd for hd in heads if not 0 <= hd < most]
     if bad:
-        raise ValueError(f'heads {bad} out of range; the layers shown have '
-                         f'heads 0..{most - 1}.')
+        raise AnalysisError(f'heads {bad} out of range; the layers shown '
+                            'have '
+                            f'heads 0..{most - 1}.')
     return list(heads)
 
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from ..utils.config import ModelSpec, load_config
-from .layers import TransformerLayers, transformer_layers
+from .layers import AnalysisError, TransformerLayers, transformer_layers
 from .recorder import LayerRecord, LayerRecorder
 from .robustness.pipeline import dataset_pipelines
 from .tokens import (attention_row, grid_to_image, input_point, query_token,
@@ -74,11 +74,11 @@ def check_map_layers(found: TransformerLayers, layers: Sequence[int],
     n = len(found.layers)
     bad = [i for i in layers if not 0 <= i < n]
     if bad:
-        raise ValueError(f'{name}: layers {bad} out of range; the '
-                         f'{found.part} has layers 0..{n - 1}.')
+        raise AnalysisError(f'{name}: layers {bad} out of range; the '
+                            f'{found.part} has layers 0..{n - 1}.')
     no_grid = [i for i in layers if found.layout(i).grid is None]
     if no_grid:
-        raise ValueError(
+        raise AnalysisError(
             f'{name}: the tokens of {found.part} layers {no_grid} '
             f'({type(found.module).__name__}) are no image grid (its '
             'token_layout() says so): attention maps do not apply; '
@@ -154,7 +154,7 @@ def model_attention(spec: ModelSpec,
     try:
         xy = input_point(point, meta['ori_shape'], meta['img_shape'])
     except ValueError as exc:
-        raise ValueError(f'point: {exc}') from None
+        raise AnalysisError(f'point: {exc}') from None
     box = crop_of(model.test_cfg, inputs.shape[-2:], xy)
     crop = inputs[:, :, box[0]:box[1], box[2]:box[3]]
     metas = [dict(meta, img_shape=tuple(crop.shape[-2:]))]

@@ -20,6 +20,12 @@ from ..models.conversion import (ELLIPTICAL_VERSIONS, elliptical_version,
 from ..models.transformer import PARTS, EllipticalTransformerMixin, TokenLayout
 
 
+class AnalysisError(ValueError):
+    """A question an analysis cannot answer for this model as asked: a part
+    without transformer layers, a layer or head it does not have, a point
+    outside the image. The message names the argument and what is valid."""
+
+
 @dataclass
 class TransformerLayers:
     """The transformer layers of one model part and how their tokens lie.
@@ -108,7 +114,7 @@ def transformer_layers(model: nn.Module,
         cls = None if module is None else elliptical_version(
             type(module), EllipticalTransformerMixin)
     if cls is None:
-        raise ValueError(
+        raise AnalysisError(
             f'The model\'s {part} ({type(module).__name__}) has no '
             'elliptical version, so its transformer layers are unknown; the '
             f'analysis supports {", ".join(supported_parts())}.')

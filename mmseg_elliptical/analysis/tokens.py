@@ -18,6 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..models.transformer import TokenLayout
+from .layers import AnalysisError
 
 Box = Tuple[int, int, int, int]  # y1, y2, x1, x2 in the resized input
 
@@ -57,9 +58,10 @@ def input_point(point: Sequence[int], ori_shape: Sequence[int],
     """
     x, y = point
     if not (0 <= x < ori_shape[1] and 0 <= y < ori_shape[0]):
-        raise ValueError(f'point ({x}, {y}) lies outside the {ori_shape[1]} '
-                         f'x {ori_shape[0]} image (x is the column, y the '
-                         'row).')
+        raise AnalysisError(f'point ({x}, {y}) lies outside the '
+                            f'{ori_shape[1]} '
+                            f'x {ori_shape[0]} image (x is the column, y the '
+                            'row).')
     return (int(x * img_shape[1] / ori_shape[1]),
             int(y * img_shape[0] / ori_shape[0]))
 

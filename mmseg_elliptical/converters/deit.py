@@ -41,6 +41,12 @@ MMSEG_VIT_KEYS = re.compile(
     r'layers\.\d+\.ffn\.layers\.(0\.0|1)\.(weight|bias))$')
 
 
+class SourceError(ValueError):
+    """A source checkpoint the converter cannot use (an unknown layout,
+    pickled objects the weights-only loader refuses); the message says
+    why and what to do."""
+
+
 def mmseg_convert_vit() -> Callable[[Mapping[str, Tensor]], OrderedDict]:
     """mmseg's ``convert_vit`` from the ``vit2mmseg.py`` its wheel ships."""
     namespace = runpy.run_path(
@@ -84,7 +90,7 @@ def convert_deit(
         for k, v in src.items()
     }
     if 'cls_token' not in src or 'pos_embed' not in src:
-        raise ValueError(
+        raise SourceError(
             'convert_deit: expected a timm/DeiT ViT state dict with '
             f'cls_token and pos_embed, got keys {sorted(src)[:8]}...')
     dropped = [k for k in src if k.startswith(CLASSIFIER_PREFIXES)]
@@ -97,7 +103,7 @@ def convert_deit(
     out = mmseg_convert_vit()(src)
     unknown = [k for k in out if not MMSEG_VIT_KEYS.match(k)]
     if unknown:
-        raise ValueError(
+        raise SourceError(
             f'convert_deit: mmseg\'s VisionTransformer has no parameters for '
             f'{unknown} (converted names); the source has a layout this '
             'converter does not know (e.g. LayerScale or fc_norm).')
@@ -117,7 +123,7 @@ def load_source(src: str, unsafe_pickle: bool = False) -> dict:
         dict: The loaded checkpoint.
 
     Raises:
-        ValueError: If the weights-only loader refuses the file.
+        SourceError: If the weights-only loader refuses the file.
     """
     import torch
     from mmengine.runner import CheckpointLoader
@@ -128,7 +134,11 @@ def load_source(src: str, unsafe_pickle: bool = False) -> dict:
     except Exception as e:  # torch's UnpicklingError and friends
         if 'weights_only' not in str(e) and 'Unsupported global' not in str(e):
             raise
-        raise ValueError(
+        detail = next(
+            (line.strip()
+             for line in str(e).splitlines() if 'Unsupported global' in line),
+            str(e).splitlines()[0])
+        raise SourceError(
             f'convert_deit: {src} holds pickled Python objects that the '
-            f'weights-only loader refuses ({str(e).splitlines()[0]}). '
-            'If you trust the file, rerun with --unsafe-pickle.') from e
+            f'weights-only loader refuses ({detail}). If you trust the file, '
+            'rerun with --unsafe-pickle.') from e

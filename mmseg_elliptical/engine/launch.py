@@ -171,18 +171,66 @@ def end_process_group() -> None:
     gc.collect()
 
 
+def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
+    """Check the command line of mmseg's ``tools/<name>`` before it runs:
+    mmseg's own parser reads it (its errors exit with status 2, as ever),
+    then the config must exist and, for ``test.py``, the checkpoint be a
+    complete torch checkpoint, and every ``--cfg-options`` be
+    ``KEY=VALUE``. A bad one ends the tool with one line and status 2."""
+    import argparse
+
+    from ..utils.arguments import (CfgOptions, checkpoint_file, config_file,
+                                   fail)
+    args = list(argv[1:])
+    if '--cfg-options' in args:
+        values = []
+        for arg in args[args.index('--cfg-options') + 1:]:
+            if arg.startswith('--'):
+                break
+            values.append(arg)
+        try:
+            CfgOptions(['--cfg-options'], 'cfg_options')(None,
+                                                         argparse.Namespace(),
+                                                         values)
+        except argparse.ArgumentError as e:
+            fail(str(e))
+    saved = sys.argv
+    try:
+        sys.argv = list(argv)
+        parsed = runpy.run_path(
+            mmseg_tool_path(name), run_name='mmseg_tool')['parse_args']()
+    finally:
+        sys.argv = saved
+    checks = [('config', config_file)]
+    if hasattr(parsed, 'checkpoint'):
+        checks.append(('checkpoint', checkpoint_file))
+    for dest, check in checks:
+        try:
+            check(getattr(parsed, dest))
+        except argparse.ArgumentTypeError as e:
+            fail(f'argument {dest}: {e}')
+
+
 def run_mmseg_tool(name: str) -> None:
     """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
 
     Importing this package first registers the plugin's components and its
-    weights-only checkpoint loader. ``--launcher pytorch`` also works
-    without CUDA (gloo; see :func:`prepare_cpu_launch`). The process group
-    of a distributed run is destroyed when the script ends, also on error,
-    so the exit status is the job's.
+    weights-only checkpoint loader. The command line is checked first
+    (:func:`check_mmseg_tool_args`), and the plugin's own errors while the
+    tool runs (an unreadable checkpoint, a refused model argument) end it
+    with one line and exit status 2 instead of a traceback.
+    ``--launcher pytorch`` also works without CUDA (gloo; see
+    :func:`prepare_cpu_launch`). The process group of a distributed run is
+    destroyed when the script ends, also on error, so the exit status is the
+    job's.
     """
     import mmseg_elliptical  # noqa: F401
+    from ..utils.arguments import fail, input_errors
+    check_mmseg_tool_args(name, sys.argv)
     sys.argv = prepare_cpu_launch(sys.argv)
     try:
         runpy.run_path(mmseg_tool_path(name), run_name='__main__')
+    except input_errors() as error:
+        fail(str(error))
     finally:
         end_process_group()

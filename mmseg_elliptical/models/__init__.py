@@ -10,6 +10,7 @@ from .backbones import (EllipticalBEiT, EllipticalMAE,
                         EllipticalMixVisionTransformer, EllipticalPCPVT,
                         EllipticalSwinTransformer, EllipticalVisionTransformer)
 from .chain import EllipticalLayerMixin, ValueChain
+from .checks import ConfigError, InputError, UnknownArgumentError
 from .conversion import ConversionError, elliptical_version, to_elliptical
 from .decode_heads import (EllipticalMask2FormerHead, EllipticalMaskFormerHead,
                            EllipticalMaskTransformerHead)
@@ -24,7 +25,7 @@ __all__ = [
     'EllipticalPCPVT', 'EllipticalSwinTransformer', 'EllipticalBEiT',
     'EllipticalMAE', 'EllipticalMaskTransformerHead',
     'EllipticalMask2FormerHead', 'EllipticalMaskFormerHead',
-    'EllipticalLayerMixin', 'ValueChain', 'ConversionError',
-    'elliptical_version', 'to_elliptical', 'PARTS',
-    'EllipticalTransformerMixin', 'chain_stages'
+    'EllipticalLayerMixin', 'ValueChain', 'ConfigError', 'InputError',
+    'UnknownArgumentError', 'ConversionError', 'elliptical_version',
+    'to_elliptical', 'PARTS', 'EllipticalTransformerMixin', 'chain_stages'
 ]

@@ -17,6 +17,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
+
+class ConfigError(ValueError):
+    """A model argument the plugin refuses; the message names the argument,
+    the value and what is valid."""
+
+
+class InputError(ValueError):
+    """An input the model refuses (channels, size, non-finite values); the
+    message names what was expected."""
+
+
+class UnknownArgumentError(ConfigError, TypeError):
+    """A keyword argument the class does not take (a ``TypeError``, as
+    Python's own)."""
+
+
 REDUCTIONS = ('mean', 'median')
 # When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)
 # on CPU tensors only, where the pass costs no host synchronisation;
@@ -25,7 +41,8 @@ CHECK_FINITE = ('cpu', 'always', 'never')
 
 
 def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
-    """Validate the estimator options; a ``ValueError`` names the bad one.
+    """Validate the estimator options; a :class:`ConfigError` names the bad
+    one.
 
     Args:
         reduction (str): ``relevance_reduction``, one of :data:`REDUCTIONS`.
@@ -37,12 +54,12 @@ def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
         float: ``eps`` as a Python float.
     """
     if reduction not in REDUCTIONS:
-        raise ValueError(f'{owner}relevance_reduction={reduction!r} is not '
-                         f'supported; choose one of {REDUCTIONS}.')
+        raise ConfigError(f'{owner}relevance_reduction={reduction!r} is not '
+                          f'supported; choose one of {REDUCTIONS}.')
     if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, Real) \
             or not 0 < eps < float('inf'):
-        raise ValueError(f'{owner}relevance_eps={eps!r} must be a finite '
-                         'number > 0 (e.g. 1e-6).')
+        raise ConfigError(f'{owner}relevance_eps={eps!r} must be a finite '
+                          'number > 0 (e.g. 1e-6).')
     return float(eps)
 
 
@@ -55,8 +72,8 @@ def check_finite_mode(value: Union[bool, str], owner: str) -> str:
     if value is True or value is False:
         return 'always' if value else 'never'
     if value not in CHECK_FINITE:
-        raise ValueError(f'{owner}: check_finite={value!r} must be one of '
-                         f'{CHECK_FINITE} (or True / False).')
+        raise ConfigError(f'{owner}: check_finite={value!r} must be one of '
+                          f'{CHECK_FINITE} (or True / False).')
     return value
 
 
@@ -90,24 +107,24 @@ def check_elliptical_layers(elliptical_layers: Optional[Sequence[int]],
         return tuple(allowed)
     if not isinstance(elliptical_layers, Iterable) or isinstance(
             elliptical_layers, (str, bytes, Mapping)):
-        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
-                         f'must be a list of {valid}.')
+        raise ConfigError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                          f'must be a list of {valid}.')
     items = tuple(elliptical_layers)  # also a generator, read once
     if not all(
             isinstance(i, Integral) and not isinstance(i, (bool, np.bool_))
             for i in items):
-        raise ValueError(f'{owner}: elliptical_layers={elliptical_layers!r} '
-                         f'must be a list of {valid}, not of '
-                         f'{sorted({type(i).__name__ for i in items})}.')
+        raise ConfigError(f'{owner}: elliptical_layers={elliptical_layers!r} '
+                          f'must be a list of {valid}, not of '
+                          f'{sorted({type(i).__name__ for i in items})}.')
     layers = [int(i) for i in items]  # numpy integers become ints
     bad = [i for i in layers if i not in allowed]
     if bad:
         reason = f'{first}; ' if set(bad) & set(starts) else ''
-        raise ValueError(f'{owner}: elliptical_layers={layers!r} contains '
-                         f'{bad}: {reason}valid are {valid}.')
+        raise ConfigError(f'{owner}: elliptical_layers={layers!r} contains '
+                          f'{bad}: {reason}valid are {valid}.')
     if len(set(layers)) != len(layers):
-        raise ValueError(f'{owner}: elliptical_layers={layers!r} has '
-                         f'duplicates; valid are {valid}.')
+        raise ConfigError(f'{owner}: elliptical_layers={layers!r} has '
+                          f'duplicates; valid are {valid}.')
     return tuple(sorted(layers))
 
 
@@ -131,12 +148,12 @@ def check_images(inputs: Tensor,
     if not isinstance(inputs, Tensor) or inputs.dim() != 4 \
             or not inputs.is_floating_point():
         shape = tuple(getattr(inputs, 'shape', ()))
-        raise ValueError(
+        raise InputError(
             f'{owner} expects a float batch of images [B, C, H, W], got shape '
             f'{shape} and dtype {getattr(inputs, "dtype", type(inputs))} '
             '(images are normalised to float by the data preprocessor).')
     if channels is not None and inputs.shape[1] != channels:
-        raise ValueError(
+        raise InputError(
             f'{owner}: in_channels={channels} but the images have '
             f'{inputs.shape[1]} channel(s) (shape {tuple(inputs.shape)}); '
             'load them with that many channels (e.g. LoadImageFromFile('
@@ -146,7 +163,7 @@ def check_images(inputs: Tensor,
         return
     bad = count_non_finite(inputs)
     if bad:
-        raise ValueError(
+        raise InputError(
             f'{owner}: the input contains {bad} NaN or infinite values '
             f'(shape {tuple(inputs.shape)}); check the images and the '
             'data preprocessor (mean/std), or set '
@@ -231,5 +248,6 @@ def check_kwargs(cls: type, parent: type, kwargs: dict,
             close = difflib.get_close_matches(name, valid, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else (
                 f'; valid are {sorted(set(valid))}.')
-            raise TypeError(f'{cls.__name__} got an unexpected keyword '
-                            f'argument {name!r}{hint}')
+            raise UnknownArgumentError(
+                f'{cls.__name__} got an unexpected keyword argument '
+                f'{name!r}{hint}')

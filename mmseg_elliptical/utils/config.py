@@ -12,6 +12,7 @@ from typing import List, NamedTuple, Optional, Sequence
 from mmengine.config import Config
 from mmengine.hub import get_config
 
+from ..models.checks import ConfigError
 from ..models.transformer import PARTS
 
 
@@ -151,6 +152,6 @@ def split_loader(cfg: Config, split: str) -> dict:
     """
     loader = cfg.get(f'{split}_dataloader')
     if not loader:
-        raise ValueError(f'The config has no {split}_dataloader; pick '
-                         'another --split.')
+        raise ConfigError(f'The config has no {split}_dataloader; pick '
+                          'another --split.')
     return loader

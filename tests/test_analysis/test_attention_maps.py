@@ -7,7 +7,7 @@ import pytest
 import torch
 from builders import TINY_MODELS
 from evidence_oracles import window_slot
-from processes import load_tool
+from processes import load_tool, refused
 from saved_models import (QueryDecoder, family_config, first_images,
                           load_model, save_model)
 
@@ -144,7 +144,7 @@ def mha_row(paths, image, part, layer, query, prefix):
     return weights[0, :, prefix + query, prefix:prefix + 64].reshape(-1, 8, 8)
 
 
-def test_attention_maps_tool(demo_models, demo_root, tmp_path):
+def test_attention_maps_tool(demo_models, demo_root, tmp_path, capsys):
     tool = load_tool('analysis_tools/attention_maps.py')
     out = str(tmp_path / 'attention.png')
     argv = [scene(demo_root)] + demo_models + ['--point', '30', '20']
@@ -168,10 +168,10 @@ def test_attention_maps_tool(demo_models, demo_root, tmp_path):
     np.testing.assert_allclose(entry['maps'], expected.numpy(), atol=1e-6)
     assert entry['stride'] == (8, 8) and entry['grid'] == (8, 8)
     assert (entry['off_grid'] > 0).all()  # on the class embeddings
-    with pytest.raises(SystemExit, match='outside'):
-        tool.main([scene(demo_root)] + demo_models +
-                  ['--point', '64', '0', '--out', out])
-    with pytest.raises(SystemExit, match=r'layers \[3\] out of range'):
-        tool.main(argv + ['--layers', '3', '--out', out])
-    with pytest.raises(SystemExit, match=r'heads \[7\] out of range'):
-        tool.main(argv + ['--heads', '7', '--out', out])
+    assert 'argument --point: (64, 0) lies outside the 64 x 64 image' in \
+        refused(capsys, tool.main, [scene(demo_root)] + demo_models +
+                ['--point', '64', '0', '--out', out])
+    assert 'ell: layers [3] out of range' in refused(
+        capsys, tool.main, argv + ['--layers', '3', '--out', out])
+    assert 'heads [7] out of range' in refused(
+        capsys, tool.main, argv + ['--heads', '7', '--out', out])

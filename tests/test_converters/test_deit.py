@@ -143,15 +143,18 @@ def test_converter_rejects_unknown_layout() -> None:
         convert_deit({'state_dict': {'conv.weight': torch.ones(1)}})
 
 
-def test_converter_pickled_training_checkpoint(tmp_path, monkeypatch) -> None:
+def test_converter_pickled_training_checkpoint(tmp_path, monkeypatch,
+                                               capsys) -> None:
     # DeiT's training checkpoints pickle their argparse Namespace.
     path = str(tmp_path / 'train_ckpt.pth')
     torch.save({
         'model': timm_state_dict(),
         'args': argparse.Namespace(lr=1.0)
     }, path)
-    with pytest.raises(SystemExit, match='--unsafe-pickle'):
+    with pytest.raises(SystemExit) as stop:
         run_converter(monkeypatch, path, str(tmp_path / 'a.pth'))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and 'rerun with --unsafe-pickle' in err
     run_converter(monkeypatch, path, str(tmp_path / 'b.pth'),
                   '--unsafe-pickle')
     assert 'layers.1.ln2.bias' in load_from_local(str(tmp_path /

@@ -222,6 +222,8 @@ def test_run_mmseg_tool_ends_the_group_on_error(monkeypatch) -> None:
         raise SystemExit(3)
 
     monkeypatch.setattr(mmseg_tools.runpy, 'run_path', failing_tool)
+    monkeypatch.setattr(mmseg_tools, 'check_mmseg_tool_args',
+                        lambda *args: None)  # tests/test_tools/test_bad_input
     monkeypatch.setattr(sys, 'argv', ['train.py', 'cfg.py'])
     with pytest.raises(SystemExit) as exc:
         mmseg_tools.run_mmseg_tool('train.py')

@@ -27,22 +27,26 @@ import os.path as osp
 from typing import Dict, Optional, Sequence
 
 import cv2
-from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                        plot_relevance, shown_heads,
                                        shown_layers)
 from mmseg_elliptical.models import PARTS
-from mmseg_elliptical.utils import model_specs
+from mmseg_elliptical.utils.arguments import (add_cfg_options, device,
+                                              image_file, model_pairs,
+                                              non_negative_int, tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
+    """Parse the command line and check it before any work: the files, the
+    point inside the image (adds ``specs``)."""
     parser = argparse.ArgumentParser(
         description='Attention of one query patch over the image, models '
-        'side by side, and the relevance m of elliptical layers.')
-    parser.add_argument('image', help='image file')
+        'side by side, and the relevance m of elliptical layers.',
+        usage='%(prog)s IMAGE CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] '
+        '--point X Y [options]')
+    parser.add_argument('image', type=image_file, help='image file')
     parser.add_argument(
         'models',
         nargs='+',
@@ -51,20 +55,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--point',
         nargs=2,
-        type=int,
+        type=non_negative_int,
         required=True,
         metavar=('X', 'Y'),
         help='query pixel (column, row) in the image')
     parser.add_argument(
         '--layers',
         nargs='+',
-        type=int,
+        type=non_negative_int,
         help='layers to show, global indices in forward order across stages '
         '(default: 1, middle, last)')
     parser.add_argument(
         '--heads',
         nargs='+',
-        type=int,
+        type=non_negative_int,
         help='heads to show (default: the first 4)')
     parser.add_argument(
         '--mean-heads',
@@ -80,32 +84,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--relevance-out',
         default=None,
         help='m figure (default: <out stem>_relevance.png next to --out)')
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of every config')
-    return parser.parse_args(argv)
+    parser.add_argument('--device', type=device, default='cpu')
+    add_cfg_options(parser)
+    args = parser.parse_args(argv)
+    height, width = cv2.imread(args.image).shape[:2]
+    x, y = args.point
+    if x >= width or y >= height:
+        parser.error(f'argument --point: ({x}, {y}) lies outside the '
+                     f'{width} x {height} image {args.image} (x is the '
+                     f'column, 0..{width - 1}; y the row, 0..{height - 1}).')
+    args.specs = model_pairs(parser, args.models, args.names)
+    return args
 
 
+@tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
-    if not osp.isfile(args.image):
-        raise SystemExit(f'image {args.image} does not exist.')
-    try:
-        specs = model_specs(args.models, args.names)
-        results = {
-            s.name:
-            model_attention(s, args.image, args.point, args.layers, args.part,
-                            args.cfg_options, args.device)
-            for s in specs
-        }
-        layers = shown_layers(results)
-        heads = shown_heads(results, layers, args.heads)
-    except ValueError as e:
-        raise SystemExit(str(e))
+    results = {
+        s.name:
+        model_attention(s, args.image, args.point, args.layers, args.part,
+                        args.cfg_options, args.device)
+        for s in args.specs
+    }
+    layers = shown_layers(results)
+    heads = shown_heads(results, layers, args.heads)
     image = cv2.cvtColor(cv2.imread(args.image), cv2.COLOR_BGR2RGB)
     plot_attention(image, results, args.point, layers, heads, args.mean_heads,
                    args.out)

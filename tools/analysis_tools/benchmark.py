@@ -26,15 +26,17 @@ import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
 
-import torch
-from mmengine.config import DictAction
 from mmengine.utils import ProgressBar
 
 from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
                                         BenchmarkOptions, config_variants,
                                         run_benchmark)
 from mmseg_elliptical.benchmark.render import csv_table, figure, markdown
-from mmseg_elliptical.utils import write_report
+from mmseg_elliptical.utils import model_names, write_report
+from mmseg_elliptical.utils.arguments import (add_cfg_options, config_file,
+                                              device, non_negative_float,
+                                              non_negative_int, positive_int,
+                                              tool_main)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join(
@@ -53,10 +55,13 @@ MET, NOISE, MISSED = 'met', 'within noise', 'missed'
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s [CONFIG ...] [options]')
     p.add_argument(
         'configs',
         nargs='*',
+        type=config_file,
         default=[DEFAULT_CONFIG],
         help='config files ("mmseg::" paths allowed); default: '
         'Segmenter ViT-T')
@@ -74,36 +79,39 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'backbone')
     p.add_argument(
         '--sizes',
-        type=int,
+        type=positive_int,
         nargs='+',
         default=[512],
         help='square input sizes (inference)')
     p.add_argument(
         '--train-sizes',
-        type=int,
+        type=positive_int,
         nargs='*',
         default=None,
         help='sizes with a training step (default: --sizes)')
     p.add_argument(
         '--flops-sizes',
-        type=int,
+        type=positive_int,
         nargs='*',
         default=None,
         help='sizes at which FLOPs are counted (default: --sizes)')
-    p.add_argument('--batch-size', type=int, default=1)
+    p.add_argument('--batch-size', type=positive_int, default=1)
     p.add_argument(
-        '--rounds', type=int, default=10, help='interleaved timing rounds')
+        '--rounds',
+        type=positive_int,
+        default=10,
+        help='interleaved timing rounds')
     p.add_argument(
         '--min-run-time',
-        type=float,
+        type=non_negative_float,
         default=0.,
         help='timed seconds per model and round (0: one step)')
     p.add_argument(
         '--warmup',
-        type=int,
+        type=non_negative_int,
         default=1,
         help='untimed steps per model and (size, mode)')
-    p.add_argument('--device', default='cpu')
+    p.add_argument('--device', type=device, default='cpu')
     p.add_argument('--amp', action='store_true', help='bf16 autocast')
     p.add_argument(
         '--compile',
@@ -115,7 +123,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='torch.compile backend (default inductor)')
     p.add_argument(
         '--threads',
-        type=int,
+        type=non_negative_int,
         default=1,
         help='torch threads (0: torch\'s default). 1 by default: '
         'on a shared CPU, threads waiting for each other make '
@@ -143,19 +151,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'onnxruntime (inference, CPU; needs the deploy extra)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--out-dir', default='work_dirs/benchmark')
-    p.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='overrides of every config, e.g. '
-        'model.backbone.num_layers=2')
+    add_cfg_options(p)
     args = p.parse_args(argv)
-    if args.device.startswith('cuda') and not torch.cuda.is_available():
-        p.error('--device cuda, but torch sees no GPU')
+    try:
+        model_names(args.configs, args.names)
+    except ValueError as e:
+        p.error(f'argument --names: {e}')
     if args.clock == 'process' and args.device != 'cpu':
         p.error('--clock process measures CPU time: use it with --device cpu')
     if args.onnxruntime and args.device != 'cpu':
         p.error('--onnxruntime runs on the CPU: use it with --device cpu')
+    if args.onnxruntime:
+        from mmseg_elliptical.deploy.requirements import (INSTALL_HINT,
+                                                          missing_packages)
+        if missing_packages():
+            p.error(f'--onnxruntime needs {", ".join(missing_packages())}: '
+                    f'{INSTALL_HINT}')
     args.train_sizes = args.sizes if args.train_sizes is None \
         else args.train_sizes
     args.flops_sizes = args.sizes if args.flops_sizes is None \
@@ -191,6 +202,7 @@ def judge(ratio: Dict) -> Dict:
     return ratio
 
 
+@tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the benchmark; return the report (as in ``benchmark.json``)."""
     args = parse_args(argv)

@@ -17,33 +17,45 @@ from typing import Dict, Optional, Sequence
 from mmseg_elliptical.benchmark import layer_benchmark, layer_markdown
 from mmseg_elliptical.benchmark.timing import CLOCKS
 from mmseg_elliptical.utils import write_report
+from mmseg_elliptical.utils.arguments import (device, non_negative_float,
+                                              non_negative_int, positive_int)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s [TOKENS DIMS HEADS] [options]')
     p.add_argument(
         'shape',
         nargs='*',
-        type=int,
+        type=positive_int,
         metavar='N',
         help='TOKENS DIMS HEADS of the attention (default 1025 192 3)')
-    p.add_argument('--batch-size', type=int, default=1)
+    p.add_argument('--batch-size', type=positive_int, default=1)
     p.add_argument(
-        '--rounds', type=int, default=20, help='interleaved timing rounds')
+        '--rounds',
+        type=positive_int,
+        default=20,
+        help='interleaved timing rounds')
     p.add_argument(
         '--min-run-time',
-        type=float,
+        type=non_negative_float,
         default=0.,
         help='timed seconds per path and round (0: one step)')
-    p.add_argument('--threads', type=int, default=1, help='torch threads')
+    p.add_argument(
+        '--threads', type=non_negative_int, default=1, help='torch threads')
     p.add_argument('--clock', choices=CLOCKS, default='wall')
-    p.add_argument('--device', default='cpu')
+    p.add_argument('--device', type=device, default='cpu')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--out-dir', default='work_dirs/benchmark')
     args = p.parse_args(argv)
     if len(args.shape) not in (0, 3):
-        p.error('give TOKENS DIMS HEADS, or nothing')
+        p.error(f'argument N: {args.shape}: give TOKENS DIMS HEADS, or '
+                'nothing')
+    if args.shape and args.shape[1] % args.shape[2]:
+        p.error(f'argument N: DIMS {args.shape[1]} is no multiple of HEADS '
+                f'{args.shape[2]}')
     return args
 
 

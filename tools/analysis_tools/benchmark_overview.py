@@ -24,7 +24,9 @@ from mmseg_elliptical.utils import write_report
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s DIR [DIR ...] [options]')
     p.add_argument(
         'runs',
         nargs='+',
@@ -36,7 +38,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         d for d in args.runs if not osp.isfile(osp.join(d, 'benchmark.json'))
     ]
     if missing:
-        p.error(f'no benchmark.json in {", ".join(missing)}')
+        p.error(f'argument DIR: no benchmark.json in {", ".join(missing)}')
+    for run in args.runs:
+        path = osp.join(run, 'benchmark.json')
+        try:
+            found = load(path)
+        except ValueError as e:  # JSON that does not parse
+            p.error(f'argument DIR: {path} is no JSON file ({e})')
+        if not isinstance(found, dict) or not {'meta', 'ratios'} <= set(found):
+            p.error(f'argument DIR: {path} is no benchmark.py report (no '
+                    '"meta" and "ratios")')
     return args
 
 

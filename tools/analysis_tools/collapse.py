@@ -23,19 +23,22 @@ import argparse
 import os
 from typing import Dict, Optional, Sequence
 
-from mmengine.config import DictAction
-
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
 from mmseg_elliptical.engine import end_process_group, start_launcher
-from mmseg_elliptical.utils import model_specs
+from mmseg_elliptical.models import PARTS
+from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
+                                              device, launcher_of, model_pairs,
+                                              positive_int, tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
+    """Parse the command line and check it before any work (adds
+    ``specs``)."""
     parser = argparse.ArgumentParser(
         description='Mean pairwise cosine similarity of patch tokens per '
-        'layer (representation collapse), models side by side.')
+        'layer (representation collapse), models side by side.',
+        usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
     parser.add_argument(
         'models',
         nargs='+',
@@ -50,44 +53,29 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--part',
         default='backbone',
-        choices=['backbone', 'decode_head'],
+        choices=PARTS,
         help='which transformer to measure')
     parser.add_argument(
-        '--max-images', type=int, help='use only the first N images')
+        '--max-images', type=positive_int, help='use only the first N images')
     parser.add_argument('--out-dir', default='work_dirs/collapse')
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of every config')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm'],
-        default='none',
-        help='job launcher, as in tools/test.py')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    parser.add_argument('--device', type=device, default='cpu')
+    add_cfg_options(parser)
+    add_launcher(parser)
     args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    args.specs = model_pairs(parser, args.models, args.names)
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
+@tool_main
+def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     """Measure every model; return ``{name: per-layer results}`` (on rank
     0; None on the other processes)."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    try:
-        specs = model_specs(args.models, args.names)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    if args.max_images is not None and args.max_images < 1:
-        raise SystemExit(f'--max-images {args.max_images} must be >= 1.')
-    start_launcher(args.launcher)
+    start_launcher(launcher_of(args))
     try:
         results = {}
-        for spec in specs:
+        for spec in args.specs:
             if is_main_process():
                 print(f'{spec.name}:')
             results[spec.name] = measure_collapse(spec, args.split, args.part,

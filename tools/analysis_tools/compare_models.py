@@ -23,24 +23,27 @@ Example (``make report`` after ``make demo`` and ``make demo-dot``)::
         --names elliptical dot-product --speed-size 64 --work-dir work_dirs/report
 """  # noqa: E501
 import argparse
-import os
 from typing import Dict, Optional, Sequence
 
-from mmengine.config import DictAction
-
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
+from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.comparison import (DEFAULT_CORRUPTIONS,
                                                   ReportOptions,
                                                   compare_models, report_files)
 from mmseg_elliptical.engine import end_process_group, start_launcher
-from mmseg_elliptical.transforms import SEVERITIES
-from mmseg_elliptical.utils import model_specs
+from mmseg_elliptical.models import PARTS
+from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
+                                              device, image_file, launcher_of,
+                                              model_pairs, non_negative_int,
+                                              positive_int, tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
+    """Parse the command line and check it before any work (adds
+    ``specs``)."""
     p = argparse.ArgumentParser(
-        description='Compare segmentors side by side in one report.')
+        description='Compare segmentors side by side in one report.',
+        usage='%(prog)s CONFIG CHECKPOINT CONFIG CHECKPOINT [...] [options]')
     p.add_argument(
         'models',
         nargs='+',
@@ -51,8 +54,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--corruptions',
         nargs='+',
         default=list(DEFAULT_CORRUPTIONS),
-        help='corruption names or groups (all, common, extra); default: '
-        f'{" ".join(DEFAULT_CORRUPTIONS)}')
+        help='corruption names or sets (all, common, extra, noise, blur, '
+        f'weather, digital); default: {" ".join(DEFAULT_CORRUPTIONS)}')
     p.add_argument(
         '--severities',
         nargs='+',
@@ -60,35 +63,43 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=[1, 5],
         help='severities 1-5 (default 1 5)')
     p.add_argument(
-        '--max-images', type=int, help='use only the first N test images')
+        '--max-images',
+        type=positive_int,
+        help='use only the first N test images')
     p.add_argument(
         '--seed', type=int, default=0, help='seed of the corruptions')
     p.add_argument(
         '--part',
         default='backbone',
-        choices=['backbone', 'decode_head'],
+        choices=PARTS,
         help='whose layers the collapse and attention sections show')
     p.add_argument(
         '--image',
-        help='image of the attention figure (default: the '
-        'first test image)')
+        type=image_file,
+        help='image of the attention figure (default: the first test image)')
     p.add_argument(
         '--point',
         nargs=2,
-        type=int,
+        type=non_negative_int,
         metavar=('X', 'Y'),
         help='query pixel (column, row; default: the image centre)')
     p.add_argument(
-        '--layers', nargs='+', type=int, help='layers of the attention figure')
+        '--layers',
+        nargs='+',
+        type=non_negative_int,
+        help='layers of the attention figure')
     p.add_argument(
-        '--heads', nargs='+', type=int, help='heads of the attention figure')
+        '--heads',
+        nargs='+',
+        type=non_negative_int,
+        help='heads of the attention figure')
     p.add_argument(
         '--speed-size',
-        type=int,
+        type=positive_int,
         default=512,
         help='square input size of the speed section')
-    p.add_argument('--speed-batch', type=int, default=1)
-    p.add_argument('--speed-rounds', type=int, default=10)
+    p.add_argument('--speed-batch', type=positive_int, default=1)
+    p.add_argument('--speed-rounds', type=positive_int, default=10)
     p.add_argument(
         '--baseline',
         '--reference',
@@ -97,7 +108,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'paired tests, speed and memory ratios (default: the last)')
     p.add_argument(
         '--resamples',
-        type=int,
+        type=positive_int,
         default=1000,
         help='resamples of the paired bootstrap (default 1000)')
     p.add_argument(
@@ -106,34 +117,34 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=0,
         help='seed of the paired bootstrap (default 0)')
     p.add_argument('--work-dir', default='work_dirs/report')
-    p.add_argument('--device', default='cpu')
+    p.add_argument('--device', type=device, default='cpu')
     p.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
-    p.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of every config')
-    p.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm'],
-        default='none',
-        help='job launcher, as in tools/test.py')
-    p.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_cfg_options(p)
+    add_launcher(p)
     args = p.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    for option, check in (('corruptions', rb.resolve_corruptions),
+                          ('severities', rb.resolve_severities)):
+        try:
+            check(getattr(args, option))
+        except rb.GridError as e:
+            p.error(f'argument --{option}: {e}')
+    args.specs = model_pairs(p, args.models, args.names)
+    names = [s.name for s in args.specs]
+    if len(names) < 2:
+        p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
+                f'more models, got {len(names)}.')
+    if args.baseline is not None and args.baseline not in names:
+        p.error(f'argument --baseline: {args.baseline!r} is none of the '
+                f'models {names} (see --names).')
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
-    """Write the report; return its JSON data."""
+@tool_main
+def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
+    """Write the report; return its JSON data (None on the processes but
+    rank 0)."""
     args = parse_args(argv)
-    bad = [s for s in args.severities if s not in SEVERITIES]
-    if bad:
-        raise SystemExit(f'Unknown severities {bad}; valid are 1-5.')
-    if args.max_images is not None and args.max_images < 1:
-        raise SystemExit(f'--max-images {args.max_images} must be >= 1.')
     options = ReportOptions(
         corruptions=args.corruptions,
         severities=args.severities,
@@ -152,15 +163,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         bootstrap_seed=args.bootstrap_seed,
         cfg_options=args.cfg_options or {},
         device=args.device)
+    options.launch = start_launcher(launcher_of(args))
     try:
-        specs = model_specs(args.models, args.names)
-        if args.resamples < 1:
-            raise ValueError(f'--resamples {args.resamples} must be >= 1.')
-        options.launch = start_launcher(args.launcher)
         data = compare_models(
-            specs, options, args.work_dir, quiet=not args.verbose)
-    except ValueError as e:  # includes the stores' GridError
-        raise SystemExit(str(e))
+            args.specs, options, args.work_dir, quiet=not args.verbose)
     finally:
         end_process_group()
     if data is None:  # not rank 0

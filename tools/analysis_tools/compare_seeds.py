@@ -28,12 +28,14 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
 from mmseg_elliptical.analysis.compare_seeds import (read_history,
                                                      seed_statistics)
 from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
                                     write_report)
+from mmseg_elliptical.utils.arguments import (CfgOptions, config_file, fail,
+                                              non_negative_int)
 
 TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
@@ -41,13 +43,23 @@ RESULT = 'result.json'
 CONFIG = 'config.py'
 
 
+class RunError(RuntimeError):
+    """A training run that failed, or left no final validation."""
+
+
+class StaleRunError(ValueError):
+    """A run folder that holds another run (config, seed, options)."""
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line and check it before any run."""
     parser = argparse.ArgumentParser(
         description='Train configs on several seeds (skipping runs that are '
         'done) and compare their validation metrics: mean and standard '
-        'deviation per model, and mIoU over iterations.')
-    parser.add_argument('configs', nargs='+', help='config files')
+        'deviation per model, and mIoU over iterations.',
+        usage='%(prog)s CONFIG [CONFIG ...] [options]')
+    parser.add_argument(
+        'configs', nargs='+', type=config_file, help='config files')
     parser.add_argument(
         '--names',
         nargs='+',
@@ -55,7 +67,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--seeds',
         nargs='+',
-        type=int,
+        type=non_negative_int,
         default=[0, 1, 2],
         help='seeds of every config (default: 0 1 2)')
     parser.add_argument(
@@ -65,7 +77,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=CfgOptions,
+        metavar='KEY=VALUE',
         default={},
         help='key=value options of every run, as in tools/train.py')
     args = parser.parse_args(argv)
@@ -73,16 +86,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         osp.splitext(osp.basename(c))[0] for c in args.configs
     ]
     if len(args.names) != len(args.configs):
-        parser.error(f'{len(args.names)} names for {len(args.configs)} '
+        parser.error(f'argument --names: {len(args.names)} names for '
+                     f'{len(args.configs)} '
                      'configs: give one per config.')
     if len(set(args.names)) != len(args.names):
-        parser.error(f'names {args.names} repeat a name: give each config '
+        parser.error(f'argument --names: {args.names} repeat a name: give '
+                     'each config '
                      'its own.')
     if len(set(args.seeds)) != len(args.seeds):
-        parser.error(f'seeds {args.seeds} repeat a seed.')
-    for config in args.configs:
-        if not osp.isfile(config):
-            parser.error(f'config {config} does not exist.')
+        parser.error(f'argument --seeds: {args.seeds} repeat a seed.')
     return args
 
 
@@ -116,9 +128,9 @@ def train(config: str, seed: int, work_dir: str) -> float:
     if proc.returncode:
         with open(out) as f:
             tail = ''.join(f.readlines()[-20:])
-        raise RuntimeError(f'Training {config} with seed {seed} failed '
-                           f'(exit status {proc.returncode}); the end of '
-                           f'{out}:\n{tail}')
+        raise RunError(f'Training {config} with seed {seed} failed '
+                       f'(exit status {proc.returncode}); the end of '
+                       f'{out}:\n{tail}')
     return time.perf_counter() - start
 
 
@@ -160,7 +172,7 @@ def run_all(configs: Sequence[str],
                 result = json.load(f)
             found = {k: result.get(k) for k in settings}
             if found != settings:
-                raise ValueError(
+                raise StaleRunError(
                     f'{path} holds a run with {found}, not {settings}: use '
                     'another --work-dir, or delete that folder to rerun it.')
             log(f'[{i}/{len(todo)}] {name} seed {seed}: done before, '
@@ -175,7 +187,7 @@ def run_all(configs: Sequence[str],
         history = read_history(run_dir)
         last_iter = int(cfg.train_cfg.max_iters)
         if max(history, default=None) != last_iter:
-            raise RuntimeError(
+            raise RunError(
                 f'{run_dir} holds no validation at the last iteration '
                 f'({last_iter}; validated: {sorted(history)}): does the '
                 'config validate (val_cfg, val_evaluator) and log with '
@@ -257,13 +269,18 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Train what is missing, write the report; return the summary."""
     args = parse_args(argv)
     start = time.perf_counter()
-    results = run_all(
-        args.configs,
-        args.names,
-        args.seeds,
-        args.work_dir,
-        args.cfg_options,
-        log=lambda s: print(s, flush=True))
+    try:
+        results = run_all(
+            args.configs,
+            args.names,
+            args.seeds,
+            args.work_dir,
+            args.cfg_options,
+            log=lambda s: print(s, flush=True))
+    except StaleRunError as e:
+        fail(str(e))
+    except RunError as e:  # the run's own log says why
+        raise SystemExit(f'{osp.basename(sys.argv[0])}: {e}')
     summary = seed_statistics(results)
     table = markdown(summary, results)
     written = write_report(

@@ -23,23 +23,25 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         --corruptions gaussian_noise fog --severities 1 5
 """  # noqa: E501
 import argparse
-import os
 from typing import Dict, Optional, Sequence
-
-from mmengine.config import DictAction
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.engine import end_process_group, start_launcher
-from mmseg_elliptical.utils import model_specs
+from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
+                                              launcher_of, model_pairs,
+                                              positive_int, tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
+    """Parse the command line and check it before any work: the files, the
+    names, the cells. Adds ``specs``, ``protocol``, ``corruptions`` and
+    ``severities``."""
     protocols = '; '.join(f'{k}: {p.description} ({p.passes} test passes '
                           'per model)' for k, p in rb.PROTOCOLS.items())
     parser = argparse.ArgumentParser(
-        description='Segmentors under image corruptions, side by side.')
+        description='Segmentors under image corruptions, side by side.',
+        usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
     parser.add_argument(
         'models',
         nargs='+',
@@ -71,7 +73,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default='work_dirs/robustness',
         help='where results (and the resumable JSON) go')
     parser.add_argument(
-        '--max-images', type=int, help='evaluate only the first N images')
+        '--max-images',
+        type=positive_int,
+        help='evaluate only the first N images')
     parser.add_argument(
         '--seed', type=int, default=0, help='seed of the corruptions')
     parser.add_argument(
@@ -79,7 +83,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='metric of P, mPC and mCE (default: the protocol\'s, mIoU)')
     parser.add_argument(
         '--resamples',
-        type=int,
+        type=positive_int,
         default=1000,
         help='resamples of the paired bootstrap (default 1000)')
     parser.add_argument(
@@ -89,76 +93,61 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='seed of the paired bootstrap (default 0)')
     parser.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of every config, as in tools/test.py')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm'],
-        default='none',
-        help='job launcher, as in tools/test.py')
-    # torch.distributed.launch passes --local-rank (torchrun: LOCAL_RANK).
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_cfg_options(parser)
+    add_launcher(parser)
     args = parser.parse_args(argv)
     if args.protocol and (args.corruptions or args.severities):
         parser.error(f'--protocol {args.protocol} sets the corruptions and '
                      'severities: drop --corruptions / --severities, or the '
                      'protocol.')
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    args.protocol = rb.PROTOCOLS[args.protocol or 'default']
+    args.metric = args.metric or args.protocol.metrics[0]
+    try:
+        args.corruptions = rb.resolve_corruptions(args.corruptions
+                                                  or args.protocol.corruptions)
+    except rb.GridError as e:
+        parser.error(f'argument --corruptions: {e}')
+    try:
+        args.severities = rb.resolve_severities(args.severities
+                                                or args.protocol.severities)
+    except rb.GridError as e:
+        parser.error(f'argument --severities: {e}')
+    args.specs = model_pairs(parser, args.models, args.names)
+    names = [s.name for s in args.specs]
+    args.baseline = args.baseline or (names[-1] if len(names) > 1 else None)
+    if args.baseline not in names + [None]:
+        parser.error(f'argument --baseline: {args.baseline!r} is none of the '
+                     f'models {names} (see --names).')
     return args
 
 
+@tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    protocol = rb.PROTOCOLS[args.protocol or 'default']
-    metric = args.metric or protocol.metrics[0]
-    try:
-        corruptions = rb.resolve_corruptions(args.corruptions
-                                             or protocol.corruptions)
-        severities = rb.resolve_severities(args.severities
-                                           or protocol.severities)
-        specs = model_specs(args.models, args.names)
-        names = [s.name for s in specs]
-        baseline = args.baseline or (names[-1] if len(names) > 1 else None)
-        if baseline not in names + [None]:
-            raise rb.GridError(f'--baseline {baseline!r} is none of the '
-                               f'models {names} (see --names).')
-        if args.max_images is not None and args.max_images < 1:
-            raise rb.GridError(f'--max-images {args.max_images} must be '
-                               '>= 1.')
-        if args.resamples < 1:
-            raise rb.GridError(f'--resamples {args.resamples} must be >= 1.')
-    except ValueError as e:  # GridError, and model_specs' errors
-        raise SystemExit(str(e))
-    launch = start_launcher(args.launcher)
+    launch = start_launcher(launcher_of(args))
     try:
         store = rb.run_grid(
-            specs,
-            corruptions,
-            severities,
+            args.specs,
+            args.corruptions,
+            args.severities,
             args.work_dir,
-            metric,
+            args.metric,
             args.seed,
             args.max_images,
             args.cfg_options,
             quiet=not args.verbose,
             launch_options=launch)
         if is_main_process():
-            means = protocol.metrics if len(protocol.metrics) > 1 else ()
-            text = rb.write_robustness_report(store, names, corruptions,
-                                              severities, metric,
-                                              args.work_dir, baseline, means,
-                                              args.resamples,
-                                              args.bootstrap_seed)
+            metrics = args.protocol.metrics
+            text = rb.write_robustness_report(
+                store, [s.name for s in args.specs], args.corruptions,
+                args.severities, args.metric, args.work_dir, args.baseline,
+                metrics if len(metrics) > 1 else (), args.resamples,
+                args.bootstrap_seed)
             print(text)
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')
-    except rb.GridError as e:
-        raise SystemExit(str(e))
     finally:
         end_process_group()
     return store.data

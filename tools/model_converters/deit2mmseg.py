@@ -15,16 +15,27 @@ type='Pretrained', checkpoint=DST)``) at it.
 import argparse
 import os
 import os.path as osp
+from typing import Optional, Sequence
 
 import torch
 
 import mmseg_elliptical  # noqa: F401  (weights-only checkpoint loader)
 from mmseg_elliptical.converters import convert_deit, load_source
+from mmseg_elliptical.utils.arguments import checkpoint_file, tool_main
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('src', help='source checkpoint: path or URL')
+def source(text: str) -> str:
+    """A URL, or a local file that is a complete torch checkpoint."""
+    return text if '://' in text else checkpoint_file(text)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse the command line and check it before any work."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s SRC DST [--unsafe-pickle]')
+    parser.add_argument(
+        'src', type=source, help='source checkpoint: path or URL')
     parser.add_argument('dst', help='output path of the mmseg checkpoint')
     parser.add_argument(
         '--unsafe-pickle',
@@ -33,16 +44,19 @@ def parse_args() -> argparse.Namespace:
         'training checkpoints that pickle Python objects (e.g. DeiT\'s '
         '`args` Namespace). Only for files you trust: unpickling can run '
         'arbitrary code.')
-    return parser.parse_args()
+    args = parser.parse_args(argv)
+    if osp.isdir(args.dst):
+        parser.error(f'argument dst: {args.dst} is a folder; give the path '
+                     'of the checkpoint to write')
+    return args
 
 
-def main() -> None:
-    args = parse_args()
-    try:
-        source = load_source(args.src, args.unsafe_pickle)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    state_dict, dropped = convert_deit(source)
+@tool_main
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Convert SRC and write DST."""
+    args = parse_args(argv)
+    state_dict, dropped = convert_deit(
+        load_source(args.src, args.unsafe_pickle))
     if osp.dirname(args.dst):
         os.makedirs(osp.dirname(args.dst), exist_ok=True)
     torch.save(

@@ -22,6 +22,7 @@ from .. import robustness as rb
 from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
                                  shown_layers)
 from ..collapse import write_collapse_report
+from ..layers import AnalysisError
 from . import sections
 from .sections import ReportOptions
 
@@ -75,8 +76,8 @@ def baseline_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
     names = [s.name for s in specs]
     baseline = options.baseline or names[-1]
     if baseline not in names:
-        raise ValueError(f'baseline {baseline!r} is none of the models '
-                         f'{names}.')
+        raise AnalysisError(f'baseline {baseline!r} is none of the models '
+                            f'{names}.')
     return baseline
 
 
@@ -231,8 +232,8 @@ def compare_models(specs: Sequence[ModelSpec],
     """
     from mmengine.dist import is_main_process
     if len(specs) < 2:
-        raise ValueError(f'The report compares two or more models, got '
-                         f'{len(specs)}.')
+        raise AnalysisError(f'The report compares two or more models, got '
+                            f'{len(specs)}.')
     baseline_of(specs, options)
     start = time.time()
     parts: Dict[str, object] = {}

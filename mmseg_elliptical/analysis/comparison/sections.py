@@ -21,6 +21,7 @@ from ...utils.config import ModelSpec, load_config
 from .. import robustness as rb
 from ..attention_maps import from_json, model_attention, to_json
 from ..collapse import measure_collapse
+from ..layers import AnalysisError
 
 #: The corruptions of ``make report`` and the README (one per family of
 #: ImageNet-C: noise, blur, weather, digital).
@@ -170,7 +171,7 @@ def attention_query(specs: Sequence[ModelSpec],
     """The image and query pixel of the attention figure."""
     image = options.image or first_test_image(specs[0], options.cfg_options)
     if not osp.isfile(image):
-        raise ValueError(f'image {image} does not exist.')
+        raise AnalysisError(f'image {image} does not exist.')
     point = options.point
     if point is None:
         h, w = cv2.imread(image).shape[:2]

@@ -7,6 +7,7 @@ from mmseg.models.backbones.beit import BEiTTransformerEncoderLayer
 from mmseg.registry import MODELS
 
 from ..chain import EllipticalLayerMixin
+from ..checks import InputError
 from ..conversion import register_elliptical_version
 from ..transformer import EllipticalTransformerMixin, TokenLayout, patch_grid
 
@@ -52,7 +53,7 @@ class EllipticalBEiT(EllipticalTransformerMixin, BEiT):
         super().check_inputs(inputs)
         grid = tuple(s // self.patch_size for s in inputs.shape[-2:])
         if grid != tuple(self.patch_shape):
-            raise ValueError(
+            raise InputError(
                 f'{type(self).__name__} was built for img_size='
                 f'{tuple(self.img_size)} (a {self.patch_shape[0]}x'
                 f'{self.patch_shape[1]} patch grid, which sizes its '

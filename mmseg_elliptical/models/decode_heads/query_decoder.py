@@ -18,7 +18,7 @@ import torch.nn as nn
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 from torch import Tensor
 
-from ..checks import check_kwargs, init_keywords, looks_at_values
+from ..checks import InputError, check_kwargs, init_keywords, looks_at_values
 from ..transformer import EllipticalTransformerMixin
 from .mmdet_extra import MMDET_AVAILABLE, require_mmdet
 
@@ -76,13 +76,13 @@ class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
         if not isinstance(inputs, (list, tuple)) or not all(
                 isinstance(x, Tensor) and x.dim() == 4
                 and x.is_floating_point() for x in inputs):
-            raise ValueError(
+            raise InputError(
                 f'{owner} expects the backbone\'s feature maps, a list of '
                 f'float tensors [B, C, H, W], got {_describe(inputs)}.')
         channels = [x.shape[1] for x in inputs]
         expected = getattr(self, 'feature_channels', None)
         if expected is not None and channels != expected:
-            raise ValueError(
+            raise InputError(
                 f'{owner}: in_channels={expected} but the feature maps have '
                 f'{channels} channels; set decode_head.in_channels to the '
                 'backbone\'s output channels.')
@@ -92,7 +92,7 @@ class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
             and not torch.isfinite(x).all()
         ]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f'{owner}: the backbone\'s feature maps {bad} contain NaN or '
                 'infinite values; check the backbone and the input (e.g. fp16 '
                 "overflow), or set decode_head.check_finite='never'.")

@@ -6,7 +6,7 @@ from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 from mmseg.registry import MODELS
 
 from ..backbones.vit import EllipticalViTLayer  # noqa: F401  (registers it)
-from ..checks import count_non_finite, looks_at_values
+from ..checks import InputError, count_non_finite, looks_at_values
 from ..conversion import register_elliptical_version
 from ..transformer import EllipticalTransformerMixin, TokenLayout
 
@@ -46,12 +46,12 @@ class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
         ``check_finite`` says) non-finite features."""
         x = self._transform_inputs(inputs)
         if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(
+            raise InputError(
                 f'{type(self).__name__}: in_channels={self.in_channels} but '
                 f'the input feature map has shape {tuple(x.shape)}; set '
                 'decode_head.in_channels to the backbone\'s embed_dims.')
         if looks_at_values(x, self.check_finite) and count_non_finite(x):
-            raise ValueError(
+            raise InputError(
                 f'{type(self).__name__}: the backbone\'s features contain NaN '
                 'or infinite values; check the backbone and the input '
                 "(e.g. fp16 overflow), or set decode_head.check_finite='never'"

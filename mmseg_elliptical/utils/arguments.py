@@ -1,0 +1,230 @@
+"""What the command-line tools share to refuse bad input at the door.
+
+The ``type=`` callables check a value as argparse reads it, and
+:class:`CfgOptions` the ``--cfg-options`` pairs: a bad one ends the tool with
+argparse's usage line and ``error: argument NAME: ...`` (exit status 2)
+before any work. :func:`tool_main` turns the plugin's own errors raised
+later (:func:`input_errors`: a refused model argument, a stale result file,
+an unreadable checkpoint, ...) into the same short exit; any other exception
+keeps its traceback, which then points at a bug.
+"""
+import argparse
+import functools
+import os.path as osp
+import sys
+from typing import Callable, Sequence, Tuple
+
+from mmengine.config import DictAction
+
+
+def input_errors() -> Tuple[type, ...]:
+    """The plugin's error classes for what a user gave: a model argument
+    (``ConfigError``), an input the model refuses (``InputError``), a module
+    that cannot be converted (``ConversionError``), an analysis that cannot
+    run as asked (``AnalysisError``, ``GridError``), an unreadable checkpoint
+    (``CheckpointError``), a checkpoint a converter cannot use
+    (``SourceError``)."""
+    from ..analysis.layers import AnalysisError
+    from ..analysis.robustness.store import GridError
+    from ..converters.deit import SourceError
+    from ..engine.checkpoint import CheckpointError
+    from ..models.checks import ConfigError, InputError
+    from ..models.conversion import ConversionError
+    return (ConfigError, InputError, ConversionError, AnalysisError, GridError,
+            CheckpointError, SourceError)
+
+
+def fail(message: str) -> None:
+    """End the tool as argparse ends a bad command line: ``PROG: error:
+    MESSAGE`` on stderr, exit status 2."""
+    sys.stderr.write(f'{osp.basename(sys.argv[0])}: error: {message}\n')
+    raise SystemExit(2)
+
+
+def tool_main(main: Callable) -> Callable:
+    """Decorate a tool's ``main(argv)``: the plugin's input errors end it
+    with :func:`fail`."""
+
+    @functools.wraps(main)
+    def run(argv: Sequence[str] = None):
+        try:
+            return main(argv)
+        except input_errors() as error:
+            fail(str(error))
+
+    return run
+
+
+def _number(kind: type, text: str, low, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < low or \
+            value == float('inf'):
+        raise argparse.ArgumentTypeError(f'{text!r} is not {what}')
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _number(int, text, 1, 'a positive integer (1, 2, ...)')
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    return _number(int, text, 0, 'an integer >= 0')
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = _number(float, text, 0, 'a finite number > 0')
+    if value == 0:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a finite number '
+                                         '> 0')
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0."""
+    return _number(float, text, 0, 'a finite number >= 0')
+
+
+def existing_file(text: str) -> str:
+    """A path to an existing file."""
+    if not osp.isfile(text):
+        raise argparse.ArgumentTypeError(
+            f'{text} does not exist'
+            if not osp.exists(text) else f'{text} is a folder, not a file')
+    return text
+
+
+def config_file(text: str) -> str:
+    """A config: an existing ``.py`` file, or one of mmseg's
+    (``mmseg::family/name.py``)."""
+    if text.startswith('mmseg::'):
+        from .config import load_config
+        try:
+            load_config(text)
+        except FileNotFoundError as e:
+            raise argparse.ArgumentTypeError(str(e))
+        return text
+    existing_file(text)
+    if not text.endswith('.py'):
+        raise argparse.ArgumentTypeError(f'{text} is not a config (.py) file')
+    return text
+
+
+def checkpoint_file(text: str) -> str:
+    """An existing, complete torch checkpoint
+    (:func:`~mmseg_elliptical.engine.check_checkpoint`)."""
+    from ..engine.checkpoint import CheckpointError, check_checkpoint
+    existing_file(text)
+    try:
+        return check_checkpoint(text)
+    except CheckpointError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def image_file(text: str) -> str:
+    """An existing file that OpenCV reads as an image."""
+    import cv2
+    existing_file(text)
+    if cv2.imread(text) is None:
+        raise argparse.ArgumentTypeError(
+            f'{text} cannot be read as an image (jpg, png, ...)')
+    return text
+
+
+def device(text: str) -> str:
+    """``cpu``, or ``cuda`` / ``cuda:N`` when that GPU is there."""
+    import torch
+    try:
+        dev = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(
+            f'{text!r} is not a device (cpu, cuda, cuda:0, ...)')
+    if dev.type == 'cuda':
+        count = torch.cuda.device_count()
+        if not torch.cuda.is_available() or (dev.index or 0) >= count:
+            raise argparse.ArgumentTypeError(
+                f'{text} is not available here ({count} CUDA devices); '
+                'use --device cpu')
+    elif dev.type != 'cpu':
+        raise argparse.ArgumentTypeError(
+            f'{text!r} is not supported: use cpu or cuda')
+    return text
+
+
+class CfgOptions(DictAction):
+    """mmengine's ``DictAction`` that refuses an option without ``=`` as a
+    command-line error naming it (mmengine's raises a ``ValueError`` from
+    deep inside argparse)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        bad = [v for v in values if '=' not in v]
+        if bad:
+            raise argparse.ArgumentError(
+                self, f'{bad[0]!r} is not KEY=VALUE (e.g. '
+                'train_cfg.max_iters=100)')
+        super().__call__(parser, namespace, values, option_string)
+
+
+def add_cfg_options(parser: argparse.ArgumentParser,
+                    what: str = 'every config') -> None:
+    """``--cfg-options KEY=VALUE ...``, as in mmseg's tools."""
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=CfgOptions,
+        metavar='KEY=VALUE',
+        help=f'override settings of {what}, as in tools/test.py')
+
+
+def add_launcher(parser: argparse.ArgumentParser) -> None:
+    """``--launcher none|pytorch|slurm`` and torch.distributed.launch's
+    ``--local-rank``, as in mmseg's ``tools/test.py``."""
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm'],
+        default='none',
+        help='job launcher, as in tools/test.py')
+    parser.add_argument(
+        '--local_rank',
+        '--local-rank',
+        type=int,
+        default=0,
+        help=argparse.SUPPRESS)
+
+
+def launcher_of(args: argparse.Namespace) -> str:
+    """``args.launcher``, after giving ``--local-rank`` to the environment
+    as mmseg's tools do (torchrun sets ``LOCAL_RANK`` itself)."""
+    import os
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args.launcher
+
+
+def model_pairs(parser: argparse.ArgumentParser,
+                paths: Sequence[str],
+                names: Sequence[str] = None) -> list:
+    """The ``CONFIG CHECKPOINT ...`` arguments as model specs, each file
+    checked (a config, a complete checkpoint); a bad one is a command-line
+    error.
+
+    Returns:
+        list[ModelSpec]: One per model.
+    """
+    from ..engine.checkpoint import check_checkpoint
+    from .config import model_names, model_specs
+    try:
+        specs = model_specs(paths)
+        for spec in specs:
+            check_checkpoint(spec.checkpoint)
+    except ValueError as e:  # pairing, missing files, checkpoints
+        parser.error(f'argument CONFIG CHECKPOINT: {e}')
+    try:
+        names = model_names([s.config for s in specs], names)
+    except ValueError as e:
+        parser.error(f'argument --names: {e}')
+    return [s._replace(name=n) for s, n in zip(specs, names)]
