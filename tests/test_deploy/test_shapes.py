@@ -81,6 +81,7 @@ class Pyramid(nn.Module):
         return self.up(x[..., ::4, ::4] + pooled[..., ::4, ::4])
 
 
+@pytest.mark.slow
 def test_exported_graph_follows_the_input_size(tmp_path):
     ort = pytest.importorskip('onnxruntime')
     pytest.importorskip('onnxscript')
@@ -109,4 +110,36 @@ def test_exported_graph_follows_the_input_size(tmp_path):
             ref = model(x)
         out = torch.from_numpy(session.run(None, {'input': x.numpy()})[0])
         assert out.shape == ref.shape, shape
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_exported_fractional_upsample_follows_the_size(tmp_path):
+    # int(size * 1.5) of a symbolic size would be the traced 25 at any size.
+    ort = pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    model = nn.Sequential(
+        Upsample(scale_factor=1.5, mode='bilinear', align_corners=False))
+    path = str(tmp_path / 'upsample.onnx')
+    with torch.no_grad(), export_friendly(model):
+        torch.onnx.export(
+            model, (torch.randn(2, 2, 17, 17), ),
+            path,
+            dynamo=True,
+            input_names=['input'],
+            dynamic_shapes=({
+                0: 'batch',
+                2: 'height',
+                3: 'width'
+            }, ),
+            verbose=False)
+    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    for shape, out_size in [((2, 2, 17, 17), (25, 25)),
+                            ((1, 2, 24, 30), (36, 45)),
+                            ((3, 2, 9, 13), (13, 19))]:
+        x = torch.randn(*shape)
+        out = torch.from_numpy(session.run(None, {'input': x.numpy()})[0])
+        with torch.no_grad():
+            ref = model(x)
+        assert ref.shape[2:] == out.shape[2:] == out_size, shape
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
