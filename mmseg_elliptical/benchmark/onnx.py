@@ -3,7 +3,8 @@
 The benchmarked module (:class:`~.models.BenchForward`: the backbone, or the
 segmentor in ``mode='tensor'``) is exported with its weights at the
 benchmark's batch and size (a static graph,
-``torch.onnx.export(..., dynamo=True)``) and run by onnxruntime on the CPU
+``torch.onnx.export(..., dynamo=True)``, with the export versions of
+:func:`~..deploy.shapes.export_friendly`) and run by onnxruntime on the CPU
 with the benchmark's threads; it is timed interleaved with the PyTorch
 models (:mod:`.runner`), in inference only.
 """
@@ -35,13 +36,16 @@ def onnxruntime_step(model: nn.Module, x: Tensor,
     """
     from ..deploy import ort_session, require_deploy
     from ..deploy.export import OPSET
+    from ..deploy.shapes import export_friendly
     require_deploy('The onnxruntime row of the benchmark')
     if x.device.type != 'cpu':
         raise ValueError('The onnxruntime row runs on the CPU: benchmark '
                          'with --device cpu.')
     with tempfile.TemporaryDirectory() as folder:
         path = osp.join(folder, 'model.onnx')
-        with torch.no_grad():
+        # the export versions (MaskFormer / Mask2Former: mmcv's deformable
+        # attention, mmdet's pixel decoders) for the export only
+        with torch.no_grad(), export_friendly(model):
             torch.onnx.export(
                 model.eval(), (x, ),
                 path,

@@ -5,9 +5,12 @@
 dynamic graph is traced at, :mod:`.runtime` runs a graph in mmseg's
 inference (``ONNXRuntimeSegmentor``: slide inference outside the graph),
 :mod:`.verify` compares it with ``predict`` and :mod:`.evaluate` tests it
-on a config's test dataloader. onnx, onnxruntime and onnxscript are the
-``[deploy]`` extra: without them this package imports and what needs them
-raises an ``ImportError`` naming the extra.
+on a config's test dataloader; :mod:`.deform_attn` and :mod:`.query_heads`
+hold the export versions of mmcv's deformable attention and mmdet's
+MaskFormer / Mask2Former parts (swapped in for an export only). onnx,
+onnxruntime and onnxscript are the ``[deploy]`` extra: without them this
+package imports and what needs them raises an ``ImportError`` naming the
+extra.
 """
 from .evaluate import (build_segmentor, evaluate_onnx, evaluate_pytorch,
                        run_test)

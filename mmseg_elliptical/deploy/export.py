@@ -14,6 +14,10 @@ graph for any batch, height and width: it is traced at a batch of 2 (a batch
 of 1 is specialised by ``torch.export``) and at the size of
 :func:`~.shapes.trace_shape`. BEiT and MAE size their relative position
 tables from ``img_size`` and export at that size only (batch dynamic).
+MaskFormer and Mask2Former heads (mmseg's and the elliptical ones) export
+through the export versions of mmcv's deformable attention and mmdet's pixel
+decoders and MaskFormer head (:mod:`.deform_attn`, :mod:`.query_heads`),
+swapped in for the export only (:func:`~.shapes.export_friendly`).
 """
 import os
 import os.path as osp
@@ -91,16 +95,6 @@ def fixed_input_size(segmentor: nn.Module) -> Optional[Tuple[int, int]]:
     return None
 
 
-def query_head_of(segmentor: nn.Module) -> Optional[str]:
-    """The class name of a MaskFormer / Mask2Former decode head (mmseg's or
-    the elliptical one), or None."""
-    head = getattr(segmentor, 'decode_head', None)
-    names = {c.__name__ for c in type(head).__mro__}
-    if names & {'MaskFormerHead', 'Mask2FormerHead'}:
-        return type(head).__name__
-    return None
-
-
 def part_of(name: str) -> str:
     """The config key of a submodule's part: ``backbone.layers.1.attn`` is in
     ``model.backbone``."""
@@ -113,7 +107,6 @@ def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
     * ``relevance_reduction='median'``: ``aten::median`` has no ONNX
       translation in torch's exporters.
     * BEiT / MAE at another size than their ``img_size``.
-    * MaskFormer / Mask2Former heads (see :func:`query_head_of`).
 
     Args:
         segmentor (nn.Module): The segmentor.
@@ -134,14 +127,6 @@ def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
             f'paper\'s estimator; --cfg-options {keys}); the checkpoint '
             'loads unchanged (m has no parameters), the predictions are '
             'those of the mean.')
-    head = query_head_of(segmentor)
-    if head is not None:
-        raise ValueError(
-            f'{head} cannot be exported to ONNX: its pixel decoder (mmdet\'s) '
-            'reads the feature sizes as tensor data (torch._shape_as_tensor; '
-            "Mask2Former's deformable attention asserts on their values), "
-            'which torch.export cannot trace, at any size. Run this model in '
-            'PyTorch (tools/test.py); docs/deploy.md says what was tried.')
     fixed = fixed_input_size(segmentor)
     if fixed is not None and tuple(shape) != fixed:
         raise ValueError(

@@ -27,10 +27,14 @@ integer arithmetic (the same paddings), restored afterwards; it also gives
 ``nn.AdaptiveAvgPool2d`` bins that follow the input size
 (:class:`ExportAdaptiveAvgPool2d`), which torch's exporter fixes at the
 traced size, and mmseg's ``Upsample`` an output size that stays symbolic
-(:class:`ExportUpsample`).
+(:class:`ExportUpsample`). The same mechanism (:data:`EXPORT_VERSIONS`)
+gives mmcv's deformable attention and mmdet's MaskFormer / Mask2Former parts
+their export versions (:mod:`.deform_attn`, :mod:`.query_heads`).
 """
+import copy
+import functools
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -39,6 +43,9 @@ from mmseg.models.backbones.swin import ShiftWindowMSA
 from mmseg.models.utils import Upsample, resize
 from mmseg.models.utils.embed import AdaptivePadding
 from torch import Tensor
+
+from ..models.decode_heads.mmdet_extra import MMDET_AVAILABLE
+from . import deform_attn
 
 
 class ExportAdaptivePadding(AdaptivePadding):
@@ -125,27 +132,83 @@ def scaled(size, factor: float):
     return torch.sym_int(size * factor)
 
 
-#: mmseg / torch class -> the export version :func:`export_friendly` gives.
-EXPORT_VERSIONS = {
+#: mmseg / torch / mmcv / mmdet class -> the export version
+#: :func:`export_friendly` gives (None: none needed; see :func:`export_class`).
+EXPORT_VERSIONS: Dict[type, Optional[type]] = {
     AdaptivePadding: ExportAdaptivePadding,
     nn.AdaptiveAvgPool2d: ExportAdaptiveAvgPool2d,
     Upsample: ExportUpsample,
+    **deform_attn.EXPORT_VERSIONS,
 }
+if MMDET_AVAILABLE:
+    from . import query_heads
+    EXPORT_VERSIONS.update(query_heads.EXPORT_VERSIONS)
+
+
+def export_class(cls: type) -> Optional[type]:
+    """The class a module of class ``cls`` has during an export, or None.
+
+    The first class of ``cls``'s MRO in :data:`EXPORT_VERSIONS` decides: its
+    export version for that class itself; for a subclass (e.g. mmseg's and
+    the plugin's MaskFormer heads on mmdet's), a subclass of ``cls`` with the
+    export version just above that class in the MRO, so that what the
+    subclasses add still runs.
+    """
+    for base in cls.__mro__:
+        if base in EXPORT_VERSIONS:
+            version = EXPORT_VERSIONS[base]
+            if version is None or base is cls:
+                return version
+            return _export_subclass(cls, version)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _export_subclass(cls: type, version: type) -> type:
+    return type(f'Export{cls.__name__}', (cls, version),
+                {'__module__': __name__})
+
+
+@contextmanager
+def copyable_sizes() -> Iterator[None]:
+    """``copy.deepcopy`` returns symbolic ints as they are, as it does ints,
+    for the duration.
+
+    mmengine's data samples deep-copy their metainfo, and mmseg's MaskFormer
+    and Mask2Former heads build data samples from the image metas; in a
+    dynamic export ``img_shape`` holds ``torch.SymInt`` sizes, whose copy
+    fails (``Cannot access data pointer of Tensor``). They are immutable,
+    so the copy may be the same object.
+    """
+    table = copy._deepcopy_dispatch  # the stdlib's table of atomic types
+    before = table.get(torch.SymInt)
+    table[torch.SymInt] = copy._deepcopy_atomic
+    try:
+        yield
+    finally:
+        if before is None:
+            del table[torch.SymInt]
+        else:
+            table[torch.SymInt] = before
 
 
 @contextmanager
 def export_friendly(model: nn.Module) -> Iterator[None]:
-    """Give ``model``'s ``AdaptivePadding``, ``AdaptiveAvgPool2d`` and
-    ``Upsample`` modules their :data:`EXPORT_VERSIONS`' forward for the
-    duration."""
-    swapped = [m for m in model.modules() if type(m) in EXPORT_VERSIONS]
-    for module in swapped:
-        module.__class__ = EXPORT_VERSIONS[type(module)]
+    """Give ``model``'s modules with an :func:`export_class` (mmseg's
+    ``AdaptivePadding`` and ``Upsample``, ``AdaptiveAvgPool2d``, mmcv's
+    deformable attention, mmdet's pixel decoders and MaskFormer head) that
+    class for the duration, and their own back afterwards; symbolic sizes
+    deep-copy meanwhile (:func:`copyable_sizes`)."""
+    swapped = [(m, type(m)) for m in model.modules()
+               if export_class(type(m)) is not None]
+    for module, cls in swapped:
+        module.__class__ = export_class(cls)
     try:
-        yield
+        with copyable_sizes():
+            yield
     finally:
-        for module in swapped:
-            module.__class__ = type(module).__mro__[1]
+        for module, cls in swapped:
+            module.__class__ = cls
 
 
 #: Candidates tried by :func:`trace_shape`: the shape plus 0 .. MAX_OFFSET.

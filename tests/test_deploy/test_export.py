@@ -6,13 +6,15 @@ with ``segmentor.predict(x)``'s ``seg_logits`` (whole inference; mmseg's
 code, not the package's) at the export size and at other heights, widths
 and batch sizes, including sizes that need no padding where the trace did
 and sizes that do where it did not. BEiT and MAE export at their
-``img_size`` (dynamic batch) and refuse another size.
+``img_size`` (dynamic batch) and refuse another size. MaskFormer and
+Mask2Former, each with mmseg's decoder and the elliptical one, export with
+dynamic batch, height and width (needs mmdet).
 """
 import os.path as osp
 
 import pytest
 import torch
-from builders import ROOT
+from builders import HAS_MMDET, ROOT, tiny_query_head
 from mmengine.config import ConfigDict
 
 from mmseg_elliptical.deploy import build_segmentor, export_onnx
@@ -36,7 +38,9 @@ def config(path: str, **overrides) -> ConfigDict:
             for k, v in overrides.items()
         }
     }
-    return load_config(osp.join(ROOT, 'configs', path), overrides, True)
+    if not path.startswith('mmseg::'):
+        path = osp.join(ROOT, 'configs', path)
+    return load_config(path, overrides, True)
 
 
 def vit(**kw):
@@ -154,7 +158,19 @@ FIXED_SIZE = {
         'mae/elliptical-mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py'),
 }
 
-pytestmark = pytest.mark.usefixtures('single_thread')
+# mmseg's MaskFormer / Mask2Former configs on ResNet: the heads at a tiny size
+# (tiny_query_head; one decoder layer, two for the elliptical decoder: the
+# second elliptical, chained to the first) on a ResNet-18 of 8 channels,
+# which exports in seconds (a 4-stage Swin would add minutes to each export;
+# Swin is the swin family's test). The head is most of the export time.
+QUERY_HEADS = dict(
+    mask2former='mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
+    maskformer='maskformer/maskformer_r50-d32_8xb2-160k_ade20k-512x512.py')
+HEADS = dict(
+    mask2former=('Mask2FormerHead', 'EllipticalMask2FormerHead'),
+    maskformer=('MaskFormerHead', 'EllipticalMaskFormerHead'))
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('single_thread')]
 
 
 def session(path: str):
@@ -219,3 +235,37 @@ def test_beit_and_mae_export_at_img_size_with_dynamic_batch(family, tmp_path):
     assert sess.get_inputs()[0].shape == ['batch', 3, 64, 64]
     for b in (1, 3):
         assert relative_error(segmentor, sess, b, *SHAPE) < 1e-4, b
+
+
+def query_head_config(kind: str, elliptical: bool) -> ConfigDict:
+    """mmseg's ResNet config of ``kind`` at a tiny size, with mmseg's decoder
+    or the elliptical one."""
+    cfg = config(
+        'mmseg::' + QUERY_HEADS[kind],
+        model__backbone__depth=18,
+        model__backbone__stem_channels=8,
+        model__backbone__base_channels=8)
+    head = tiny_query_head(cfg.model.decode_head, [8, 16, 32, 64], 4, 16)
+    head.transformer_decoder.num_layers = 2 if elliptical else 1
+    head.type = HEADS[kind][elliptical]
+    return cfg
+
+
+@pytest.mark.skipif(not HAS_MMDET, reason='needs the mmdet extra')
+@pytest.mark.parametrize('elliptical', [False, True], ids=['mmseg', 'ell'])
+@pytest.mark.parametrize('kind', sorted(QUERY_HEADS))
+def test_query_heads_export_with_dynamic_batch_height_and_width(
+        kind, elliptical, tmp_path):
+    segmentor = build(query_head_config(kind, elliptical))
+    decode_head = segmentor.decode_head
+    assert type(decode_head).__name__ == HEADS[kind][elliptical]
+    expected = (1, ) if elliptical else ()  # layer 1, chained to layer 0
+    assert tuple(getattr(decode_head, 'elliptical_layers', ())) == expected
+    path = str(tmp_path / f'{kind}.onnx')
+    result = export_onnx(segmentor, path, SHAPE, dynamic=True)
+    assert result.dynamic_axes == {0: 'batch', 2: 'height', 3: 'width'}
+    sess = session(path)
+    assert sess.get_inputs()[0].shape == ['batch', 3, 'height', 'width']
+    # the export size (batch 1), then another height, width and batch
+    for b, h, w in [(1, *SHAPE), (3, 37, 53)]:
+        assert relative_error(segmentor, sess, b, h, w) < 1e-4, (b, h, w)

@@ -4,8 +4,12 @@ One tiny demo model (random weights, saved as a checkpoint) is exported once
 by ``tools/deployment/pytorch2onnx.py --dynamic-export --verify``; its graph
 then runs whole and slide inference in :class:`ONNXRuntimeSegmentor` against
 the PyTorch model's ``predict`` on the demo's test pipeline, and
-``tools/deployment/onnx_test.py`` gives the PyTorch test's metrics.
+``tools/deployment/onnx_test.py`` gives the PyTorch test's metrics. The same
+graph is a wrong graph of the model with other decode-head weights: ``verify``
+must report the mismatch, and the export tool must exit above
+``--tolerance``.
 """
+import copy
 import os.path as osp
 
 import pytest
@@ -19,10 +23,12 @@ from processes import load_tool
 
 from mmseg_elliptical.datasets import generate_demo_shapes
 from mmseg_elliptical.deploy import (ONNXRuntimeSegmentor, build_segmentor,
-                                     onnx_model_cfg)
+                                     onnx_model_cfg, ort_session,
+                                     verification_shapes, verify)
 from mmseg_elliptical.utils import load_config
 
 pytest.importorskip('onnxruntime')
+pytestmark = pytest.mark.slow  # every test runs the exported graph
 
 GENERATE = dict(num_train=2, num_val=6, img_size=64, seed=0)
 SLIDE = {
@@ -97,6 +103,70 @@ def test_export_tool_writes_a_verified_dynamic_graph(exported):
         assert parity.max_rel < 1e-4, parity
 
 
+def moved_checkpoint(checkpoint: str, path: str) -> str:
+    """``checkpoint`` with its decode head's weights moved: the fixture's
+    graph is a wrong graph of this model."""
+    state = torch.load(checkpoint, weights_only=False)['state_dict']
+    torch.manual_seed(1)
+    for key, value in state.items():
+        if key.startswith('decode_head.') and value.is_floating_point():
+            value.add_(torch.randn_like(value) * 0.5)
+    torch.save(dict(state_dict=state, meta={}), path)
+    return path
+
+
+def test_verify_reports_the_mismatch_of_a_wrong_graph(exported, tmp_path):
+    opts, checkpoint, graph, _ = exported
+    cfg = load_config(DEMO_ELLIPTICAL, opts, True)
+    session = ort_session(graph, 1)
+    shapes = verification_shapes((48, 48), dynamic=True)
+    for ckpt, wrong in [(checkpoint, False),
+                        (moved_checkpoint(checkpoint,
+                                          str(tmp_path / 'moved.pth')), True)]:
+        segmentor = build_segmentor(cfg, ckpt)
+        parity = verify(segmentor, session, shapes)
+        assert [p.shape for p in parity] == [(1, 3, 48, 48), (2, 3, 39, 53)]
+        # verify's batches (standard normal from seed 0), compared here with
+        # predict and onnxruntime directly
+        generator = torch.Generator().manual_seed(0)
+        for p, (b, h, w) in zip(parity, shapes):
+            x = torch.randn(b, 3, h, w, generator=generator)
+            with torch.no_grad():
+                ref = torch.stack(
+                    [s.seg_logits.data for s in segmentor.predict(x)])
+            out = torch.from_numpy(session.run(None, {'input': x.numpy()})[0])
+            diff = float((out - ref).abs().max())
+            assert p.max_abs == pytest.approx(diff, rel=1e-5, abs=1e-9)
+            assert p.max_rel == pytest.approx(
+                diff / float(ref.abs().max()), rel=1e-5, abs=1e-9)
+            assert (p.max_rel > 0.05) if wrong else (p.max_rel < 1e-4), p
+
+
+def test_export_tool_exits_above_the_tolerance(exported, tmp_path,
+                                               monkeypatch):
+    # The tool verifies the graph it exported; here the export is the
+    # fixture's graph, whose weights differ from the checkpoint's.
+    opts, checkpoint, graph, report = exported
+    tool = load_tool('deployment/pytorch2onnx.py')
+    monkeypatch.setattr(tool, 'export_onnx',
+                        lambda *args, **kwargs: report['export'])
+    moved = moved_checkpoint(checkpoint, str(tmp_path / 'moved.pth'))
+    args = [
+        DEMO_ELLIPTICAL, '--checkpoint', moved, '--output-file', graph,
+        '--shape', '48', '48', '--dynamic-export', '--verify'
+    ]
+    with pytest.raises(SystemExit) as error:
+        tool.main(args + as_args(opts))
+    # a message as exit code: the process exits with status 1
+    assert isinstance(error.value.code, str)
+    assert error.value.code.startswith(
+        'Verification failed: relative difference')
+    assert error.value.code.endswith('>= --tolerance 0.001.')
+    # the same graph passes a tolerance above its difference
+    loose = tool.main(args + ['--tolerance', '1e3'] + as_args(opts))
+    assert 0.05 < max(p.max_rel for p in loose['parity']) < 1e3
+
+
 def batches(cfg, segmentor, n: int = 2):
     """The first ``n`` test batches through ``segmentor``'s preprocessor."""
     with DefaultScope.overwrite_default_scope('mmseg'):
@@ -122,11 +192,14 @@ def test_inference_matches_predict_on_the_test_pipeline(exported, slide):
     assert isinstance(onnx_model, ONNXRuntimeSegmentor)
     assert onnx_model.test_cfg.mode == ('slide' if slide else 'whole')
     for data in batches(cfg, torch_model):
+        # Each predict gets its own copy of the batch: mmseg's predict writes
+        # into the data samples it is given and returns them.
         with torch.no_grad():
-            ref = torch_model.predict(**data)
-        out = onnx_model.predict(**data)
+            ref = torch_model.predict(**copy.deepcopy(data))
+        out = onnx_model.predict(**copy.deepcopy(data))
         assert len(out) == len(ref) == 2
         for a, b in zip(out, ref):
+            assert a is not b
             logits, expected = a.seg_logits.data, b.seg_logits.data
             assert logits.shape == expected.shape == (5, 64, 64)
             err = (logits - expected).abs().max() / expected.abs().max()

@@ -81,17 +81,14 @@ class Pyramid(nn.Module):
         return self.up(x[..., ::4, ::4] + pooled[..., ::4, ::4])
 
 
-def test_exported_graph_follows_the_input_size(tmp_path):
+def exported_session(model: nn.Module, example: torch.Tensor, path: str):
+    """onnxruntime's session of ``model`` exported (with its export versions)
+    from ``example``, with dynamic batch, height and width."""
     ort = pytest.importorskip('onnxruntime')
     pytest.importorskip('onnxscript')
-    torch.manual_seed(0)
-    model = Pyramid().eval()
-    trace = trace_shape(model, (16, 16), 3)
-    assert trace == (17, 17)  # 16 is a multiple of the stride: no padding
-    path = str(tmp_path / 'pyramid.onnx')
     with torch.no_grad(), export_friendly(model):
         torch.onnx.export(
-            model, (torch.randn(2, 3, *trace), ),
+            model, (example, ),
             path,
             dynamo=True,
             input_names=['input'],
@@ -101,12 +98,42 @@ def test_exported_graph_follows_the_input_size(tmp_path):
                 3: 'width'
             }, ),
             verbose=False)
+    return ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+
+
+def check_follows(model: nn.Module, session, shape) -> torch.Tensor:
+    """onnxruntime against ``model`` on a random batch of ``shape``; returns
+    the graph's output."""
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        ref = model(x)
+    out = torch.from_numpy(session.run(None, {'input': x.numpy()})[0])
+    assert out.shape == ref.shape, shape
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    return out
+
+
+@pytest.mark.slow
+def test_exported_graph_follows_the_input_size(tmp_path):
+    torch.manual_seed(0)
+    model = Pyramid().eval()
+    trace = trace_shape(model, (16, 16), 3)
+    assert trace == (17, 17)  # 16 is a multiple of the stride: no padding
+    session = exported_session(model, torch.randn(2, 3, *trace),
+                               str(tmp_path / 'pyramid.onnx'))
     assert type(model.up) is Upsample
-    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     for shape in [(2, 3, 17, 17), (1, 3, 16, 16), (3, 3, 30, 23)]:
-        x = torch.randn(*shape)
-        with torch.no_grad():
-            ref = model(x)
-        out = torch.from_numpy(session.run(None, {'input': x.numpy()})[0])
-        assert out.shape == ref.shape, shape
-        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        check_follows(model, session, shape)
+
+
+@pytest.mark.slow
+def test_exported_fractional_upsample_follows_the_size(tmp_path):
+    # int(size * 1.5) of a symbolic size would be the traced 25 at any size.
+    model = nn.Sequential(
+        Upsample(scale_factor=1.5, mode='bilinear', align_corners=False))
+    session = exported_session(model, torch.randn(2, 2, 17, 17),
+                               str(tmp_path / 'upsample.onnx'))
+    for shape, out_size in [((2, 2, 17, 17), (25, 25)),
+                            ((1, 2, 24, 30), (36, 45)),
+                            ((3, 2, 9, 13), (13, 19))]:
+        assert check_follows(model, session, shape).shape[2:] == out_size
