@@ -527,3 +527,37 @@ def tiny_variants(
     from mmseg_elliptical.utils.config import load_config
     cfg = load_config(config, BENCH_TINY, no_pretrained=True)
     return derive_variants('vit', config, cfg.model.to_dict(), roles, **kwargs)
+
+
+def onnx_graph(path: str,
+               classes: int = 4,
+               op: str = 'Conv',
+               weights_apart: bool = False) -> str:
+    """A small ONNX model written with onnx's helpers (no export): a 1x1
+    convolution from ``[batch, 3, height, width]`` to ``classes`` channels
+    (``op`` another name: a graph onnxruntime refuses); ``weights_apart``
+    keeps the weights in ``PATH.data``, as torch's exporter does."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    weight = numpy_helper.from_array(
+        np.ones((classes, 3, 1, 1), np.float32), 'weight')
+    graph = helper.make_graph(
+        [helper.make_node(op, ['input', 'weight'], ['seg_logits'])], 'tiny',
+        [
+            helper.make_tensor_value_info('input', TensorProto.FLOAT,
+                                          ['batch', 3, 'height', 'width'])
+        ], [
+            helper.make_tensor_value_info('seg_logits', TensorProto.FLOAT,
+                                          ['batch', classes, 'height', 'width'])
+        ], [weight])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid('', 18)])
+    model.ir_version = 8
+    onnx.save_model(
+        model,
+        path,
+        save_as_external_data=weights_apart,
+        location=osp.basename(path) + '.data',
+        size_threshold=0)
+    return path

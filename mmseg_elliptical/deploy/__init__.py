@@ -12,6 +12,7 @@ onnxruntime and onnxscript are the ``[deploy]`` extra: without them this
 package imports and what needs them raises an ``ImportError`` naming the
 extra.
 """
+from .errors import ExportError, check_onnx_file
 from .evaluate import (build_segmentor, evaluate_onnx, evaluate_pytorch,
                        run_test)
 from .export import (ExportResult, SegLogits, check_exportable, export_onnx,
@@ -23,6 +24,7 @@ from .shapes import trace_shape
 from .verify import Parity, compare, verification_shapes, verify
 
 __all__ = [
+    'ExportError', 'check_onnx_file',
     'build_segmentor', 'evaluate_onnx', 'evaluate_pytorch', 'run_test',
     'ExportResult', 'SegLogits', 'check_exportable', 'export_onnx',
     'fixed_input_size', 'input_channels', 'INSTALL_HINT', 'missing_packages',

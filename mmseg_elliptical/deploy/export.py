@@ -31,6 +31,7 @@ from mmseg.models.backbones import BEiT
 from torch import Tensor
 
 from ..models.attention.core import EllipticalAttentionMixin
+from .errors import ExportError
 from .requirements import require_deploy
 from .shapes import export_friendly, trace_shape
 
@@ -102,11 +103,14 @@ def part_of(name: str) -> str:
 
 
 def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
-    """Raise a clear ``ValueError`` for what cannot be exported.
+    """Raise a clear :class:`~.errors.ExportError` for what cannot be
+    exported.
 
     * ``relevance_reduction='median'``: ``aten::median`` has no ONNX
       translation in torch's exporters.
     * BEiT / MAE at another size than their ``img_size``.
+    * A size the model does not run at (one eager forward, before the trace:
+      e.g. smaller than a pooling kernel).
 
     Args:
         segmentor (nn.Module): The segmentor.
@@ -120,7 +124,7 @@ def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
     })
     if median:
         keys = ' '.join(f'{p}.relevance_reduction=mean' for p in median)
-        raise ValueError(
+        raise ExportError(
             f"relevance_reduction='median' ({', '.join(median)}) cannot be "
             'exported to ONNX: torch\'s exporters have no translation of '
             "aten::median. Export with relevance_reduction='mean' (the "
@@ -129,13 +133,23 @@ def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
             'those of the mean.')
     fixed = fixed_input_size(segmentor)
     if fixed is not None and tuple(shape) != fixed:
-        raise ValueError(
+        raise ExportError(
             f'{type(segmentor.backbone).__name__} sizes its relative '
             f'position tables from img_size={fixed}, so its graph takes '
             f'{fixed[0]}x{fixed[1]} inputs only, not {shape[0]}x{shape[1]}: '
             f'export with --shape {fixed[0]} {fixed[1]} (slide inference '
             f'with crop_size={fixed} covers other image sizes), or set '
             'model.backbone.img_size to the size you need.')
+    x = torch.zeros(1, input_channels(segmentor), *shape)
+    try:
+        with torch.no_grad():
+            SegLogits(segmentor)(x)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ''
+        raise ExportError(
+            f'The model does not run at {shape[0]}x{shape[1]} ({first}): '
+            'export at a larger --shape, e.g. the crop_size of its test_cfg.'
+        ) from e
 
 
 def export_onnx(segmentor: nn.Module,

@@ -15,6 +15,7 @@ from mmseg.models.segmentors import BaseSegmentor, EncoderDecoder
 from mmseg.registry import MODELS
 from torch import Tensor
 
+from .errors import ExportError, check_onnx_file
 from .export import INPUT_NAME
 from .requirements import onnxruntime
 
@@ -28,14 +29,29 @@ def ort_session(onnx_file: str, threads: Optional[int] = None):
         onnx_file (str): The exported graph.
         threads (int, optional): Intra-op threads (None: onnxruntime's
             default, one per core).
+
+    Raises:
+        ExportError: ``onnx_file`` is missing, not ONNX, apart from its
+            weights (:func:`~.errors.check_onnx_file`), or refused by
+            onnxruntime (its first line quoted).
     """
     ort = onnxruntime()
+    check_onnx_file(onnx_file)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    return ort.InferenceSession(
-        onnx_file, options, providers=['CPUExecutionProvider'])
+    errors = tuple(
+        getattr(ort.capi.onnxruntime_pybind11_state, name)
+        for name in ('Fail', 'InvalidArgument', 'InvalidGraph',
+                     'InvalidProtobuf', 'NotImplemented'))
+    try:
+        return ort.InferenceSession(
+            onnx_file, options, providers=['CPUExecutionProvider'])
+    except errors as e:
+        first = str(e).strip().splitlines()[0]
+        raise ExportError(
+            f'onnxruntime cannot load {onnx_file}: {first}') from e
 
 
 def input_dims(session) -> Dims:
@@ -45,14 +61,14 @@ def input_dims(session) -> Dims:
 
 
 def check_input(dims: Dims, shape: Sequence[int]) -> None:
-    """Raise a clear ``ValueError`` when ``shape`` does not fit a graph whose
+    """Raise a clear :class:`~.errors.ExportError` when ``shape`` does not fit a graph whose
     input dimensions are ``dims``."""
     names = ('batch', 'channels', 'height', 'width')
     bad = [(n, d, s) for n, d, s in zip(names, dims, shape)
            if isinstance(d, int) and d != s]
     if len(shape) != len(dims) or bad:
         fixed = ', '.join(f'{n} {d} (got {s})' for n, d, s in bad)
-        raise ValueError(
+        raise ExportError(
             f'The ONNX graph takes inputs of shape {list(dims)} (names: '
             f'dynamic), got {list(shape)}; fixed at export: {fixed}. Export '
             'with --dynamic-export (dynamic batch, height and width) or at '
@@ -107,6 +123,12 @@ class ONNXRuntimeSegmentor(EncoderDecoder):
         self.train_cfg = None
         self.onnx_file = onnx_file
         self.session = ort_session(onnx_file, threads)
+        classes = self.session.get_outputs()[0].shape[1]
+        if isinstance(classes, int) and classes != self.out_channels:
+            raise ExportError(
+                f'{onnx_file} gives {classes} class scores, the config\'s '
+                f'decode head {self.out_channels}: test the graph with the '
+                'config it was exported from.')
 
     def encode_decode(self, inputs: Tensor,
                       batch_img_metas: List[dict]) -> Tensor:
@@ -134,7 +156,7 @@ def onnx_model_cfg(model_cfg: dict,
     ``onnx_file`` in place of the config's model ``model_cfg``."""
     decode_head = model_cfg['decode_head']
     if isinstance(decode_head, (list, tuple)):
-        raise ValueError(
+        raise ExportError(
             'The config has a cascade of decode heads; ONNX inference '
             'supports EncoderDecoder configs with one decode head.')
     return dict(

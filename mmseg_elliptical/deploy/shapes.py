@@ -46,6 +46,7 @@ from torch import Tensor
 
 from ..models.decode_heads.mmdet_extra import MMDET_AVAILABLE
 from . import deform_attn
+from .errors import ExportError
 
 
 class ExportAdaptivePadding(AdaptivePadding):
@@ -282,7 +283,7 @@ def trace_shape(model: nn.Module, shape: Sequence[int],
         candidate = (shape[0] + offset, shape[1] + offset)
         if general_at(model, candidate, channels):
             return candidate
-    raise ValueError(
+    raise ExportError(
         f'No size from {tuple(shape)} to {candidate} makes every padding and '
         'position-embedding branch of the model pad or resize, so a dynamic '
         'export would not follow the input size; export without '

@@ -7,6 +7,7 @@ import torch.nn as nn
 from mmengine.config import ConfigDict
 from torch import Tensor
 
+from .errors import ExportError
 from .runtime import run_session
 
 
@@ -39,9 +40,10 @@ def compare(segmentor: nn.Module, session, inputs: Tensor) -> Parity:
     reference = predict_seg_logits(segmentor, inputs)
     out = run_session(session, inputs)
     if out.shape != reference.shape:
-        raise ValueError(f'The ONNX graph gives seg logits of shape '
-                         f'{tuple(out.shape)}, predict '
-                         f'{tuple(reference.shape)}.')
+        raise ExportError(f'The ONNX graph gives seg logits of shape '
+                          f'{tuple(out.shape)}, predict '
+                          f'{tuple(reference.shape)}: was it exported from '
+                          'this config?')
     diff = float((out - reference).abs().max())
     scale = float(reference.abs().max())
     return Parity(

@@ -23,15 +23,17 @@ def input_errors() -> Tuple[type, ...]:
     that cannot be converted (``ConversionError``), an analysis that cannot
     run as asked (``AnalysisError``, ``GridError``), an unreadable checkpoint
     (``CheckpointError``), a checkpoint a converter cannot use
-    (``SourceError``)."""
+    (``SourceError``), a model or ONNX file that cannot be exported or run
+    (``ExportError``)."""
     from ..analysis.layers import AnalysisError
     from ..analysis.robustness.store import GridError
     from ..converters.deit import SourceError
+    from ..deploy.errors import ExportError
     from ..engine.checkpoint import CheckpointError
     from ..models.checks import ConfigError, InputError
     from ..models.conversion import ConversionError
     return (ConfigError, InputError, ConversionError, AnalysisError, GridError,
-            CheckpointError, SourceError)
+            CheckpointError, SourceError, ExportError)
 
 
 def fail(message: str) -> None:
@@ -123,6 +125,16 @@ def checkpoint_file(text: str) -> str:
     try:
         return check_checkpoint(text)
     except CheckpointError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def onnx_file(text: str) -> str:
+    """An existing ONNX model with its weights beside it
+    (:func:`~mmseg_elliptical.deploy.check_onnx_file`)."""
+    from ..deploy.errors import ExportError, check_onnx_file
+    try:
+        return check_onnx_file(text)
+    except ExportError as e:
         raise argparse.ArgumentTypeError(str(e))
 
 

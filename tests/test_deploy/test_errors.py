@@ -1,16 +1,20 @@
 """What cannot be exported or run says so: the median estimator (also of the
-MaskFormer / Mask2Former decoders), a graph fed another size than it was
-exported for, and a missing ``[deploy]`` extra."""
+MaskFormer / Mask2Former decoders), a size the model does not run at, a
+graph fed another size than it was exported for or tested with another
+config, ONNX files that cannot serve, and a missing ``[deploy]`` extra."""
 import os
 import os.path as osp
 import subprocess
 import sys
 
 import pytest
-from builders import HAS_MMDET, ROOT, tiny_query_head
+from builders import HAS_MMDET, ROOT, onnx_graph, tiny_query_head
 from mmengine.config import Config
+from processes import load_tool, refused
 
-from mmseg_elliptical.deploy import build_segmentor, check_input, export_onnx
+from mmseg_elliptical.deploy import (ExportError, ONNXRuntimeSegmentor,
+                                     build_segmentor, check_input,
+                                     export_onnx, ort_session)
 from mmseg_elliptical.utils import load_config
 
 SEGMENTER = osp.join(
@@ -65,6 +69,7 @@ def test_query_heads_refuse_the_median_estimator_only(kind, tmp_path):
         model = Config.fromfile(path).model
         model.pretrained = None
         model.backbone.embed_dims = 8
+        model.backbone.num_heads = [1, 2, 4, 8]
         model.backbone.pop('init_cfg', None)
         tiny_query_head(model.decode_head, [8, 16, 32, 64], 4, 16)
         model.decode_head.relevance_reduction = reduction
@@ -80,6 +85,88 @@ def test_query_heads_refuse_the_median_estimator_only(kind, tmp_path):
         assert '--cfg-options model.decode_head.relevance_reduction=mean' \
             in message
         assert not onnx.exists()
+
+
+SEGFORMER = osp.join(ROOT, 'configs', 'segformer',
+                     'segformer_elliptical-mit-b0_8xb2-160k_ade20k-512x512.py')
+TINY_MIT = {
+    'model.backbone.embed_dims': 8,
+    'model.decode_head.in_channels': [8, 16, 40, 64],
+    'model.decode_head.channels': 16,
+}
+
+
+def test_a_size_the_model_cannot_run_at_is_refused_before_the_trace(
+        tmp_path, monkeypatch):
+    # MiT's last stage needs more than 8x8 pixels (a kernel larger than
+    # its input): one eager forward finds it, not torch.export's trace.
+    monkeypatch.setattr('torch.onnx.export', forbidden)
+    segmentor = build_segmentor(load_config(SEGFORMER, TINY_MIT, True))
+    with pytest.raises(ExportError, match=r'does not run at 8x12 \(.*Kernel '
+                       r'size.*\): export at a larger --shape'):
+        export_onnx(segmentor, str(tmp_path / 'm.onnx'), (8, 12), True)
+
+
+def test_the_export_tool_says_so_in_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr('torch.onnx.export', forbidden)
+    options = [f'{k}={v}'.replace(' ', '') for k, v in TINY_MIT.items()]
+    line = refused(
+        capsys,
+        load_tool('deployment/pytorch2onnx.py').main, [
+            SEGFORMER, '--shape', '8', '--output-file',
+            str(tmp_path / 'm.onnx'), '--cfg-options', *options
+        ])
+    assert 'error: The model does not run at 8x8 (' in line
+
+
+def forbidden(*args, **kwargs):
+    raise AssertionError('the export started before the checks')
+
+
+@pytest.fixture
+def graphs(tmp_path):
+    pytest.importorskip('onnxruntime')
+    data = open(onnx_graph(str(tmp_path / 'good.onnx')), 'rb').read()
+    (tmp_path / 'cut.onnx').write_bytes(data[:len(data) // 2])
+    (tmp_path / 'empty.onnx').write_bytes(b'')
+    (tmp_path / 'page.onnx').write_text('<html>404 Not Found</html>')
+    onnx_graph(str(tmp_path / 'apart.onnx'), weights_apart=True)
+    os.remove(tmp_path / 'apart.onnx.data')
+    onnx_graph(str(tmp_path / 'unknown.onnx'), op='NoSuchOp')
+    return tmp_path
+
+
+@pytest.mark.parametrize('name, reason', [
+    ('missing.onnx', 'ONNX file {path} does not exist'),
+    ('.', 'ONNX file {path} is a folder'),
+    ('empty.onnx', '{path} (0 bytes) is not an ONNX model: it is empty'),
+    ('page.onnx', 'is not an ONNX model: it does not parse as one'),
+    ('cut.onnx', 'is not an ONNX model: it does not parse as one'),
+    ('apart.onnx', 'keeps its weights in apart.onnx.data, which is not '
+     'beside it'),
+    ('unknown.onnx', 'onnxruntime cannot load {path}: [ONNXRuntimeError]'),
+])
+def test_an_onnx_file_that_cannot_serve_is_named(graphs, name, reason):
+    path = str(graphs / name)
+    with pytest.raises(ExportError) as error:
+        ort_session(path)
+    assert reason.format(path=path) in str(error.value)
+    ort_session(str(graphs / 'good.onnx'))
+
+
+def test_a_graph_of_other_classes_than_the_config_is_refused(graphs):
+    head = dict(
+        type='FCNHead',
+        in_channels=4,
+        channels=4,
+        num_convs=0,
+        concat_input=False)
+    path = str(graphs / 'good.onnx')
+    ONNXRuntimeSegmentor(path, dict(head, num_classes=4))
+    with pytest.raises(ExportError, match='good.onnx gives 4 class scores, '
+                       "the config's decode head 3: test the graph with the "
+                       'config it was exported from'):
+        ONNXRuntimeSegmentor(path, dict(head, num_classes=3))
 
 
 @pytest.mark.parametrize('dims, shape, match', [

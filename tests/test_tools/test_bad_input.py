@@ -10,9 +10,11 @@ import os.path as osp
 import sys
 
 import pytest
+from builders import onnx_graph
 from processes import load_tool, refused, run_tool_main
 
 import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical.deploy import missing_packages
 
 
 @pytest.fixture(scope='module')
@@ -29,6 +31,12 @@ def files(demo_models, tmp_path_factory):
     (tmp / 'run').mkdir()
     (tmp / 'broken').mkdir()
     (tmp / 'broken' / 'benchmark.json').write_text('{"meta": ')
+    (tmp / 'page.onnx').write_text('<html>404 Not Found</html>\n')
+    (tmp / 'empty.onnx').write_bytes(b'')
+    if not missing_packages():
+        onnx_graph(str(tmp / 'apart.onnx'), weights_apart=True)
+        os.remove(tmp / 'apart.onnx.data')
+        onnx_graph(str(tmp / 'good.onnx'))
     return dict(
         ell=' '.join(demo_models[:2]),
         ell_cfg=demo_models[0],
@@ -42,7 +50,11 @@ def files(demo_models, tmp_path_factory):
         notes=str(tmp / 'notes.png'),
         missing=str(tmp / 'missing.pth'),
         run=str(tmp / 'run'),
-        broken=str(tmp / 'broken'))
+        broken=str(tmp / 'broken'),
+        page_onnx=str(tmp / 'page.onnx'),
+        empty_onnx=str(tmp / 'empty.onnx'),
+        apart_onnx=str(tmp / 'apart.onnx'),
+        good_onnx=str(tmp / 'good.onnx'))
 
 
 def image_of(demo_root: str) -> str:
@@ -147,13 +159,54 @@ CASES = {
         ('{cut} {tmp}/out.pth', 'argument src: Checkpoint {cut} ('),
         ('{ell_ckpt} {tmp}', 'argument dst: {tmp} is a folder'),
     ]),
+    'pytorch2onnx': ('deployment/pytorch2onnx.py', [
+        ('{missing}', 'argument config: {missing} does not exist'),
+        ('{ell_cfg} --shape 0 64', "argument --shape: '0' is not a positive "
+         'integer'),
+        ('{ell_cfg} --shape 64 64 3', 'argument --shape: [64, 64, 3]: give '
+         'HEIGHT WIDTH'),
+        ('{ell_cfg} --checkpoint {cut}',
+         'argument --checkpoint: Checkpoint {cut} ('),
+        ('{ell_cfg} --tolerance 0', "argument --tolerance: '0' is not a "
+         'finite number > 0'),
+        ('{ell_cfg} --tolerance nan', 'argument --tolerance'),
+        ('{ell_cfg} --opset-version 11', 'argument --opset-version: 11 is '
+         'below 18'),
+        ('{ell_cfg} --output-file {tmp}', 'argument --output-file: {tmp} is '
+         'a folder'),
+        ('{ell_cfg} --threads -1', 'argument --threads'),
+        ('{ell_cfg} --cfg-options x', "argument --cfg-options: 'x' is not "
+         'KEY=VALUE'),
+    ]),
+    'onnx_test': ('deployment/onnx_test.py', [
+        ('{ell_cfg} {missing}.onnx',
+         'argument model: ONNX file {missing}.onnx does not exist'),
+        ('{ell_cfg} {page_onnx}', 'argument model: {page_onnx} (27 bytes) is '
+         'not an ONNX model: it does not parse as one'),
+        ('{ell_cfg} {empty_onnx}', 'argument model: {empty_onnx} (0 bytes) '
+         'is not an ONNX model: it is empty'),
+        ('{ell_cfg} {apart_onnx}', 'argument model: {apart_onnx} keeps its '
+         'weights in apart.onnx.data, which is not beside it'),
+        ('{notes} {good_onnx}', 'argument config: {notes} is not a config'),
+        ('{ell_cfg} {good_onnx} --checkpoint {empty}',
+         'argument --checkpoint: Checkpoint {empty} ('),
+        ('{ell_cfg} {good_onnx} --tolerance -1', 'argument --tolerance'),
+        ('{ell_cfg} {good_onnx} --work-dir {notes}',
+         'argument --work-dir: {notes} is a file'),
+    ]),
 }
+#: What reads an ONNX file's content needs onnx (the deploy extra).
+NEEDS_ONNX = ('onnx_test', )
 
 
 def cases():
     for tool, (path, items) in CASES.items():
+        marks = pytest.mark.skipif(
+            tool in NEEDS_ONNX and bool(missing_packages()),
+            reason='needs the deploy extra')
         for i, (argv, expected) in enumerate(items):
-            yield pytest.param(path, argv, expected, id=f'{tool}-{i}')
+            yield pytest.param(
+                path, argv, expected, id=f'{tool}-{i}', marks=marks)
 
 
 @pytest.mark.parametrize('path, argv, expected', list(cases()))

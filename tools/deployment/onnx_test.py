@@ -18,40 +18,53 @@ import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
 
-from mmengine.config import DictAction
-
 from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
                                      require_deploy)
 from mmseg_elliptical.utils import load_config
+from mmseg_elliptical.utils.arguments import (add_cfg_options,
+                                              checkpoint_file, config_file,
+                                              non_negative_float,
+                                              non_negative_int, onnx_file,
+                                              tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('config', help='the config the graph was exported from')
-    p.add_argument('model', help='the ONNX file')
+    """Parse the command line and check it before any work."""
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s CONFIG MODEL.onnx [--checkpoint CKPT] [options]')
+    p.add_argument(
+        'config',
+        type=config_file,
+        help='the config the graph was exported from')
+    p.add_argument('model', type=onnx_file, help='the ONNX file')
     p.add_argument(
         '--checkpoint',
+        type=checkpoint_file,
         help='also test this PyTorch checkpoint (as tools/test.py) and '
         'compare the mIoU')
     p.add_argument(
         '--tolerance',
-        type=float,
+        type=non_negative_float,
         default=0.01,
         help='largest mIoU difference (points) accepted with --checkpoint')
     p.add_argument(
         '--work-dir',
         help='the Runner\'s work dir (default: work_dirs/onnx_test/CONFIG)')
     p.add_argument(
-        '--threads', type=int, default=1, help='onnxruntime threads')
-    p.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='overrides of the config, e.g. test_dataloader.batch_size=4')
-    return p.parse_args(argv)
+        '--threads',
+        type=non_negative_int,
+        default=1,
+        help='onnxruntime threads (0: its default)')
+    add_cfg_options(p, 'the config, e.g. test_dataloader.batch_size=4')
+    args = p.parse_args(argv)
+    if args.work_dir and osp.isfile(args.work_dir):
+        p.error(f'argument --work-dir: {args.work_dir} is a file; give a '
+                'folder')
+    return args
 
 
+@tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Test the graph (and the checkpoint); return their metrics."""
     args = parse_args(argv)

@@ -13,11 +13,11 @@ Example (the demo model of ``make demo``)::
         --output-file demo.onnx --shape 64 64 --dynamic-export --verify
 """
 import argparse
+import os.path as osp
 import sys
 from typing import List, Optional, Sequence
 
 import torch
-from mmengine.config import DictAction
 
 from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
                                      fixed_input_size, input_channels,
@@ -25,19 +25,30 @@ from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
                                      verification_shapes, verify)
 from mmseg_elliptical.deploy.export import OPSET
 from mmseg_elliptical.utils import load_config
+from mmseg_elliptical.utils.arguments import (add_cfg_options,
+                                              checkpoint_file, config_file,
+                                              fail, non_negative_int,
+                                              positive_float, positive_int,
+                                              tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('config', help='config file ("mmseg::" paths allowed)')
+    """Parse the command line and check it before any work."""
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s CONFIG [--checkpoint CKPT] [--output-file FILE] '
+        '[--shape H [W]] [--dynamic-export] [--verify] [options]')
+    p.add_argument(
+        'config', type=config_file, help='config file ("mmseg::" paths '
+        'allowed)')
     p.add_argument(
         '--checkpoint',
+        type=checkpoint_file,
         help='checkpoint of the model (without: random weights)')
     p.add_argument('--output-file', default='tmp.onnx', help='ONNX file')
     p.add_argument(
         '--shape',
-        type=int,
+        type=positive_int,
         nargs='+',
         help='input height and width (one number: square); default: the '
         'crop_size of the config\'s test_cfg')
@@ -52,23 +63,30 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'dynamic, at another size and batch)')
     p.add_argument(
         '--tolerance',
-        type=float,
+        type=positive_float,
         default=1e-3,
         help='largest relative difference --verify accepts')
-    p.add_argument('--opset-version', type=int, default=OPSET)
+    p.add_argument(
+        '--opset-version',
+        type=positive_int,
+        default=OPSET,
+        help=f'ONNX opset, {OPSET} or later (torch\'s dynamo exporter)')
     p.add_argument(
         '--threads',
-        type=int,
+        type=non_negative_int,
         default=1,
         help='torch and onnxruntime threads (0: their defaults)')
-    p.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='overrides of the config, e.g. model.backbone.img_size=640')
+    add_cfg_options(p, 'the config, e.g. model.backbone.img_size=640')
     args = p.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
-        p.error('--shape takes HEIGHT WIDTH, or one number for a square')
+        p.error(f'argument --shape: {args.shape}: give HEIGHT WIDTH, or one '
+                'number for a square')
+    if args.opset_version < OPSET:
+        p.error(f'argument --opset-version: {args.opset_version} is below '
+                f'{OPSET}, the oldest opset torch\'s dynamo exporter writes')
+    if osp.isdir(args.output_file) or args.output_file.endswith(osp.sep):
+        p.error(f'argument --output-file: {args.output_file} is a folder; '
+                'give the path of the .onnx file to write')
     return args
 
 
@@ -78,11 +96,12 @@ def export_shape(args: argparse.Namespace, cfg) -> List[int]:
         return args.shape * 2 if len(args.shape) == 1 else args.shape
     crop = (cfg.model.get('test_cfg') or {}).get('crop_size')
     if crop is None:
-        sys.exit('give --shape HEIGHT WIDTH (the config\'s test_cfg has no '
-                 'crop_size)')
+        fail('argument --shape: give HEIGHT WIDTH (the config\'s test_cfg '
+             'has no crop_size)')
     return list(crop)
 
 
+@tool_main
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     """Export (and verify); return what was done."""
     args = parse_args(argv)
