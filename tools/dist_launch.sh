@@ -12,7 +12,19 @@ TOOL=$1
 NPROC=$2
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
+case "$NPROC" in
+  ''|*[!0-9]*|0)
+    echo "$(basename "$0"): error: NPROC '$NPROC' is not a positive integer (the processes per node, e.g. 8)" >&2
+    exit 2 ;;
+esac
+
 export PYTHONPATH="$ROOT":${PYTHONPATH:-}
+# The command line checked once, here, before NPROC processes start (a bad
+# argument: the tool's one-line error and status 2, no torchrun traceback);
+# MMSEG_ELLIPTICAL_SKIP_CHECK=1 skips it.
+if [ "${MMSEG_ELLIPTICAL_SKIP_CHECK:-0}" != 1 ]; then
+  "${PYTHON:-python}" "$ROOT/tools/check_args.py" "$TOOL" --launcher pytorch "${@:3}"
+fi
 exec "${PYTHON:-python}" -m torch.distributed.run \
     --nnodes="${NNODES:-1}" \
     --node_rank="${NODE_RANK:-0}" \

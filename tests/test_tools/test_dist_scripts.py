@@ -88,7 +88,11 @@ def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
     (tools / 'sleep.py').write_text(SLEEPER)
     pids = tmp_path / 'pids'
     pids.mkdir()
-    env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()))
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=str(free_port()),
+        MMSEG_ELLIPTICAL_SKIP_CHECK='1')  # the sleeper has no arguments
     launcher = subprocess.Popen([
         'bash',
         str(tools / 'dist_launch.sh'), 'sleep.py',
@@ -196,3 +200,29 @@ def test_robustness_scripts_need_their_arguments(script, args) -> None:
         timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith('usage: ')
     assert 'CONFIG CHECKPOINT [CONFIG CHECKPOINT ...]' in proc.stderr
+
+
+@pytest.mark.parametrize('script, args, expected', [
+    ('dist_robustness.sh', ['2', DEMO_ELLIPTICAL, 'missing.pth'],
+     'robustness.py: error: argument CONFIG CHECKPOINT: checkpoint '
+     'missing.pth does not exist'),
+    ('dist_test.sh', [DEMO_ELLIPTICAL, 'missing.pth', '2'],
+     'test.py: error: argument checkpoint: missing.pth does not exist'),
+    ('dist_robustness.sh', ['two', DEMO_ELLIPTICAL, 'x.pth'],
+     "dist_launch.sh: error: NPROC 'two' is not a positive integer"),
+])
+def test_a_bad_argument_stops_the_launch_before_torchrun(
+        script, args, expected) -> None:
+    # Checked once (tools/check_args.py) before torchrun starts its
+    # processes: the tool's one line, status 2, no ChildFailedError.
+    proc = subprocess.run(
+        ['bash', osp.join(ROOT, 'tools', script), *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1'),
+        capture_output=True,
+        text=True,
+        timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert expected in proc.stderr, proc.stderr[-2000:]
+    for sign in ('Traceback', 'ChildFailedError', 'torch.distributed'):
+        assert sign not in proc.stderr, proc.stderr[-2000:]
