@@ -543,13 +543,13 @@ def onnx_graph(path: str,
     weight = numpy_helper.from_array(
         np.ones((classes, 3, 1, 1), np.float32), 'weight')
     graph = helper.make_graph(
-        [helper.make_node(op, ['input', 'weight'], ['seg_logits'])], 'tiny',
-        [
+        [helper.make_node(op, ['input', 'weight'], ['seg_logits'])], 'tiny', [
             helper.make_tensor_value_info('input', TensorProto.FLOAT,
                                           ['batch', 3, 'height', 'width'])
         ], [
-            helper.make_tensor_value_info('seg_logits', TensorProto.FLOAT,
-                                          ['batch', classes, 'height', 'width'])
+            helper.make_tensor_value_info(
+                'seg_logits', TensorProto.FLOAT,
+                ['batch', classes, 'height', 'width'])
         ], [weight])
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid('', 18)])

@@ -24,9 +24,8 @@ def check_onnx_file(path: str) -> str:
         str: ``path``.
     """
     if not osp.isfile(path):
-        raise ExportError(
-            f'ONNX file {path} does not exist' if not osp.exists(path) else
-            f'ONNX file {path} is a folder, not a file')
+        raise ExportError(f'ONNX file {path} does not exist' if not osp.exists(
+            path) else f'ONNX file {path} is a folder, not a file')
     if not installed('onnx'):
         return path
     import onnx

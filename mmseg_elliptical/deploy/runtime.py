@@ -61,8 +61,8 @@ def input_dims(session) -> Dims:
 
 
 def check_input(dims: Dims, shape: Sequence[int]) -> None:
-    """Raise a clear :class:`~.errors.ExportError` when ``shape`` does not fit a graph whose
-    input dimensions are ``dims``."""
+    """Raise a clear :class:`~.errors.ExportError` when ``shape`` does not
+    fit a graph whose input dimensions are ``dims``."""
     names = ('batch', 'channels', 'height', 'width')
     bad = [(n, d, s) for n, d, s in zip(names, dims, shape)
            if isinstance(d, int) and d != s]

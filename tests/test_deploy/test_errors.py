@@ -13,8 +13,8 @@ from mmengine.config import Config
 from processes import load_tool, refused
 
 from mmseg_elliptical.deploy import (ExportError, ONNXRuntimeSegmentor,
-                                     build_segmentor, check_input,
-                                     export_onnx, ort_session)
+                                     build_segmentor, check_input, export_onnx,
+                                     ort_session)
 from mmseg_elliptical.utils import load_config
 
 SEGMENTER = osp.join(
@@ -87,8 +87,9 @@ def test_query_heads_refuse_the_median_estimator_only(kind, tmp_path):
         assert not onnx.exists()
 
 
-SEGFORMER = osp.join(ROOT, 'configs', 'segformer',
-                     'segformer_elliptical-mit-b0_8xb2-160k_ade20k-512x512.py')
+SEGFORMER = osp.join(
+    ROOT, 'configs', 'segformer',
+    'segformer_elliptical-mit-b0_8xb2-160k_ade20k-512x512.py')
 TINY_MIT = {
     'model.backbone.embed_dims': 8,
     'model.decode_head.in_channels': [8, 16, 40, 64],
@@ -102,20 +103,21 @@ def test_a_size_the_model_cannot_run_at_is_refused_before_the_trace(
     # its input): one eager forward finds it, not torch.export's trace.
     monkeypatch.setattr('torch.onnx.export', forbidden)
     segmentor = build_segmentor(load_config(SEGFORMER, TINY_MIT, True))
-    with pytest.raises(ExportError, match=r'does not run at 8x12 \(.*Kernel '
-                       r'size.*\): export at a larger --shape'):
+    with pytest.raises(
+            ExportError,
+            match=r'does not run at 8x12 \(.*Kernel '
+            r'size.*\): export at a larger --shape'):
         export_onnx(segmentor, str(tmp_path / 'm.onnx'), (8, 12), True)
 
 
 def test_the_export_tool_says_so_in_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr('torch.onnx.export', forbidden)
     options = [f'{k}={v}'.replace(' ', '') for k, v in TINY_MIT.items()]
-    line = refused(
-        capsys,
-        load_tool('deployment/pytorch2onnx.py').main, [
-            SEGFORMER, '--shape', '8', '--output-file',
-            str(tmp_path / 'm.onnx'), '--cfg-options', *options
-        ])
+    line = refused(capsys,
+                   load_tool('deployment/pytorch2onnx.py').main, [
+                       SEGFORMER, '--shape', '8', '--output-file',
+                       str(tmp_path / 'm.onnx'), '--cfg-options', *options
+                   ])
     assert 'error: The model does not run at 8x8 (' in line
 
 
@@ -163,9 +165,11 @@ def test_a_graph_of_other_classes_than_the_config_is_refused(graphs):
         concat_input=False)
     path = str(graphs / 'good.onnx')
     ONNXRuntimeSegmentor(path, dict(head, num_classes=4))
-    with pytest.raises(ExportError, match='good.onnx gives 4 class scores, '
-                       "the config's decode head 3: test the graph with the "
-                       'config it was exported from'):
+    with pytest.raises(
+            ExportError,
+            match='good.onnx gives 4 class scores, '
+            "the config's decode head 3: test the graph with the "
+            'config it was exported from'):
         ONNXRuntimeSegmentor(path, dict(head, num_classes=3))
 
 

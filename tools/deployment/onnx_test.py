@@ -21,9 +21,8 @@ from typing import Dict, Optional, Sequence
 from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
                                      require_deploy)
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (add_cfg_options,
-                                              checkpoint_file, config_file,
-                                              non_negative_float,
+from mmseg_elliptical.utils.arguments import (add_cfg_options, checkpoint_file,
+                                              config_file, non_negative_float,
                                               non_negative_int, onnx_file,
                                               tool_main)
 

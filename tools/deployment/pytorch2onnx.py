@@ -25,11 +25,10 @@ from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
                                      verification_shapes, verify)
 from mmseg_elliptical.deploy.export import OPSET
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (add_cfg_options,
-                                              checkpoint_file, config_file,
-                                              fail, non_negative_int,
-                                              positive_float, positive_int,
-                                              tool_main)
+from mmseg_elliptical.utils.arguments import (add_cfg_options, checkpoint_file,
+                                              config_file, fail,
+                                              non_negative_int, positive_float,
+                                              positive_int, tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -39,7 +38,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         usage='%(prog)s CONFIG [--checkpoint CKPT] [--output-file FILE] '
         '[--shape H [W]] [--dynamic-export] [--verify] [options]')
     p.add_argument(
-        'config', type=config_file, help='config file ("mmseg::" paths '
+        'config',
+        type=config_file,
+        help='config file ("mmseg::" paths '
         'allowed)')
     p.add_argument(
         '--checkpoint',
