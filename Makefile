@@ -81,11 +81,16 @@ lint: setup
 	$(PY) -m isort --check-only --diff $(LINT_PATHS)
 	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 
+# pytest-xdist workers, each on one OpenMP thread (two threads per worker on
+# two cores spin-wait on each other); TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
+
 test: setup lint
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 benchmark: setup
 	$(PY) tools/analysis_tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark

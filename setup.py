@@ -31,7 +31,7 @@ setup(
         'prettytable>=3.12',
     ],
     extras_require={
-        'tests': ['pytest>=7', 'pytest-timeout'],
+        'tests': ['pytest>=7', 'pytest-timeout', 'pytest-xdist'],
         'robustness': ['imagecorruptions-imaug>=1.1.5'],
         'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
         # Mask2Former, MaskFormer and KNet (mmdet asserts mmcv < 2.2.0)
