@@ -11,6 +11,7 @@ on ``sys.path``, so any test imports these modules whatever its depth.
 import copy
 import glob
 import importlib.util
+import os
 import os.path as osp
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -561,3 +562,30 @@ def onnx_graph(path: str,
         location=osp.basename(path) + '.data',
         size_threshold=0)
     return path
+
+
+#: What :func:`onnx_files` writes: a good graph and the ONNX files that
+#: cannot serve, by name.
+ONNX_FILES = ('good', 'cut', 'empty', 'page', 'apart', 'unknown')
+
+
+def onnx_files(folder) -> Dict[str, str]:
+    """A good ONNX graph (:func:`onnx_graph`) and the bad ones beside it in
+    ``folder``: cut short, empty, a text page, one whose weights file is
+    gone, one with an operator onnxruntime does not know.
+
+    Returns:
+        dict: ``{name: path}`` for the names of :data:`ONNX_FILES`.
+    """
+    paths = {n: osp.join(str(folder), f'{n}.onnx') for n in ONNX_FILES}
+    with open(onnx_graph(paths['good']), 'rb') as f:
+        data = f.read()
+    with open(paths['cut'], 'wb') as f:
+        f.write(data[:len(data) // 2])
+    open(paths['empty'], 'wb').close()
+    with open(paths['page'], 'w') as f:
+        f.write('<html>404 Not Found</html>\n')
+    onnx_graph(paths['apart'], weights_apart=True)
+    os.remove(paths['apart'] + '.data')
+    onnx_graph(paths['unknown'], op='NoSuchOp')
+    return paths

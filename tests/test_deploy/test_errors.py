@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from builders import HAS_MMDET, ROOT, onnx_graph, tiny_query_head
+from builders import HAS_MMDET, ROOT, onnx_files, tiny_query_head
 from mmengine.config import Config
 from processes import load_tool, refused
 
@@ -128,13 +128,7 @@ def forbidden(*args, **kwargs):
 @pytest.fixture
 def graphs(tmp_path):
     pytest.importorskip('onnxruntime')
-    data = open(onnx_graph(str(tmp_path / 'good.onnx')), 'rb').read()
-    (tmp_path / 'cut.onnx').write_bytes(data[:len(data) // 2])
-    (tmp_path / 'empty.onnx').write_bytes(b'')
-    (tmp_path / 'page.onnx').write_text('<html>404 Not Found</html>')
-    onnx_graph(str(tmp_path / 'apart.onnx'), weights_apart=True)
-    os.remove(tmp_path / 'apart.onnx.data')
-    onnx_graph(str(tmp_path / 'unknown.onnx'), op='NoSuchOp')
+    onnx_files(tmp_path)
     return tmp_path
 
 

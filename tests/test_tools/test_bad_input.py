@@ -10,7 +10,7 @@ import os.path as osp
 import sys
 
 import pytest
-from builders import onnx_graph
+from builders import onnx_files
 from processes import load_tool, refused, run_tool_main
 
 import mmseg_elliptical  # noqa: F401
@@ -31,12 +31,8 @@ def files(demo_models, tmp_path_factory):
     (tmp / 'run').mkdir()
     (tmp / 'broken').mkdir()
     (tmp / 'broken' / 'benchmark.json').write_text('{"meta": ')
-    (tmp / 'page.onnx').write_text('<html>404 Not Found</html>\n')
-    (tmp / 'empty.onnx').write_bytes(b'')
-    if not missing_packages():
-        onnx_graph(str(tmp / 'apart.onnx'), weights_apart=True)
-        os.remove(tmp / 'apart.onnx.data')
-        onnx_graph(str(tmp / 'good.onnx'))
+    if not missing_packages():  # the onnx_test cases skip without
+        onnx_files(tmp)
     return dict(
         ell=' '.join(demo_models[:2]),
         ell_cfg=demo_models[0],
