@@ -524,7 +524,7 @@ def tiny_variants(
         config=BENCH_VIT_T,
         **kwargs):
     """The benchmark's variants of a shrunk (:data:`BENCH_TINY`) config."""
-    from mmseg_elliptical.benchmark.models import derive_variants
+    from mmseg_elliptical.benchmark.variants import derive_variants
     from mmseg_elliptical.utils.config import load_config
     cfg = load_config(config, BENCH_TINY, no_pretrained=True)
     return derive_variants('vit', config, cfg.model.to_dict(), roles, **kwargs)

@@ -20,8 +20,8 @@ from .attention_maps import image_maps, model_attention
 from .collapse import CollapseMeter, measure_collapse, write_collapse_report
 from .layers import AnalysisError, TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
+from .measures import mean_pairwise_cosine, relevance_spread
 from .recorder import LayerRecord, LayerRecorder
-from .statistics import mean_pairwise_cosine, relevance_spread
 from .tokens import (attention_row, grid_to_image, input_point, query_token,
                      slide_boxes, window_keys)
 

@@ -24,8 +24,8 @@ from ..utils.config import ModelSpec, load_config, split_loader
 from ..utils.output import markdown_table, pyplot, write_report
 from .layers import TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
+from .measures import mean_pairwise_cosine, relevance_spread
 from .recorder import LayerRecorder
-from .statistics import mean_pairwise_cosine, relevance_spread
 
 
 def inference_mode(test_cfg: Optional[Dict]) -> str:

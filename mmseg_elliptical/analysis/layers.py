@@ -15,15 +15,10 @@ import torch.nn as nn
 from mmengine.model import is_model_wrapper
 from torch import Tensor
 
+from ..errors import AnalysisError  # noqa: F401
 from ..models.conversion import (ELLIPTICAL_VERSIONS, elliptical_version,
                                  to_elliptical)
 from ..models.transformer import PARTS, EllipticalTransformerMixin, TokenLayout
-
-
-class AnalysisError(ValueError):
-    """A question an analysis cannot answer for this model as asked: a part
-    without transformer layers, a layer or head it does not have, a point
-    outside the image. The message names the argument and what is valid."""
 
 
 @dataclass

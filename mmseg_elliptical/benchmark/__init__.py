@@ -12,11 +12,12 @@ from .flops import count_flops, count_params
 from .layer import layer_benchmark, layer_markdown
 from .memory import (cuda_peak_mb, saved_tensors_mb, step_peak_mb,
                      tensor_peak_mb)
-from .models import (DEFAULT_ROLES, ROLES, BenchForward, BenchModel,
-                     build_model, config_variants, derive_variants, make_step)
 from .runner import MEMORY, BenchmarkOptions, ratios, run_benchmark
 from .timing import (RatioStats, make_timer, paired_ratio, run_interleaved,
                      time_stats)
+from .variants import (DEFAULT_ROLES, ROLES, BenchForward, BenchModel,
+                       build_model, config_variants, derive_variants,
+                       make_step)
 
 __all__ = [
     'count_flops', 'count_params', 'layer_benchmark', 'layer_markdown',

@@ -40,7 +40,7 @@ def count_flops(model: nn.Module,
 
     Args:
         model (nn.Module): The module, e.g. a
-            :class:`~.models.BenchForward` (its current mode is used).
+            :class:`~.variants.BenchForward` (its current mode is used).
         x (Tensor): Input batch.
 
     Returns:

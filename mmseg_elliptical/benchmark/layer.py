@@ -18,6 +18,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from ..models import EllipticalAttention
 from ..utils.output import markdown_table
 from .timing import make_timer, paired_ratio, run_interleaved, time_stats
 
@@ -45,7 +46,6 @@ def layer_steps(tokens: int = 1025,
         dict[str, callable]: A step per name of :data:`PATHS`, each
         returning the attention's output.
     """
-    from ..models import EllipticalAttention
     torch.manual_seed(seed)
     attn = EllipticalAttention(dims, heads).to(device).eval()
     attn.requires_grad_(False)

@@ -1,6 +1,6 @@
 """The onnxruntime row of the benchmark: the same model, exported.
 
-The benchmarked module (:class:`~.models.BenchForward`: the backbone, or the
+The benchmarked module (:class:`~.variants.BenchForward`: the backbone, or the
 segmentor in ``mode='tensor'``) is exported with its weights at the
 benchmark's batch and size (a static graph,
 ``torch.onnx.export(..., dynamo=True)``, with the export versions of
@@ -16,6 +16,9 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..deploy import ort_session, require_deploy
+from ..deploy.export import OPSET
+from ..deploy.shapes import export_friendly
 from .timing import paired_ratio
 
 ROLE = 'onnxruntime'
@@ -27,16 +30,13 @@ def onnxruntime_step(model: nn.Module, x: Tensor,
 
     Args:
         model (nn.Module): The benchmarked module
-            (:class:`~.models.BenchForward`), in eval mode.
+            (:class:`~.variants.BenchForward`), in eval mode.
         x (Tensor): The input batch (CPU).
         threads (int): onnxruntime's intra-op threads (0: its default).
 
     Returns:
         Callable[[], None]: The step.
     """
-    from ..deploy import ort_session, require_deploy
-    from ..deploy.export import OPSET
-    from ..deploy.shapes import export_friendly
     require_deploy('The onnxruntime row of the benchmark')
     if x.device.type != 'cpu':
         raise ValueError('The onnxruntime row runs on the CPU: benchmark '

@@ -15,10 +15,10 @@ from torch.utils.benchmark.utils.common import set_torch_threads
 
 from .flops import count_flops, count_params
 from .memory import saved_tensors_mb, step_peak_mb
-from .models import BenchForward, BenchModel, build_model, make_step
 from .onnx import ROLE as ONNX_ROLE
 from .onnx import onnx_name, onnxruntime_step, runtime_ratios
 from .timing import make_timer, paired_ratio, run_interleaved, time_stats
+from .variants import BenchForward, BenchModel, build_model, make_step
 
 #: ``BenchmarkOptions.memory``: the peak of tensor memory in one step, or
 #: nothing.

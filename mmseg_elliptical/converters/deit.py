@@ -27,7 +27,8 @@ from typing import Callable, Dict, List, Mapping, Tuple
 
 from torch import Tensor
 
-from ..engine.launch import mmseg_tool_path
+from ..errors import SourceError  # noqa: F401
+from ..utils import mmseg_tool_path
 
 WRAPPERS = ('state_dict', 'model', 'module')
 # Source keys with no counterpart in a segmentation backbone.
@@ -39,12 +40,6 @@ MMSEG_VIT_KEYS = re.compile(
     r'layers\.\d+\.attn\.attn\.(in_proj_weight|in_proj_bias|'
     r'out_proj\.weight|out_proj\.bias)|'
     r'layers\.\d+\.ffn\.layers\.(0\.0|1)\.(weight|bias))$')
-
-
-class SourceError(ValueError):
-    """A source checkpoint the converter cannot use (an unknown layout,
-    pickled objects the weights-only loader refuses); the message says
-    why and what to do."""
 
 
 def mmseg_convert_vit() -> Callable[[Mapping[str, Tensor]], OrderedDict]:

@@ -12,7 +12,8 @@ onnxruntime and onnxscript are the ``[deploy]`` extra: without them this
 package imports and what needs them raises an ``ImportError`` naming the
 extra.
 """
-from .errors import ExportError, check_onnx_file
+from ..errors import ExportError
+from ..utils.files import check_onnx_file
 from .evaluate import (build_segmentor, evaluate_onnx, evaluate_pytorch,
                        run_test)
 from .export import (ExportResult, SegLogits, check_exportable, export_onnx,

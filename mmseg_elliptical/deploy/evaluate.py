@@ -25,8 +25,6 @@ def build_segmentor(cfg: Config,
     """
     from mmseg.registry import MODELS
     from mmseg.utils import register_all_modules
-
-    import mmseg_elliptical  # noqa: F401  (registers the plugin)
     register_all_modules(init_default_scope=False)
     model_cfg = copy.deepcopy(cfg.model)
     model_cfg.pop('train_cfg', None)

@@ -30,8 +30,8 @@ import torch.nn as nn
 from mmseg.models.backbones import BEiT
 from torch import Tensor
 
+from ..errors import ExportError
 from ..models.attention.core import EllipticalAttentionMixin
-from .errors import ExportError
 from .requirements import require_deploy
 from .shapes import export_friendly, trace_shape
 
@@ -103,8 +103,8 @@ def part_of(name: str) -> str:
 
 
 def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
-    """Raise a clear :class:`~.errors.ExportError` for what cannot be
-    exported.
+    """Raise a clear :class:`~mmseg_elliptical.errors.ExportError` for
+    what cannot be exported.
 
     * ``relevance_reduction='median'``: ``aten::median`` has no ONNX
       translation in torch's exporters.

@@ -15,7 +15,8 @@ from mmseg.models.segmentors import BaseSegmentor, EncoderDecoder
 from mmseg.registry import MODELS
 from torch import Tensor
 
-from .errors import ExportError, check_onnx_file
+from ..errors import ExportError
+from ..utils.files import check_onnx_file
 from .export import INPUT_NAME
 from .requirements import onnxruntime
 
@@ -61,8 +62,8 @@ def input_dims(session) -> Dims:
 
 
 def check_input(dims: Dims, shape: Sequence[int]) -> None:
-    """Raise a clear :class:`~.errors.ExportError` when ``shape`` does not
-    fit a graph whose input dimensions are ``dims``."""
+    """Raise a clear :class:`~mmseg_elliptical.errors.ExportError` when
+    ``shape`` does not fit a graph whose input dimensions are ``dims``."""
     names = ('batch', 'channels', 'height', 'width')
     bad = [(n, d, s) for n, d, s in zip(names, dims, shape)
            if isinstance(d, int) and d != s]

@@ -44,9 +44,9 @@ from mmseg.models.utils import Upsample, resize
 from mmseg.models.utils.embed import AdaptivePadding
 from torch import Tensor
 
+from ..errors import ExportError
 from ..models.decode_heads.mmdet_extra import MMDET_AVAILABLE
 from . import deform_attn
-from .errors import ExportError
 
 
 class ExportAdaptivePadding(AdaptivePadding):
@@ -142,7 +142,7 @@ EXPORT_VERSIONS: Dict[type, Optional[type]] = {
     **deform_attn.EXPORT_VERSIONS,
 }
 if MMDET_AVAILABLE:
-    from . import query_heads
+    from . import query_heads  # needs mmdet (optional)
     EXPORT_VERSIONS.update(query_heads.EXPORT_VERSIONS)
 
 

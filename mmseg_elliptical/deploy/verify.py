@@ -7,7 +7,7 @@ import torch.nn as nn
 from mmengine.config import ConfigDict
 from torch import Tensor
 
-from .errors import ExportError
+from ..errors import ExportError
 from .runtime import run_session
 
 

@@ -1,15 +1,17 @@
 """Running mmseg's tools with the plugin: the checkpoint loader, the launch
 helpers and the hooks."""
-from .checkpoint import (CheckpointError, check_checkpoint, load_from_local,
-                         mmengine_safe_globals, register_checkpoint_loader,
+from ..errors import CheckpointError
+from ..utils.files import check_checkpoint
+from .checkpoint import (load_from_local, mmengine_safe_globals,
+                         register_checkpoint_loader,
                          unregister_checkpoint_loader)
 from .hooks import SegSummaryHook
-from .launch import (end_process_group, mmseg_tool_path, prepare_cpu_launch,
-                     run_mmseg_tool, start_launcher)
+from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
+                     start_launcher)
 
 __all__ = [
     'CheckpointError', 'check_checkpoint', 'load_from_local',
     'mmengine_safe_globals', 'register_checkpoint_loader',
     'unregister_checkpoint_loader', 'SegSummaryHook', 'end_process_group',
-    'mmseg_tool_path', 'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
+    'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
 ]

@@ -29,7 +29,6 @@ rather than added for the whole process.
 """
 import os
 import os.path as osp
-import zipfile
 from typing import Callable, List, Optional
 
 import numpy as np
@@ -39,14 +38,11 @@ from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.runner.checkpoint import \
     load_from_local as mmengine_load_from_local
 
+from ..utils.files import checkpoint_error, unreadable_reason
+
 ENV_SWITCH = 'MMSEG_ELLIPTICAL_CHECKPOINT_LOADER'
 _mmengine_loader: Optional[Callable] = None
 _logged = False
-
-
-class CheckpointError(ValueError):
-    """A file that is no complete torch checkpoint (empty, cut short, or of
-    another kind)."""
 
 
 def mmengine_safe_globals() -> List[object]:
@@ -58,69 +54,6 @@ def mmengine_safe_globals() -> List[object]:
         *{type(np.dtype(t))
           for t in np.sctypeDict.values()}
     ]
-
-
-def unreadable_reason(path: str) -> Optional[str]:
-    """Why a file cannot be a complete torch checkpoint, or None when its
-    structure is sound (torch's zip format with its central directory and
-    ``data.pkl``, or a pickle: torch's legacy format).
-
-    Reads the first bytes and, for a zip archive, its central directory
-    only; the tensors are not read.
-    """
-    if os.path.getsize(path) == 0:
-        return 'it is empty'
-    with open(path, 'rb') as f:
-        head = f.read(64)
-    if head.startswith(b'PK\x03\x04'):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except (zipfile.BadZipFile, OSError):
-            return ('it is cut short: a zip archive (torch\'s format) '
-                    'without its end, as a download or copy that stopped '
-                    'midway leaves it')
-        if not any(n.split('/')[-1] == 'data.pkl' for n in names):
-            return 'it is a zip archive, but not one torch wrote'
-        return None
-    if head.startswith(b'\x80'):
-        return None
-    try:
-        text = head.decode('utf-8')
-    except UnicodeDecodeError:
-        return f'it is no torch file (it starts with {head[:8]!r})'
-    first = text.strip().splitlines()[0][:40] if text.strip() else ''
-    return f'it is a text file (it starts with {first!r})'
-
-
-def checkpoint_error(path: str, reason: str) -> CheckpointError:
-    """The error for an unreadable checkpoint: path, size, cause, fix."""
-    return CheckpointError(
-        f'Checkpoint {path} ({os.path.getsize(path):,} bytes) is not a '
-        f'complete torch checkpoint: {reason}. Download it again, or save '
-        'it again with torch.save / mmengine.')
-
-
-def check_checkpoint(path: str) -> str:
-    """Check that ``path`` is a file with the structure of a torch
-    checkpoint.
-
-    Args:
-        path (str): The checkpoint file.
-
-    Returns:
-        str: ``path``.
-
-    Raises:
-        FileNotFoundError: No such file.
-        CheckpointError: Empty, cut short or another kind of file.
-    """
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'Checkpoint {path} does not exist.')
-    reason = unreadable_reason(path)
-    if reason is not None:
-        raise checkpoint_error(path, reason)
-    return path
 
 
 def load_from_local(filename: str, map_location: Optional[str] = None):

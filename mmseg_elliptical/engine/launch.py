@@ -24,10 +24,10 @@ interpreter shutdown and a finished job can abort with ``terminate called
 without an active exception`` (exit code -6), which torchrun reports as a
 failed job.
 """
+import argparse
 import gc
 import logging
 import os
-import os.path as osp
 import runpy
 import sys
 from typing import Dict, List, Optional, Sequence
@@ -35,7 +35,10 @@ from typing import Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
-from mmengine.utils import get_installed_path
+
+from ..utils import mmseg_tool_path
+from ..utils.arguments import (CfgOptions, checkpoint_file, config_file, fail,
+                               input_errors)
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` for a CPU
 #: module), as a config and as ``--cfg-options``.
@@ -46,30 +49,7 @@ CPU_WRAPPER_OPTIONS = [
 ]
 
 
-def mmseg_tool_path(name: str) -> str:
-    """Path of a script mmseg's wheel ships under ``mmseg/.mim/tools``.
-
-    Args:
-        name (str): Path relative to the tools folder, e.g. ``'train.py'``.
-
-    Returns:
-        str: The absolute path.
-
-    Raises:
-        FileNotFoundError: mmseg's installation has no such script.
-    """
-    path = osp.join(
-        get_installed_path('mmsegmentation'), '.mim', 'tools', name)
-    if not osp.isfile(path):
-        import mmseg
-        raise FileNotFoundError(
-            f'mmseg {mmseg.__version__} does not ship tools/{name} at {path}; '
-            'install mmsegmentation==1.2.2 from PyPI (its wheel carries the '
-            'tools).')
-    return path
-
-
-def launcher_of(argv: Sequence[str]) -> str:
+def argv_launcher(argv: Sequence[str]) -> str:
     """The ``--launcher`` value in a tools/train.py or test.py command line."""
     for i, arg in enumerate(argv):
         if arg == '--launcher' and i + 1 < len(argv):
@@ -94,7 +74,7 @@ def prepare_cpu_launch(argv: Sequence[str],
     argv = list(argv)
     if cuda is None:
         cuda = torch.cuda.is_available()
-    launcher = launcher_of(argv)
+    launcher = argv_launcher(argv)
     if cuda or launcher == 'none':
         return argv
     if launcher != 'pytorch':
@@ -177,10 +157,6 @@ def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
     then the config must exist and, for ``test.py``, the checkpoint be a
     complete torch checkpoint, and every ``--cfg-options`` be
     ``KEY=VALUE``. A bad one ends the tool with one line and status 2."""
-    import argparse
-
-    from ..utils.arguments import (CfgOptions, checkpoint_file, config_file,
-                                   fail)
     args = list(argv[1:])
     if '--cfg-options' in args:
         values = []
@@ -214,7 +190,7 @@ def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
 def run_mmseg_tool(name: str) -> None:
     """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
 
-    Importing this package first registers the plugin's components and its
+    Importing this package has registered the plugin's components and its
     weights-only checkpoint loader. The command line is checked first
     (:func:`check_mmseg_tool_args`), and the plugin's own errors while the
     tool runs (an unreadable checkpoint, a refused model argument) end it
@@ -224,8 +200,6 @@ def run_mmseg_tool(name: str) -> None:
     destroyed when the script ends, also on error, so the exit status is the
     job's.
     """
-    import mmseg_elliptical  # noqa: F401
-    from ..utils.arguments import fail, input_errors
     check_mmseg_tool_args(name, sys.argv)
     sys.argv = prepare_cpu_launch(sys.argv)
     try:

@@ -17,21 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-
-class ConfigError(ValueError):
-    """A model argument the plugin refuses; the message names the argument,
-    the value and what is valid."""
-
-
-class InputError(ValueError):
-    """An input the model refuses (channels, size, non-finite values); the
-    message names what was expected."""
-
-
-class UnknownArgumentError(ConfigError, TypeError):
-    """A keyword argument the class does not take (a ``TypeError``, as
-    Python's own)."""
-
+from ..errors import InputError  # noqa: F401
+from ..errors import ConfigError, UnknownArgumentError
 
 REDUCTIONS = ('mean', 'median')
 # When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)

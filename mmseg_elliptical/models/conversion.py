@@ -16,11 +16,9 @@ from typing import Callable, Dict, Optional
 
 import torch.nn as nn
 
+from ..errors import ConversionError  # noqa: F401
+
 ELLIPTICAL_VERSIONS: Dict[type, type] = {}
-
-
-class ConversionError(TypeError):
-    """A module has no elliptical version, or one that runs its settings."""
 
 
 def register_elliptical_version(source: type) -> Callable[[type], type]:

@@ -16,24 +16,15 @@ from typing import Callable, Sequence, Tuple
 
 from mmengine.config import DictAction
 
+from ..errors import INPUT_ERRORS, CheckpointError, ExportError
+from .config import load_config, model_names, model_specs
+from .files import check_checkpoint, check_onnx_file
+
 
 def input_errors() -> Tuple[type, ...]:
-    """The plugin's error classes for what a user gave: a model argument
-    (``ConfigError``), an input the model refuses (``InputError``), a module
-    that cannot be converted (``ConversionError``), an analysis that cannot
-    run as asked (``AnalysisError``, ``GridError``), an unreadable checkpoint
-    (``CheckpointError``), a checkpoint a converter cannot use
-    (``SourceError``), a model or ONNX file that cannot be exported or run
-    (``ExportError``)."""
-    from ..analysis.layers import AnalysisError
-    from ..analysis.robustness.store import GridError
-    from ..converters.deit import SourceError
-    from ..deploy.errors import ExportError
-    from ..engine.checkpoint import CheckpointError
-    from ..models.checks import ConfigError, InputError
-    from ..models.conversion import ConversionError
-    return (ConfigError, InputError, ConversionError, AnalysisError, GridError,
-            CheckpointError, SourceError, ExportError)
+    """The plugin's error classes for what a user gave
+    (:data:`mmseg_elliptical.errors.INPUT_ERRORS`)."""
+    return INPUT_ERRORS
 
 
 def fail(message: str) -> None:
@@ -105,7 +96,6 @@ def config_file(text: str) -> str:
     """A config: an existing ``.py`` file, or one of mmseg's
     (``mmseg::family/name.py``)."""
     if text.startswith('mmseg::'):
-        from .config import load_config
         try:
             load_config(text)
         except FileNotFoundError as e:
@@ -119,8 +109,7 @@ def config_file(text: str) -> str:
 
 def checkpoint_file(text: str) -> str:
     """An existing, complete torch checkpoint
-    (:func:`~mmseg_elliptical.engine.check_checkpoint`)."""
-    from ..engine.checkpoint import CheckpointError, check_checkpoint
+    (:func:`~.files.check_checkpoint`)."""
     existing_file(text)
     try:
         return check_checkpoint(text)
@@ -130,8 +119,7 @@ def checkpoint_file(text: str) -> str:
 
 def onnx_file(text: str) -> str:
     """An existing ONNX model with its weights beside it
-    (:func:`~mmseg_elliptical.deploy.check_onnx_file`)."""
-    from ..deploy.errors import ExportError, check_onnx_file
+    (:func:`~.files.check_onnx_file`)."""
     try:
         return check_onnx_file(text)
     except ExportError as e:
@@ -227,8 +215,6 @@ def model_pairs(parser: argparse.ArgumentParser,
     Returns:
         list[ModelSpec]: One per model.
     """
-    from ..engine.checkpoint import check_checkpoint
-    from .config import model_names, model_specs
     try:
         specs = model_specs(paths)
         for spec in specs:

@@ -11,9 +11,9 @@ from typing import List, NamedTuple, Optional, Sequence
 
 from mmengine.config import Config
 from mmengine.hub import get_config
+from mmengine.utils import get_installed_path
 
-from ..models.checks import ConfigError
-from ..models.transformer import PARTS
+from ..errors import ConfigError
 
 
 class ModelSpec(NamedTuple):
@@ -130,11 +130,11 @@ def load_config(path: str,
     if no_pretrained and 'model' in cfg:
         if cfg.model.get('pretrained'):
             cfg.model.pretrained = None
-        for part in PARTS:
-            init_cfg = cfg.model.get(part, {}).get('init_cfg')
+        for part in cfg.model.values():
+            init_cfg = part.get('init_cfg') if isinstance(part, dict) else None
             if isinstance(init_cfg, dict) and \
                     init_cfg.get('type') == 'Pretrained':
-                cfg.model[part].init_cfg = None
+                part.init_cfg = None
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     return cfg
@@ -155,3 +155,26 @@ def split_loader(cfg: Config, split: str) -> dict:
         raise ConfigError(f'The config has no {split}_dataloader; pick '
                           'another --split.')
     return loader
+
+
+def mmseg_tool_path(name: str) -> str:
+    """Path of a script mmseg's wheel ships under ``mmseg/.mim/tools``.
+
+    Args:
+        name (str): Path relative to the tools folder, e.g. ``'train.py'``.
+
+    Returns:
+        str: The absolute path.
+
+    Raises:
+        FileNotFoundError: mmseg's installation has no such script.
+    """
+    path = osp.join(
+        get_installed_path('mmsegmentation'), '.mim', 'tools', name)
+    if not osp.isfile(path):
+        import mmseg
+        raise FileNotFoundError(
+            f'mmseg {mmseg.__version__} does not ship tools/{name} at {path}; '
+            'install mmsegmentation==1.2.2 from PyPI (its wheel carries the '
+            'tools).')
+    return path

@@ -6,8 +6,8 @@ import pytest
 import torch
 from builders import ROOT
 
-from mmseg_elliptical.benchmark.models import (BenchForward, build_model,
-                                               derive_variants, make_step)
+from mmseg_elliptical.benchmark.variants import (BenchForward, build_model,
+                                                 derive_variants, make_step)
 from mmseg_elliptical.utils.config import load_config
 
 pytest.importorskip('mmdet')

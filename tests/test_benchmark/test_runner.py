@@ -4,11 +4,11 @@ import pytest
 import torch
 from builders import tiny_variants
 
-from mmseg_elliptical.benchmark.models import (BenchModel, build_model,
-                                               make_step)
 from mmseg_elliptical.benchmark.runner import (MEMORY, BenchmarkOptions,
                                                ratios, run_benchmark,
                                                runner_of)
+from mmseg_elliptical.benchmark.variants import (BenchModel, build_model,
+                                                 make_step)
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 

@@ -9,7 +9,7 @@ from builders import ROOT
 
 from mmseg_elliptical.benchmark import (BenchmarkOptions, derive_variants,
                                         run_benchmark)
-from mmseg_elliptical.benchmark.render import markdown
+from mmseg_elliptical.benchmark.reporting import markdown
 from mmseg_elliptical.utils import load_config
 
 pytest.importorskip('onnxruntime')

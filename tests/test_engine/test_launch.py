@@ -151,12 +151,12 @@ def test_two_processes_match_one_process(tmp_path) -> None:
 
 def test_prepare_cpu_launch_options(monkeypatch) -> None:
     from mmseg_elliptical.engine.launch import (CPU_WRAPPER_OPTIONS,
-                                                launcher_of,
+                                                argv_launcher,
                                                 prepare_cpu_launch)
     argv = ['train.py', 'cfg.py', '--launcher', 'pytorch']
-    assert launcher_of(argv) == 'pytorch'
-    assert launcher_of(['train.py', '--launcher=slurm']) == 'slurm'
-    assert launcher_of(['train.py', 'cfg.py']) == 'none'
+    assert argv_launcher(argv) == 'pytorch'
+    assert argv_launcher(['train.py', '--launcher=slurm']) == 'slurm'
+    assert argv_launcher(['train.py', 'cfg.py']) == 'none'
     # With CUDA, or without a launcher, the command line is left alone.
     assert prepare_cpu_launch(argv, cuda=True) == argv
     assert prepare_cpu_launch(['t.py', 'c.py'], cuda=False) == ['t.py', 'c.py']

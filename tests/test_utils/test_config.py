@@ -8,7 +8,7 @@ import pytest
 from mmengine.config import DictAction
 from mmengine.utils import get_installed_path
 
-from mmseg_elliptical.engine import mmseg_tool_path
+from mmseg_elliptical.utils import mmseg_tool_path
 from mmseg_elliptical.utils.config import load_config, model_names, model_specs
 
 SEGMENTER = 'segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'

@@ -2,7 +2,7 @@
 """Benchmark elliptical backbones against their dot-product baselines.
 
 For every config, the elliptical model and its baselines are derived
-(``mmseg_elliptical.benchmark.models``): ``fused-dot`` (the same config with
+(``mmseg_elliptical.benchmark.variants``): ``fused-dot`` (the same config with
 ``elliptical_layers=[]``), ``mmseg-dot`` (mmseg's own class) and, with
 ``--roles``, ``paper-ref`` (the explicit path). All models are measured in
 one process, interleaved round by round; the report gives parameters,
@@ -31,7 +31,7 @@ from mmengine.utils import ProgressBar
 from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
                                         BenchmarkOptions, config_variants,
                                         run_benchmark)
-from mmseg_elliptical.benchmark.render import csv_table, figure, markdown
+from mmseg_elliptical.benchmark.reporting import csv_table, figure, markdown
 from mmseg_elliptical.utils import model_names, write_report
 from mmseg_elliptical.utils.arguments import (add_cfg_options, config_file,
                                               device, non_negative_float,

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from mmengine.fileio import load
 
-from mmseg_elliptical.benchmark.render import overview_table
+from mmseg_elliptical.benchmark.reporting import overview_table
 from mmseg_elliptical.utils import write_report
 
 

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import cv2
 from mmengine.logging import print_log
 
+from ... import benchmark
 from ...utils.config import ModelSpec, load_config
 from .. import robustness as rb
 from ..attention_maps import from_json, model_attention, to_json
@@ -218,7 +219,6 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
     """
     from mmengine.utils import ProgressBar
 
-    from ...benchmark import BenchmarkOptions, BenchModel, run_benchmark
     settings = dict(
         size=options.speed_size,
         batch_size=options.speed_batch,
@@ -228,7 +228,7 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
         cfg_options=options.cfg_options)
     store = store_of(work_dir, 'speed', settings, specs)
     if any(store.get(s.name, 'speed') is None for s in specs):
-        bench = BenchmarkOptions(
+        bench = benchmark.BenchmarkOptions(
             sizes=[options.speed_size],
             train_sizes=[options.speed_size],
             batch_size=options.speed_batch,
@@ -237,7 +237,7 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
             memory='tensors',
             seed=options.seed)
         models = [
-            BenchModel(
+            benchmark.BenchModel(
                 s.name,
                 s.name,
                 'model',
@@ -249,7 +249,7 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
             f'speed: {len(specs)} models at {options.speed_size}',
             logger='current')
         bar = ProgressBar(2 * options.speed_rounds * len(specs))
-        data = run_benchmark(models, bench, on_step=bar.update)
+        data = benchmark.run_benchmark(models, bench, on_step=bar.update)
         bar.file.write('\n')
         for spec in specs:
             rows = {

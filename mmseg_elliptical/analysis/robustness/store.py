@@ -6,13 +6,10 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from ...errors import GridError  # noqa: F401
 from .bootstrap import ImageAreas
 
 CLEAN = 'clean'
-
-
-class GridError(ValueError):
-    """A grid that cannot run as asked (names, settings, stored results)."""
 
 
 def cell_key(corruption: Optional[str], severity: Optional[int]) -> str:

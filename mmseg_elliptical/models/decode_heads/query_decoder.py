@@ -23,7 +23,8 @@ from ..transformer import EllipticalTransformerMixin
 from .mmdet_extra import MMDET_AVAILABLE, require_mmdet
 
 if MMDET_AVAILABLE:
-    from . import mmdet_layers  # noqa: F401  (registers the decoder layers)
+    # needs mmdet (optional); registers its decoder layers
+    from . import mmdet_layers  # noqa: F401  (mmdet)
 
 
 class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):

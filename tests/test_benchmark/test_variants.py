@@ -1,4 +1,4 @@
-"""``benchmark/models.py``: the derived baselines of a config (fused-dot,
+"""``benchmark/variants.py``: the derived baselines of a config (fused-dot,
 mmseg-dot, paper-ref), the one forward the benchmark measures
 (``BenchForward``: timed, counted, exported) and the paper reference against
 ``oracles.naive_attention``."""
@@ -12,9 +12,9 @@ from mmseg.models.backbones import VisionTransformer
 from oracles import naive_attention
 
 from mmseg_elliptical.benchmark.flops import count_flops
-from mmseg_elliptical.benchmark.models import (BenchForward, build_model,
-                                               config_variants,
-                                               derive_variants, make_step)
+from mmseg_elliptical.benchmark.variants import (BenchForward, build_model,
+                                                 config_variants,
+                                                 derive_variants, make_step)
 from mmseg_elliptical.models import EllipticalTransformerMixin
 from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
 from mmseg_elliptical.utils.config import load_config

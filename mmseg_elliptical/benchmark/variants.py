@@ -28,7 +28,11 @@ from typing import Callable, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from ..models import (EllipticalAttentionMixin, EllipticalTransformerMixin,
+                      elliptical_version)
+from ..models.conversion import ELLIPTICAL_VERSIONS
 from ..models.transformer import PARTS
+from ..utils import load_config, model_names
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
@@ -62,8 +66,6 @@ class BenchModel:
 def _registry():
     from mmseg.registry import MODELS
     from mmseg.utils import register_all_modules
-
-    import mmseg_elliptical  # noqa: F401  (registers the plugin)
     register_all_modules(init_default_scope=False)
     return MODELS
 
@@ -86,7 +88,6 @@ def _type_of(cls: type):
 def _transformer_version(type_) -> Optional[type]:
     """The plugin's elliptical backbone or head class of a config ``type``
     (an elliptical class, or an mmseg class that has one), else None."""
-    from ..models import EllipticalTransformerMixin, elliptical_version
     cls = _class_of(type_)
     if not isinstance(cls, type):
         return None
@@ -97,7 +98,6 @@ def supported_backbones() -> List[str]:
     """Names of the mmseg backbones the plugin has an elliptical version of."""
     from mmseg.models.backbones import __all__ as backbones
 
-    from ..models.conversion import ELLIPTICAL_VERSIONS
     return sorted(
         src.__name__ for src in ELLIPTICAL_VERSIONS
         if _transformer_version(src) is not None and src.__name__ in backbones)
@@ -186,7 +186,6 @@ def config_variants(configs: Sequence[str],
 
     from mmengine.logging import print_log
 
-    from ..utils import load_config, model_names
     specs = []
     names = model_names(configs, names)
     for name, config in zip(names, configs):
@@ -267,7 +266,6 @@ def build_model(spec: BenchModel,
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import DefaultScope
 
-    from ..models import EllipticalAttentionMixin
     models = _registry()
     torch.manual_seed(seed)
     with DefaultScope.overwrite_default_scope('mmseg'):

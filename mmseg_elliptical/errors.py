@@ -1,0 +1,54 @@
+"""Every error class a user of the plugin can meet: the bottom floor.
+
+Each one names what was given, what is valid and the fix. The tools end with
+one line and exit status 2 on any of :data:`INPUT_ERRORS`
+(:func:`mmseg_elliptical.utils.arguments.tool_main`); any other exception
+keeps its traceback, which then points at a bug.
+"""
+
+
+class ConfigError(ValueError):
+    """A model argument the plugin refuses."""
+
+
+class InputError(ValueError):
+    """An input the model refuses (channels, size, non-finite values)."""
+
+
+class UnknownArgumentError(ConfigError, TypeError):
+    """A keyword argument the class does not take (a ``TypeError``, as
+    Python's own)."""
+
+
+class ConversionError(TypeError):
+    """A module has no elliptical version, or one that runs its settings."""
+
+
+class AnalysisError(ValueError):
+    """A question an analysis cannot answer for this model as asked: a part
+    without transformer layers, a layer or head it does not have, a point
+    outside the image."""
+
+
+class GridError(ValueError):
+    """A grid that cannot run as asked (names, settings, stored results)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot serve: not a complete torch file, or one
+    whose weights do not fit the config's model."""
+
+
+class SourceError(ValueError):
+    """A source checkpoint a converter cannot use (an unknown layout,
+    pickled objects the weights-only loader refuses)."""
+
+
+class ExportError(ValueError):
+    """A segmentor that cannot be exported or run as asked, or an ONNX file
+    that cannot serve (missing, not ONNX, its weights file apart)."""
+
+
+#: What a user gave wrong: a tool ends on these with one line, status 2.
+INPUT_ERRORS = (ConfigError, InputError, ConversionError, AnalysisError,
+                GridError, CheckpointError, SourceError, ExportError)

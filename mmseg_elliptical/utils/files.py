@@ -1,0 +1,139 @@
+"""Checks of the files a user gives, before anything reads them: a torch
+checkpoint (:func:`check_checkpoint`) and an ONNX model
+(:func:`check_onnx_file`)."""
+import ast
+import importlib.util
+import os
+import os.path as osp
+import zipfile
+from typing import Optional
+
+from ..errors import CheckpointError, ExportError
+
+
+def unreadable_reason(path: str) -> Optional[str]:
+    """Why a file cannot be a complete torch checkpoint, or None when its
+    structure is sound (torch's zip format with its central directory and
+    ``data.pkl``, or a pickle: torch's legacy format).
+
+    Reads the first bytes and, for a zip archive, its central directory
+    only; the tensors are not read.
+    """
+    if os.path.getsize(path) == 0:
+        return 'it is empty'
+    with open(path, 'rb') as f:
+        head = f.read(64)
+    if head.startswith(b'PK\x03\x04'):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return ('it is cut short: a zip archive (torch\'s format) '
+                    'without its end, as a download or copy that stopped '
+                    'midway leaves it')
+        if not any(n.split('/')[-1] == 'data.pkl' for n in names):
+            return 'it is a zip archive, but not one torch wrote'
+        return None
+    if head.startswith(b'\x80'):
+        return None
+    try:
+        text = head.decode('utf-8')
+    except UnicodeDecodeError:
+        return f'it is no torch file (it starts with {head[:8]!r})'
+    if path.endswith('.py') or is_python_source(path):
+        return CONFIG_REASON
+    first = text.strip().splitlines()[0][:40] if text.strip() else ''
+    return f'it is a text file (it starts with {first!r})'
+
+
+CONFIG_REASON = 'it is Python source: a config, not a checkpoint'
+
+
+def is_python_source(path: str) -> bool:
+    """Whether a small text file parses as Python (a config)."""
+    if os.path.getsize(path) > 1 << 20:
+        return False
+    try:
+        with open(path, encoding='utf-8') as f:
+            ast.parse(f.read())
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    return True
+
+
+def checkpoint_error(path: str, reason: str) -> CheckpointError:
+    """The error for an unreadable checkpoint: path, size, cause, fix."""
+    fix = ('Give the .pth file that training saved in its place (the tools '
+           'take CONFIG CHECKPOINT pairs, config first)'
+           if reason == CONFIG_REASON else
+           'Download it again, or save it again with torch.save / mmengine')
+    return CheckpointError(
+        f'Checkpoint {path} ({os.path.getsize(path):,} bytes) is not a '
+        f'complete torch checkpoint: {reason}. {fix}.')
+
+
+def check_checkpoint(path: str) -> str:
+    """Check that ``path`` is a file with the structure of a torch
+    checkpoint.
+
+    Args:
+        path (str): The checkpoint file.
+
+    Returns:
+        str: ``path``.
+
+    Raises:
+        FileNotFoundError: No such file.
+        CheckpointError: Empty, cut short or another kind of file.
+    """
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'Checkpoint {path} does not exist.')
+    reason = unreadable_reason(path)
+    if reason is not None:
+        raise checkpoint_error(path, reason)
+    return path
+
+
+def check_onnx_file(path: str) -> str:
+    """Raise :class:`ExportError` unless ``path`` is a readable ONNX model
+    whose external weights (torch's ``FILE.onnx.data``) lie beside it.
+
+    Without the onnx package (the ``[deploy]`` extra), only that the file
+    exists is checked.
+
+    Args:
+        path (str): The ONNX file.
+
+    Returns:
+        str: ``path``.
+    """
+    if not osp.isfile(path):
+        raise ExportError(f'ONNX file {path} does not exist' if not osp.exists(
+            path) else f'ONNX file {path} is a folder, not a file')
+    if importlib.util.find_spec('onnx') is None:  # the [deploy] extra
+        return path
+    import onnx
+    from google.protobuf.message import DecodeError
+    size = osp.getsize(path)
+    reason = 'it is empty' if size == 0 else None
+    if reason is None:
+        try:
+            model = onnx.load(path, load_external_data=False)
+            reason = None if model.graph.output else 'its graph is empty'
+        except (DecodeError, ValueError, RuntimeError):
+            reason = 'it does not parse as one'
+    if reason:
+        raise ExportError(
+            f'{path} ({size} bytes) is not an ONNX model: {reason}. Export '
+            'one with tools/deployment/pytorch2onnx.py, or copy it again if '
+            'the copy stopped midway.')
+    folder = osp.dirname(osp.abspath(path))
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = {e.key: e.value for e in tensor.external_data}['location']
+        if not osp.isfile(osp.join(folder, location)):
+            raise ExportError(
+                f'{path} keeps its weights in {location}, which is not '
+                f'beside it in {folder}: copy the two files together.')
+    return path
