@@ -5,7 +5,7 @@ from .attention import (AttentionRecord, EllipticalAttention,
                         EllipticalEfficientMultiheadAttention,
                         EllipticalGlobalSubsampledAttention,
                         EllipticalMAEAttention, EllipticalShiftWindowMSA,
-                        relevance)
+                        adaptive_relevance, relevance)
 from .backbones import (EllipticalBEiT, EllipticalMAE,
                         EllipticalMixVisionTransformer, EllipticalPCPVT,
                         EllipticalSwinTransformer, EllipticalVisionTransformer)
@@ -20,12 +20,13 @@ __all__ = [
     'AttentionRecord', 'EllipticalAttention', 'EllipticalAttentionMixin',
     'EllipticalEfficientMultiheadAttention',
     'EllipticalGlobalSubsampledAttention', 'EllipticalBEiTAttention',
-    'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'relevance',
-    'EllipticalVisionTransformer', 'EllipticalMixVisionTransformer',
-    'EllipticalPCPVT', 'EllipticalSwinTransformer', 'EllipticalBEiT',
-    'EllipticalMAE', 'EllipticalMaskTransformerHead',
-    'EllipticalMask2FormerHead', 'EllipticalMaskFormerHead',
-    'EllipticalLayerMixin', 'ValueChain', 'ConfigError', 'InputError',
-    'UnknownArgumentError', 'ConversionError', 'elliptical_version',
-    'to_elliptical', 'PARTS', 'EllipticalTransformerMixin', 'chain_stages'
+    'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'adaptive_relevance',
+    'relevance', 'EllipticalVisionTransformer',
+    'EllipticalMixVisionTransformer', 'EllipticalPCPVT',
+    'EllipticalSwinTransformer', 'EllipticalBEiT', 'EllipticalMAE',
+    'EllipticalMaskTransformerHead', 'EllipticalMask2FormerHead',
+    'EllipticalMaskFormerHead', 'EllipticalLayerMixin', 'ValueChain',
+    'ConfigError', 'InputError', 'UnknownArgumentError', 'ConversionError',
+    'elliptical_version', 'to_elliptical', 'PARTS',
+    'EllipticalTransformerMixin', 'chain_stages'
 ]

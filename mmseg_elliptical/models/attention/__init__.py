@@ -1,5 +1,6 @@
 from .beit import EllipticalBEiTAttention, EllipticalMAEAttention
-from .core import EllipticalAttentionMixin, relevance, scaling
+from .core import (EllipticalAttentionMixin, adaptive_relevance, relevance,
+                   scaling)
 from .multihead import (EllipticalAttention,
                         EllipticalEfficientMultiheadAttention,
                         EllipticalGlobalSubsampledAttention)
@@ -7,8 +8,8 @@ from .swin import EllipticalShiftWindowMSA, EllipticalWindowMSA
 from .utils import AttentionRecord, relative_position_bias
 
 __all__ = [
-    'AttentionRecord', 'EllipticalAttentionMixin', 'relevance', 'scaling',
-    'relative_position_bias', 'EllipticalAttention',
+    'AttentionRecord', 'EllipticalAttentionMixin', 'adaptive_relevance',
+    'relevance', 'scaling', 'relative_position_bias', 'EllipticalAttention',
     'EllipticalEfficientMultiheadAttention',
     'EllipticalGlobalSubsampledAttention', 'EllipticalBEiTAttention',
     'EllipticalMAEAttention', 'EllipticalShiftWindowMSA', 'EllipticalWindowMSA'

@@ -24,7 +24,8 @@ meets q or k, :meth:`~EllipticalAttentionMixin.fused_kernel` alone which
 path runs. The previous layer's values reach an attention through
 :meth:`~..chain.ChainCallMixin.chained` (see :mod:`..chain`).
 """
-from typing import Callable, NamedTuple, Optional, Tuple
+from contextlib import contextmanager
+from typing import Callable, Iterator, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -40,12 +41,11 @@ from .utils import AttentionRecord
 EXPLICIT_MAX_KEYS = 512
 
 
-@torch.no_grad()
-def relevance(v: Tensor,
-              v_prev: Tensor,
-              reduction: str = 'mean',
-              eps: float = 1e-6,
-              overwrite: bool = False) -> Tensor:
+def differentiable_relevance(v: Tensor,
+                             v_prev: Tensor,
+                             reduction: str = 'mean',
+                             eps: float = 1e-6,
+                             overwrite: bool = False) -> Tensor:
     """The coordinate-wise relevance ``m`` of each image and head.
 
     Args:
@@ -77,6 +77,36 @@ def relevance(v: Tensor,
     top = m.amax(dim=-1, keepdim=True)
     m = torch.where(top > eps, m / top.clamp_min(eps), 1.)
     return m.to(v.dtype)
+
+
+#: The relevance the forward uses: ``m`` is a constant for autograd.
+relevance = torch.no_grad()(differentiable_relevance)
+
+
+def chained(v: Tensor) -> Tensor:
+    """What the value chain hands on of this layer's values: detached."""
+    return v.detach()
+
+
+@contextmanager
+def adaptive_relevance() -> Iterator[None]:
+    """Let the gradient flow through ``m`` and the chained values while the
+    context is open: an attack then differentiates the whole function
+    (adaptive attacks, Tramer et al. 2020). Training and inference outside
+    it keep ``m`` a constant; the forward checks nothing per call (the
+    context swaps this module's :func:`relevance` and :func:`chained`).
+    """
+    global relevance, chained
+    saved = relevance, chained
+    relevance, chained = differentiable_relevance, _identity
+    try:
+        yield
+    finally:
+        relevance, chained = saved
+
+
+def _identity(v: Tensor) -> Tensor:
+    return v
 
 
 class Scaling(NamedTuple):
@@ -233,7 +263,7 @@ class EllipticalAttentionMixin(ChainCallMixin):
             grad = torch.is_grad_enabled()
             v_image = v if to_image is None else to_image(v)
             if call.keep:  # to_image's result is a tensor of its own
-                call.values = v_image.detach()
+                call.values = chained(v_image)
                 if not grad and to_image is None:
                     call.values = call.values.clone()
             if elliptical:

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from ..conversion import (ConversionError, qualname,
                           register_elliptical_version, to_elliptical)
+from . import core
 from .core import EllipticalAttentionMixin
 from .utils import relative_position_bias
 
@@ -194,8 +195,9 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         rows, heads, T, d = v.shape
         gh, gw = self.window_grid(hw_shape)
-        tokens = v.detach().transpose(1, 2).reshape(rows // (gh * gw),
-                                                    gh * gw * T, heads * d)
+        tokens = core.chained(v).transpose(1,
+                                           2).reshape(rows // (gh * gw),
+                                                      gh * gw * T, heads * d)
         tokens = tokens.index_select(1, self.image_slots(hw_shape, v.device))
         return tokens.view(*tokens.shape[:2], heads, d).transpose(1, 2)
 
