@@ -1,4 +1,4 @@
-"""Corruption robustness: models side by side on corrupted test sets.
+"""Robustness: models side by side on corrupted and attacked test sets.
 
 :mod:`.protocols` names the cells (corruption sets and groups, the
 ``default``, ``ade20k-c`` and ``paper`` presets), :mod:`.pipeline` inserts
@@ -6,28 +6,36 @@ the corruption into a config's test pipeline, :mod:`.loop` runs one model's
 cells through ``runner.test()``, :mod:`.store` keeps every finished cell
 (resumable), :mod:`.grid` drives the grid, :mod:`.summary` computes P, mPC,
 rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images, and
-:mod:`.render` writes it all. ``tools/analysis_tools/robustness.py`` is the
-command line.
+:mod:`.render` writes it all. :mod:`.attacks` adds the adversarial cells
+(PGD, FGSM, SegPGD, CosPGD) to the same grid. The command lines:
+``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
 """
+from .attacks import (ATTACKS, LABELS, NORMS, AdversarialTestLoop, Attack,
+                      has_elliptical_layers, perturb)
 from .bootstrap import ImageAreas, miou, paired_bootstrap
-from .grid import open_store, run_grid, with_image_areas
+from .grid import open_store, run_cells, run_grid, with_image_areas
 from .loop import CellHook, CorruptionGridLoop
 from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
                        insert_after_loading)
-from .protocols import (CORRUPTION_SETS, GROUPS, PROTOCOLS, Protocol, group_of,
+from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
+                        AttackProtocol, Protocol, group_of,
                         resolve_corruptions, resolve_severities)
-from .render import (csv_rows, grid_markdown, grid_summary, heatmaps,
-                     paired_test, summary_rows, write_robustness_report)
+from .render import (attack_summary, csv_rows, grid_markdown, grid_summary,
+                     heatmaps, paired_test, summary_rows, write_attack_report,
+                     write_robustness_report)
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
 
 __all__ = [
-    'ImageAreas', 'miou', 'paired_bootstrap', 'open_store', 'run_grid',
-    'with_image_areas', 'CellHook', 'CorruptionGridLoop',
-    'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
-    'CORRUPTION_SETS', 'GROUPS', 'PROTOCOLS', 'Protocol', 'group_of',
-    'resolve_corruptions', 'resolve_severities', 'csv_rows', 'grid_summary',
-    'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
-    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
-    'grid_scores', 'model_summary', 'robustness_summary'
+    'ATTACKS', 'LABELS', 'NORMS', 'AdversarialTestLoop', 'Attack',
+    'has_elliptical_layers', 'perturb', 'run_cells', 'ATTACK_PROTOCOLS',
+    'AttackProtocol', 'attack_summary', 'write_attack_report', 'ImageAreas',
+    'miou', 'paired_bootstrap', 'open_store', 'run_grid', 'with_image_areas',
+    'CellHook', 'CorruptionGridLoop', 'corrupted_loader_cfg',
+    'dataset_pipelines', 'insert_after_loading', 'CORRUPTION_SETS', 'GROUPS',
+    'PROTOCOLS', 'Protocol', 'group_of', 'resolve_corruptions',
+    'resolve_severities', 'csv_rows', 'grid_summary', 'heatmaps',
+    'grid_markdown', 'paired_test', 'summary_rows', 'write_robustness_report',
+    'CLEAN', 'GridError', 'ResultStore', 'cell_key', 'grid_scores',
+    'model_summary', 'robustness_summary'
 ]

@@ -17,8 +17,9 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ...utils.config import ModelSpec, load_config
-from .loop import CellHook
-from .store import GridError, ResultStore, cell_key
+from .attacks import Attack
+from .loop import Cell, CellHook, key_of
+from .store import GridError, ResultStore
 
 IOU_METRICS = ('IoUMetric', 'PerClassIoUMetric')
 
@@ -91,7 +92,9 @@ def grid_config(spec: ModelSpec,
     keep_class_iou = with_image_areas(cfg, per_class)
     cfg.test_cfg = dict(
         type='CorruptionGridLoop',
-        cells=[list(c) for c in cells],
+        cells=[
+            c.to_dict() if isinstance(c, Attack) else list(c) for c in cells
+        ],
         seed=seed,
         max_images=max_images,
         test_loop=dict(cfg.test_cfg))
@@ -166,6 +169,39 @@ def run_grid(specs: Sequence[ModelSpec],
     Returns:
         ResultStore: The results of every cell.
     """
+    cells = [(None, None)] + [(c, s) for c in corruptions for s in severities]
+    return run_cells(specs, cells, osp.join(work_dir, 'robustness.json'),
+                     work_dir, metric, seed, max_images, cfg_options, quiet,
+                     per_class, launch_options)
+
+
+def run_cells(specs: Sequence[ModelSpec],
+              cells: Sequence[Cell],
+              path: str,
+              work_dir: str,
+              metric: str = 'mIoU',
+              seed: int = 0,
+              max_images: Optional[int] = None,
+              cfg_options: Optional[Dict] = None,
+              quiet: bool = True,
+              per_class: bool = False,
+              launch_options: Optional[Dict] = None,
+              batch_size: Optional[int] = None,
+              settings: Optional[Dict] = None) -> ResultStore:
+    """Evaluate every model on ``cells`` (corruptions or attacks) that the
+    store at ``path`` does not hold yet; see :func:`run_grid`.
+
+    Args:
+        cells (Sequence): See :class:`~.loop.CorruptionGridLoop`.
+        path (str): The store's JSON file.
+        batch_size (int, optional): The test dataloader's batch size (the
+            per-image results do not depend on it).
+        settings (dict, optional): More settings the cells depend on, kept
+            in the store (a rerun under others is refused).
+
+    Returns:
+        ResultStore: The results of every cell.
+    """
     from mmengine.dist import is_main_process
     from mmengine.runner import Runner
     from mmengine.utils import ProgressBar
@@ -173,14 +209,14 @@ def run_grid(specs: Sequence[ModelSpec],
         metric=metric,
         seed=seed,
         max_images=max_images,
-        cfg_options=cfg_options or {})
+        cfg_options=cfg_options or {},
+        **(settings or {}))
     if per_class:
         settings['per_class'] = True
-    store = open_store(osp.join(work_dir, 'robustness.json'), settings, specs)
-    cells = [(None, None)] + [(c, s) for c in corruptions for s in severities]
+    store = open_store(path, settings, specs)
     todo = {
         spec.name:
-        [c for c in cells if store.get(spec.name, cell_key(*c)) is None]
+        [c for c in cells if store.get(spec.name, key_of(c)) is None]
         for spec in specs
     }
     pending = sum(len(t) for t in todo.values())
@@ -196,6 +232,8 @@ def run_grid(specs: Sequence[ModelSpec],
         cfg, keep_class_iou = grid_config(spec, todo[spec.name], work_dir,
                                           seed, max_images, cfg_options,
                                           launch_options, quiet, per_class)
+        if batch_size is not None:
+            cfg.test_dataloader.batch_size = batch_size
         with warnings.catch_warnings():
             if quiet:
                 warnings.simplefilter('ignore')

@@ -3,10 +3,11 @@
 ``runner.test()`` runs :class:`CorruptionGridLoop` in place of the config's
 ``test_cfg``: mmengine builds the model, wraps it for the launcher and loads
 the checkpoint once, and every cell runs the config's own test loop on its
-own corrupted copy of the test dataloader. The images of each cell are split
-across processes by the dataloader's sampler and its metric is collected by
-mmengine's evaluator, as in ``tools/test.py``. A hook such as
-:class:`CellHook` reads the finished cells.
+own corrupted copy of the test dataloader, or an attack cell
+(:class:`~.attacks.AdversarialTestLoop`) on the clean images. The images of
+each cell are split across processes by the dataloader's sampler and its
+metric is collected by mmengine's evaluator, as in ``tools/test.py``. A hook
+such as :class:`CellHook` reads the finished cells.
 """
 import copy
 import time
@@ -16,22 +17,40 @@ from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 from mmseg.registry import LOOPS
 
+from ..loaders import subset_loader_cfg
+from .attacks import AdversarialTestLoop, Attack
 from .bootstrap import ImageAreas
 from .pipeline import corrupted_loader_cfg
 from .store import cell_key
 
-Cell = Tuple[Optional[str], Optional[int]]
+#: ``(corruption, severity)``, ``(None, None)`` (clean) or an attack.
+Cell = Union[Tuple[Optional[str], Optional[int]], Attack]
+
+
+def as_cell(cell: Union[Sequence, Dict, Attack]) -> Cell:
+    """A cell from its config form: a pair, or an attack's fields."""
+    if isinstance(cell, Attack):
+        return cell
+    if isinstance(cell, dict):
+        return Attack(**cell)
+    return tuple(cell)
+
+
+def key_of(cell: Cell) -> str:
+    """The store key of a cell."""
+    return cell.key if isinstance(cell, Attack) else cell_key(*cell)
 
 
 @LOOPS.register_module()
 class CorruptionGridLoop(BaseLoop):
-    """Run the config's test loop once per cell of a corruption grid.
+    """Run the config's test loop once per cell of a perturbation grid.
 
     Built by ``runner.test()`` from ``test_cfg=dict(type='CorruptionGridLoop',
     cells=..., test_loop=<the config's own test_cfg>)``. While a cell runs,
     :attr:`cell` is its ``(corruption, severity)`` (``(None, None)``: the
-    clean images) and :attr:`dataloader` and :attr:`evaluator` are its own,
-    so mmengine's hooks and log processor see the cell's dataloader.
+    clean images) or its :class:`~.attacks.Attack`, and :attr:`dataloader`,
+    :attr:`evaluator` and :attr:`loop` are its own, so mmengine's hooks and
+    log processor see the cell's dataloader.
 
     Args:
         runner (Runner): The runner.
@@ -40,7 +59,8 @@ class CorruptionGridLoop(BaseLoop):
         evaluator (dict | list): The config's ``test_evaluator``; each cell
             gets a fresh one.
         cells (Sequence): ``(corruption, severity)`` pairs, ``(None, None)``
-            for the clean images.
+            for the clean images, or attacks (:class:`~.attacks.Attack` or
+            its fields as a dict).
         seed (int): Seed of the corruptions. Defaults to 0.
         max_images (int, optional): Evaluate only the first images.
         test_loop (dict, optional): The config's own ``test_cfg``
@@ -61,13 +81,14 @@ class CorruptionGridLoop(BaseLoop):
         super().__init__(runner, None)
         self.loader_cfg = dataloader
         self.evaluator_cfg = evaluator
-        self.cells: List[Cell] = [tuple(c) for c in cells]
+        self.cells: List[Cell] = [as_cell(c) for c in cells]
         self.seed = seed
         self.max_images = max_images
         self.test_loop = dict(test_loop or {})
         self.test_loop.setdefault('type', 'TestLoop')
         self.cell: Optional[Cell] = None
         self.evaluator = None
+        self.loop = None
 
     def run(self) -> Dict[str, Dict]:
         """Run every cell.
@@ -77,17 +98,25 @@ class CorruptionGridLoop(BaseLoop):
         """
         results = {}
         for cell in self.cells:
+            if isinstance(cell, Attack):
+                loop_cfg = dict(
+                    type=AdversarialTestLoop.__name__,
+                    attack=cell.to_dict(),
+                    fp16=self.test_loop.get('fp16', False))
+                loader = subset_loader_cfg(self.loader_cfg, self.max_images)
+            else:
+                loop_cfg = copy.deepcopy(self.test_loop)
+                loader = corrupted_loader_cfg(self.loader_cfg, *cell,
+                                              self.seed, self.max_images)
             loop = LOOPS.build(
-                copy.deepcopy(self.test_loop),
+                loop_cfg,
                 default_args=dict(
                     runner=self.runner,
-                    dataloader=corrupted_loader_cfg(self.loader_cfg, *cell,
-                                                    self.seed,
-                                                    self.max_images),
+                    dataloader=loader,
                     evaluator=copy.deepcopy(self.evaluator_cfg)))
-            self.cell = cell
+            self.cell, self.loop = cell, loop
             self.dataloader, self.evaluator = loop.dataloader, loop.evaluator
-            results[cell_key(*cell)] = loop.run()
+            results[key_of(cell)] = loop.run()
         return results
 
 
@@ -105,8 +134,9 @@ class CellHook(Hook):
     """Hand every finished cell of a :class:`CorruptionGridLoop` to a
     callback: ``on_cell(key, metrics, areas, seconds)``.
 
-    ``metrics`` are the evaluator's (the same on every process), ``areas``
-    the per-image areas (on the main process, when kept; else None) and
+    ``metrics`` are the evaluator's (the same on every process) and, for an
+    attack, ``max_linf`` and ``max_l2`` of its perturbations, ``areas`` the
+    per-image areas (on the main process, when kept; else None) and
     ``seconds`` the cell's wall time.
 
     Args:
@@ -126,7 +156,9 @@ class CellHook(Hook):
         """Pass the finished cell on."""
         loop = runner.test_loop
         if isinstance(loop, CorruptionGridLoop):
+            metrics = dict(metrics or {})
+            if isinstance(loop.loop, AdversarialTestLoop):
+                metrics.update(loop.loop.perturbation_norms())
             self.on_cell(
-                cell_key(*loop.cell), metrics or {},
-                image_areas(loop.evaluator),
+                key_of(loop.cell), metrics, image_areas(loop.evaluator),
                 time.time() - self.start)

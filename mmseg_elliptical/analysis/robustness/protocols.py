@@ -5,7 +5,7 @@ ICLR 2019): 15 benchmark corruptions in four groups (noise, blur, weather,
 digital) and 4 held-out ones, one of each group. A protocol fixes the
 corruptions, the severities and the metrics its report averages.
 """
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...transforms.image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                             EXTRA_CORRUPTIONS, SEVERITIES)
@@ -110,3 +110,58 @@ def resolve_severities(severities: Sequence[int]) -> List[int]:
     if bad:
         raise GridError(f'Unknown severities {bad}; valid are 1-5.')
     return sorted(set(severities))
+
+
+class AttackProtocol(NamedTuple):
+    """A preset of the adversarial grid.
+
+    Attributes:
+        attacks (tuple[str]): Attack names.
+        norm (str): ``'linf'`` or ``'l2'``.
+        epsilons (tuple[float]): Radii (L-inf: 0-255 levels).
+        steps (int): Steps of the iterative attacks.
+        step_size (float): Absolute step, or None to use ``step_ratio``.
+        step_ratio (float): Step as a fraction of eps, when ``step_size`` is
+            None.
+        labels (str): ``'gt'`` or ``'prediction'``.
+        description (str): What it reproduces.
+    """
+    attacks: Tuple[str, ...]
+    norm: str
+    epsilons: Tuple[float, ...]
+    steps: int
+    step_size: Optional[float]
+    step_ratio: Optional[float]
+    labels: str
+    description: str
+
+    def passes(self, labels: Optional[str] = None) -> Tuple[int, int]:
+        """Forward and backward passes per image and model: the clean cell,
+        then per attack cell one forward and backward per step, the
+        prediction, and the clean prediction when it gives the labels."""
+        labels = labels or self.labels
+        forward = backward = 0
+        for attack in self.attacks:
+            steps = 1 if attack == 'fgsm' else self.steps
+            cells = len(self.epsilons)
+            forward += cells * (steps + 1 + (labels == 'prediction'))
+            backward += cells * steps
+        return 1 + forward, backward
+
+
+ATTACK_PROTOCOLS: Dict[str, AttackProtocol] = {
+    'default':
+    AttackProtocol(('pgd', 'segpgd', 'cospgd'), 'linf',
+                   (0.25, 0.5, 1, 2, 4, 8), 20, 2.55, None, 'gt',
+                   'PGD, SegPGD and CosPGD, L-inf, 20 steps of 2.55 levels '
+                   '(0.01 of the range)'),
+    'paper':
+    AttackProtocol(
+        ('fgsm', 'pgd'), 'linf', (1, 2, 3, 4, 5, 6), 20, None, 0.15,
+        'prediction', 'the authors\' ImageNet recipe: FGM and PGD-20 with '
+        'step 0.15 eps, eps 1-6 levels, labels from the clean prediction'),
+    'quick':
+    AttackProtocol(('pgd', 'segpgd'), 'linf', (1, 4), 5, 1., None, 'gt',
+                   'a first look: PGD and SegPGD, 5 steps of 1 level, eps 1 '
+                   'and 4'),
+}

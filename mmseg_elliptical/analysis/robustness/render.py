@@ -12,7 +12,7 @@ from ...utils.output import markdown_table, pyplot, write_report
 from .bootstrap import paired_bootstrap
 from .protocols import GROUPS
 from .store import CLEAN, ResultStore, cell_key
-from .summary import robustness_summary
+from .summary import attack_model_summary, attack_series, robustness_summary
 
 
 def paired_test(store: ResultStore, name: str, baseline: str,
@@ -340,4 +340,195 @@ def write_robustness_report(store: ResultStore,
         work_dir,
         'robustness_summary',
         table=summary_rows(summary, corruptions))
+    return text
+
+
+#: Fewer images than this give a bootstrap interval but no verdict.
+MIN_VERDICT_IMAGES = 30
+
+
+def verdict(result: Dict) -> str:
+    """The words of a paired bootstrap's result."""
+    if result['images'] < MIN_VERDICT_IMAGES:
+        return (f'no verdict: {result["images"]} images are too few for a '
+                f'reliable interval (at least {MIN_VERDICT_IMAGES})')
+    return ('0 inside: no evidence of a difference'
+            if result['zero_inside'] else '0 outside: a real difference')
+
+
+def attack_summary(store: ResultStore,
+                   names: Sequence[str],
+                   baseline: Optional[str] = None,
+                   resamples: int = 1000,
+                   seed: int = 0) -> Dict[str, Dict]:
+    """Every model's :func:`~.summary.attack_model_summary` and, but for the
+    baseline's, ``paired``: the paired bootstrap of ``model - baseline`` in
+    mIoU of each series and of the worst case at each eps, and of the worst
+    case's mean over eps.
+
+    Returns:
+        dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
+    """
+    out = {}
+    for name in names:
+        out[name] = attack_model_summary(
+            store.data['models'][name]['cells'],
+            lambda key, n=name: store.areas(n, key))
+        out[name]['baseline'] = baseline
+    for name in names:
+        s = out[name]
+        s['paired'] = None
+        if baseline in (None, name):
+            continue
+        base = out[baseline]
+        paired: Dict = dict(series={}, worst={}, notes=[])
+
+        def test(a: list, b: list, what: str) -> Optional[Dict]:
+            if not a or any(x is None for x in a + b):
+                paired['notes'].append(f'No paired test on {what}: '
+                                       'per-image areas are missing.')
+                return None
+            try:
+                return paired_bootstrap(a, b, resamples, seed)
+            except ValueError as e:  # a single image, other cells
+                paired['notes'].append(f'No paired test on {what}: {e}')
+                return None
+
+        keys = attack_series(list(store.data['models'][name]['cells']))
+        for series, eps in keys.items():
+            paired['series'][series] = {
+                f'{e:g}':
+                test([store.areas(name, k)], [store.areas(baseline, k)],
+                     f'{series} {e:g}')
+                for e, k in eps.items()
+            }
+        for e, areas in s['worst_areas'].items():
+            paired['worst'][e] = test([areas], [base['worst_areas'].get(e)],
+                                      f'the worst case at eps {e}')
+        common = [e for e in s['worst_areas'] if e in base['worst_areas']]
+        paired['worst_mean'] = test(
+            [s['worst_areas'][e]
+             for e in common], [base['worst_areas'][e] for e in common],
+            'the worst case over eps') if common else None
+        s['paired'] = paired
+    for s in out.values():
+        s.pop('worst_areas')
+    return out
+
+
+def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
+    """The models' mIoU per attack and eps, the worst case, the means over
+    eps and the paired verdicts against the baseline."""
+    epsilons = sorted({e
+                       for s in summary.values()
+                       for e in s['worst']},
+                      key=float)
+    header = [
+        'model', 'attack', 'clean', *[f'eps {e}' for e in epsilons],
+        'mean over eps'
+    ]
+    rows = []
+    for name, s in summary.items():
+        for series, values in {
+                **s['series'], 'worst case': s['worst']
+        }.items():
+            mean = s['mean_over_eps']['worst' if series ==
+                                      'worst case' else series]
+            rows.append([
+                name, series, s['clean'], *[values.get(e) for e in epsilons],
+                mean
+            ])
+    lines = [
+        '# Adversarial robustness', '',
+        'mIoU under white-box attacks (series `ATTACK/NORM/STEPS`; eps in '
+        f'{"0-255 levels" if settings.get("norm") == "linf" else "0-1"}; '
+        'the worst case takes, per image, the attack that hurts it most). '
+        'Settings: ' +
+        ', '.join(f'{k} {v}'
+                  for k, v in settings.items() if k != 'cfg_options') + '.',
+        '',
+        markdown_table(header, rows, '.2f', left=2)
+    ]
+    paired = []
+    for name, s in summary.items():
+        p = s.get('paired')
+        if not p:
+            continue
+        results = [(f'worst case, eps {e}', r) for e, r in p['worst'].items()]
+        results.append(('worst case, mean over eps', p['worst_mean']))
+        for what, r in results:
+            if r is None:
+                continue
+            paired.append(
+                f'- {name} - {s["baseline"]}, {what}: '
+                f'{r["difference"]:+.2f} mIoU (95 % interval '
+                f'{r["low"]:+.2f} to {r["high"]:+.2f}; {verdict(r)}). '
+                f'Paired bootstrap over {r["images"]} images.')
+        paired += [f'- {n}' for n in p['notes']]
+    if paired:
+        lines += ['', '## Against the baseline', '', *paired]
+    notes = [f'- {n}: {x}' for n, s in summary.items() for x in s['notes']]
+    if notes:
+        lines += ['', '## Notes', '', *notes]
+    return '\n'.join(lines) + '\n'
+
+
+def attack_rows(store: ResultStore, names: Sequence[str]) -> tuple:
+    """CSV header and one row per model and cell."""
+    header = ['model', 'cell', 'mIoU', 'aAcc', 'mAcc', 'max_linf', 'max_l2']
+    rows = [[name, key, *[c.get(k) for k in header[2:]]] for name in names
+            for key, c in store.data['models'][name]['cells'].items()]
+    return header, rows
+
+
+def attack_curves(summary: Dict[str, Dict], norm: str):
+    """mIoU against eps: one curve per attack series and model, the worst
+    case dashed, the clean mIoU at eps 0."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    styles = ['-', '--', ':', '-.']
+    for m, (name, s) in enumerate(summary.items()):
+        curves = {**s['series'], 'worst case': s['worst']}
+        for i, (series, values) in enumerate(curves.items()):
+            points = [(0., s['clean'])] + [(float(e), v)
+                                           for e, v in values.items()]
+            points = [(e, v) for e, v in points if v is not None]
+            ax.plot(
+                *zip(*points),
+                styles[m % len(styles)],
+                marker='o',
+                markersize=3,
+                color='black' if series == 'worst case' else f'C{i}',
+                label=f'{name}: {series}')
+    ax.set_xlabel(f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})')
+    ax.set_ylabel('mIoU')
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.02, 1))
+    return fig
+
+
+def write_attack_report(store: ResultStore,
+                        names: Sequence[str],
+                        work_dir: str,
+                        baseline: Optional[str] = None,
+                        resamples: int = 1000,
+                        seed: int = 0) -> str:
+    """Add the summary to ``adversarial.json`` and write
+    ``adversarial.{md,csv,png}``.
+
+    Returns:
+        str: The markdown.
+    """
+    summary = attack_summary(store, names, baseline, resamples, seed)
+    store.data['summary'] = summary
+    store.save()
+    settings = store.data['settings']
+    text = attack_markdown(summary, settings)
+    write_report(
+        work_dir,
+        'adversarial',
+        markdown=text,
+        table=attack_rows(store, names),
+        figure=attack_curves(summary, settings.get('norm', 'linf')))
     return text

@@ -13,8 +13,11 @@ at severity ``s`` and ``m_clean`` the clean one:
 A ratio whose denominator is 0 is undefined (None) and a note says so; a
 mean over an undefined value or a missing cell is None too.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
+import numpy as np
+
+from .bootstrap import ImageAreas, miou
 from .protocols import GROUPS
 from .store import CLEAN, cell_key
 
@@ -181,3 +184,91 @@ def robustness_summary(cells: Dict[str, Dict],
             metric=metric)
         for name, c in cells.items()
     }
+
+
+def attack_series(keys: Sequence[str]) -> Dict[str, Dict[float, str]]:
+    """The attack cells of a store by series: ``{'ATTACK/NORM/STEPS':
+    {eps: cell_key}}`` (keys ``ATTACK/NORM/EPS/STEPS``; others ignored)."""
+    series: Dict[str, Dict[float, str]] = {}
+    for key in keys:
+        parts = key.split('/')
+        if len(parts) != 4:
+            continue
+        name, norm, eps, steps = parts
+        series.setdefault(f'{name}/{norm}/{steps}', {})[float(eps)] = key
+    return {s: dict(sorted(e.items())) for s, e in sorted(series.items())}
+
+
+def per_image_miou(areas: ImageAreas) -> np.ndarray:
+    """mIoU of each image alone (NaN: no class in it)."""
+    return miou(
+        areas.intersect.astype(np.float64), areas.union.astype(np.float64))
+
+
+def worst_case(cells: Sequence[ImageAreas]) -> ImageAreas:
+    """Per image, the areas of the cell where its own mIoU is lowest (the
+    first on a tie; an image without classes keeps the first cell's)."""
+    scores = np.stack([per_image_miou(c) for c in cells])
+    scores = np.where(np.isnan(scores), np.inf, scores)
+    pick = scores.argmin(0)
+    rows = np.arange(pick.size)
+    return ImageAreas(
+        np.stack([c.intersect for c in cells])[pick, rows],
+        np.stack([c.union for c in cells])[pick, rows])
+
+
+def summed_miou(areas: ImageAreas) -> float:
+    """mIoU (percent) of the areas summed over the images."""
+    return float(miou(areas.intersect.sum(0), areas.union.sum(0)))
+
+
+def attack_model_summary(cells: Dict[str, Dict],
+                         areas: Callable,
+                         metric: str = 'mIoU') -> Dict:
+    """One model's attack grid: the clean metric, each series' metric per
+    eps, the worst case per image over the series at each eps, and the means
+    over eps.
+
+    Args:
+        cells (dict): ``{cell_key: metrics}`` of the model.
+        areas (callable): ``areas(cell_key)`` -> :class:`ImageAreas` or None.
+        metric (str): The metric of the series. Defaults to ``'mIoU'``.
+
+    Returns:
+        dict: ``clean``, ``series`` (``{series: {eps: value}}``), ``worst``
+        (``{eps: mIoU}``), ``mean_over_eps`` (``{series or 'worst':
+        value}``), ``worst_areas`` (``{eps: ImageAreas}``, not JSON) and
+        ``notes``.
+    """
+    notes: List[str] = []
+    series = attack_series(list(cells))
+    out: Dict = dict(
+        clean=cells.get(CLEAN, {}).get(metric),
+        series={
+            s: {
+                f'{e:g}': cells[k].get(metric)
+                for e, k in eps.items()
+            }
+            for s, eps in series.items()
+        },
+        worst={},
+        worst_areas={},
+        notes=notes)
+    epsilons = sorted({e for eps in series.values() for e in eps})
+    for e in epsilons:
+        keys = [eps[e] for eps in series.values() if e in eps]
+        found = [areas(k) for k in keys]
+        if any(a is None for a in found):
+            notes.append(f'No worst case at eps {e:g}: per-image areas are '
+                         'missing (the evaluator is not IoUMetric).')
+            out['worst'][f'{e:g}'] = None
+            continue
+        worst = worst_case(found)
+        out['worst_areas'][f'{e:g}'] = worst
+        out['worst'][f'{e:g}'] = summed_miou(worst)
+    out['mean_over_eps'] = {
+        s: _mean(values.values())
+        for s, values in out['series'].items()
+    }
+    out['mean_over_eps']['worst'] = _mean(out['worst'].values())
+    return out
