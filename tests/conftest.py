@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-pytest.register_assert_rewrite('builders', 'checks', 'evidence_oracles',
+pytest.register_assert_rewrite('attack_oracles', 'builders', 'checks',
+                               'evidence_oracles',
                                'oracles', 'processes', 'saved_models', 'spies')
 
 import builders  # noqa: E402

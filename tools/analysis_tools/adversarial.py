@@ -213,8 +213,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                                           args.work_dir, args.baseline,
                                           args.resamples, args.bootstrap_seed)
             print(text)
-            print(
-                f'Results in {args.work_dir}/adversarial.{{json,md,csv,png}}')
+            print(f'Results in {args.work_dir}/'
+                  'adversarial.{json,md,csv,png}')
     finally:
         end_process_group()
     return store.data

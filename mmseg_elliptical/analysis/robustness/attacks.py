@@ -89,7 +89,7 @@ def check_attack(attack: Attack) -> None:
         problems.append(f'eps {attack.eps} is outside [0, {top:g}]')
     if attack.steps < 1:
         problems.append(f'steps {attack.steps} must be >= 1')
-    if not attack.step_size > 0:
+    if not attack.step_size > 0 and attack.eps > 0:
         problems.append(f'step size {attack.step_size} must be > 0')
     if problems:
         raise AnalysisError('; '.join(problems) + '.')
