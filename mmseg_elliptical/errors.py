@@ -1,10 +1,5 @@
-"""Every error class a user of the plugin can meet: the bottom floor.
-
-Each one names what was given, what is valid and the fix. The tools end with
-one line and exit status 2 on any of :data:`INPUT_ERRORS`
-(:func:`mmseg_elliptical.utils.arguments.tool_main`); any other exception
-keeps its traceback, which then points at a bug.
-"""
+"""Every error class a user of the plugin can meet: the bottom floor. The
+tools end with one line and status 2 on any of :data:`INPUT_ERRORS`."""
 
 
 class ConfigError(ValueError):

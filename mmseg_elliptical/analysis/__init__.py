@@ -1,19 +1,5 @@
 """The evidence: representation collapse, attention maps, robustness, and
-the report that compares models side by side.
-
-Every analysis finds a model's transformer layers through the model's own
-declarations (:func:`~.layers.transformer_layers`: ``layer_stages()`` and
-``token_layout()`` of its elliptical class), so a new family needs no edit
-here. Nothing here changes a model unless asked: recording exists only inside
-a :class:`LayerRecorder` ``with`` block, and ``transformer_layers(...,
-convert=True)`` converts mmseg's own model in place to its elliptical version
-in dot-product mode (it computes the same) when its probabilities are
-wanted. Each analysis has its module (:mod:`.collapse`, :mod:`.attention_maps`
-with :mod:`.tokens` and :mod:`.attention_figures`, :mod:`.robustness`,
-:mod:`.comparison`, :mod:`.compare_seeds`: what is read from training runs
-over seeds); the tools under ``tools/analysis_tools/`` are their command
-lines.
-"""
+the report that compares models side by side (docs/evidence.md)."""
 from .attention_figures import (plot_attention, plot_relevance, shown_heads,
                                 shown_layers)
 from .attention_maps import image_maps, model_attention

@@ -1,19 +1,5 @@
-"""Where one query pixel's token attends, in chosen layers and heads.
-
-:func:`model_attention` runs a model once on one image, through the
-config's own test pipeline and data preprocessor, on the crop the model
-would see (the whole image, or in slide mode the first of mmseg's crops
-that holds the query pixel), with the chosen layers' attentions on their
-explicit path; it keeps the probabilities of the token under the query
-pixel as maps on the token grid, whatever the keys are
-(:func:`~.tokens.attention_row`: global tokens for ViT, BEiT and MAE, the
-reduced grid of MiT and Twins, the query's window for Swin), and ``m`` of
-every elliptical layer. Tokens that are no image grid (decoder queries) have
-no maps. mmseg's own dot-product models are converted in place to their
-elliptical version in dot-product mode, which computes the same.
-:mod:`.attention_figures` draws them; ``tools/analysis_tools/
-attention_maps.py`` is the command line.
-"""
+"""Where one query pixel's token attends, in chosen layers and heads
+(docs/evidence.md)."""
 import copy
 from contextlib import ExitStack
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -36,12 +22,8 @@ def default_layers(num_layers: int) -> List[int]:
 
 
 def prepare_image(model: nn.Module, cfg, image: str) -> Tuple:
-    """One image through the config's test pipeline (without annotations)
-    and the model's data preprocessor.
-
-    Returns:
-        tuple: ``inputs`` ``[1, 3, H, W]`` and the image's metainfo.
-    """
+    """``inputs`` ``[1, 3, H, W]`` and metainfo of one image through the
+    config's test pipeline (without annotations) and data preprocessor."""
     from mmcv.transforms import Compose
     from mmengine.dataset import pseudo_collate
     pipeline = dataset_pipelines(cfg.test_dataloader.dataset)[0]
@@ -70,7 +52,7 @@ def crop_of(test_cfg: Optional[Dict], input_shape: Sequence[int],
 
 def check_map_layers(found: TransformerLayers, layers: Sequence[int],
                      name: str) -> None:
-    """Raise a ValueError for layers out of range or without a grid."""
+    """Raise an AnalysisError for layers out of range or without a grid."""
     n = len(found.layers)
     bad = [i for i in layers if not 0 <= i < n]
     if bad:
@@ -87,8 +69,7 @@ def check_map_layers(found: TransformerLayers, layers: Sequence[int],
 
 def _backbone_grids(model: nn.Module, found: TransformerLayers,
                     stack: ExitStack) -> Optional[LayerRecorder]:
-    """A recorder of the backbone's grids, when a layout takes its grid
-    from the backbone (a decode head on a feature map)."""
+    """A recorder of the backbone's grids, for ``'backbone'`` grids."""
     if all(layout.grid != 'backbone' for layout in found.layouts):
         return None
     backbone = transformer_layers(model, 'backbone')
@@ -123,24 +104,23 @@ def model_attention(spec: ModelSpec,
                     part: str = 'backbone',
                     cfg_options: Optional[dict] = None,
                     device: str = 'cpu') -> Dict:
-    """Run one model on an image and return its attention maps and ``m``.
+    """Run one model on an image, on the crop the model would see, and
+    return its attention maps and ``m``.
 
     Args:
         spec (ModelSpec): The model.
         image (str): Image file.
         point (Sequence[int]): Query pixel ``(x, y)`` in the image.
         layers (Sequence[int], optional): Layers whose maps are kept
-            (global indices; default: 1, the middle one and the last).
+            (default: :func:`default_layers`).
         part (str): ``'backbone'`` or ``'decode_head'``.
         cfg_options (dict, optional): Overrides of the config.
-        device (str): Device. Defaults to ``'cpu'``.
+        device (str): Device.
 
     Returns:
-        dict: ``layers`` ``{layer: {maps [H, h, w] (the query row on the
-        token grid), off_grid [H] (probability on tokens that are no grid
-        cells), grid, stride, query (row, col), stage}}``, ``relevance``
-        ``{layer: [H, d]}`` of elliptical layers, ``box`` (the crop in the
-        input), ``input_shape``, ``img_shape``, ``ori_shape`` and
+        dict: ``layers`` ``{layer: {maps [H, h, w], off_grid [H], grid,
+        stride, query, stage}}``, ``relevance`` ``{layer: [H, d]}``,
+        ``box``, ``input_shape``, ``img_shape``, ``ori_shape``,
         ``num_layers``.
     """
     from mmseg.apis import init_model

@@ -1,18 +1,5 @@
-"""Representation collapse per layer: mean pairwise cosine of the tokens.
-
-For every forward of the model part (an image, or one crop of mmseg's
-sliding-window inference), every transformer layer's output tokens give the
-mean over pairs ``i < j`` of ``cos(x_i, x_j)``
-(:func:`~.statistics.mean_pairwise_cosine`, ``O(N C)``), over the grid
-tokens its :class:`~mmseg_elliptical.models.transformer.TokenLayout`
-declares (cls token and class embeddings left out; Swin's layers output no
-padding) or all tokens when they are no image grid (decoder queries). The
-values are averaged per layer, in forward order across stages (the paper's
-measure of over-smoothing, its Fig. 6). For elliptical layers the spread of
-the relevance ``m`` (std over head coordinates, mean over heads and
-forwards) comes with it: 0 means the metric is a sphere (dot product).
-``tools/analysis_tools/collapse.py`` is the command line.
-"""
+"""Representation collapse per layer: mean pairwise cosine of the tokens,
+and the spread of ``m`` (docs/evidence.md)."""
 from typing import Dict, List, Optional
 
 import torch
@@ -40,27 +27,16 @@ def inference_mode(test_cfg: Optional[Dict]) -> str:
 
 class CollapseMeter:
     """Context manager: the collapse of every layer over the forwards run
-    inside it.
-
-    Example::
-
-        found = transformer_layers(model, convert=True)
-        with CollapseMeter(found) as meter:
-            for x in images:
-                model.backbone(x)
-                meter.collect()
-        per_layer = meter.result()
+    inside it (call :meth:`collect` after each batch).
 
     Args:
-        found (TransformerLayers): The layers (elliptical ones, i.e. found
-            with ``convert=True``, for the spread of ``m``).
+        found (TransformerLayers): The layers (found with ``convert=True``
+            for the spread of ``m``).
     """
 
     def __init__(self, found: TransformerLayers) -> None:
         self.found = found
-        #: One entry per image, in the order collected: per layer the
-        #: ``cosine`` and ``spread`` of each forward and the counted
-        #: ``tokens``.
+        #: Per image, per layer: ``cosine``, ``spread``, ``tokens``.
         self.images: List[Dict] = []
         relevance = all(
             isinstance(found.attention(i), EllipticalAttentionMixin)
@@ -77,10 +53,8 @@ class CollapseMeter:
 
     @torch.no_grad()
     def collect(self) -> None:
-        """Take the statistics of what was recorded since the last call, one
-        batch of images (each forward of a layer, e.g. each crop of a
-        sliding-window inference, has an image per batch position), and
-        drop the tokens."""
+        """Take the statistics of the batch recorded since the last call and
+        drop its tokens."""
         n = len(self.found.layers)
         batch: List[Dict] = []
         for i, record in enumerate(self.recorder.records):
@@ -103,14 +77,11 @@ class CollapseMeter:
         self.recorder.clear()
 
     def result(self, images: Optional[List[Dict]] = None) -> Dict:
-        """Per layer ``cosine`` and ``cosine_std`` (over samples: every
-        forward of every image), ``relevance_spread`` (None for dot-product
-        layers), ``stage`` and ``tokens`` (counted tokens of the last image),
-        and ``samples``.
+        """Per layer ``cosine``, ``cosine_std``, ``relevance_spread`` (None
+        for dot-product layers), ``stage`` and ``tokens``, and ``samples``.
 
         Args:
-            images (list[dict], optional): The images to summarise, e.g. those
-                of every process in dataset order; default :attr:`images`.
+            images (list[dict], optional): Defaults to :attr:`images`.
         """
         images = self.images if images is None else images
         if not images:
@@ -142,31 +113,21 @@ def measure_collapse(spec: ModelSpec,
                      cfg_options: Optional[dict] = None,
                      device: str = 'cpu',
                      progress: bool = True) -> Optional[Dict]:
-    """Per-layer mean pairwise cosine and relevance spread of one model.
-
-    The images go through the config's own ``<split>_dataloader`` pipeline
-    and ``model.test_step`` (its ``test_cfg``: in slide mode every crop is
-    one sample; fixed-size backbones such as BEiT get crops of their size).
-    In a distributed run (a process group started, e.g. by ``--launcher
-    pytorch``) the dataloader's sampler splits the images across the
-    processes and mmengine collects their statistics on rank 0 in dataset
-    order, so the result is the single process's.
+    """Per-layer mean pairwise cosine and relevance spread of one model,
+    over the config's ``<split>_dataloader`` and ``model.test_step``.
 
     Args:
         spec (ModelSpec): The model.
-        split (str): The config's dataloader: ``'train'``, ``'val'`` or
-            ``'test'``. Defaults to ``'test'``.
+        split (str): ``'train'``, ``'val'`` or ``'test'``.
         part (str): ``'backbone'`` or ``'decode_head'``.
         max_images (int, optional): Use only the first images.
         cfg_options (dict, optional): Overrides of the config.
-        device (str): Device (``'cuda'``: this process's GPU). Defaults to
-            ``'cpu'``.
-        progress (bool): Show a progress bar (rank 0). Defaults to True.
+        device (str): ``'cuda'`` is this process's GPU.
+        progress (bool): Show a progress bar (rank 0).
 
     Returns:
         dict: :meth:`CollapseMeter.result` plus ``images`` and
-        ``inference`` (whole image, or the slide crops); None on the
-        processes but rank 0.
+        ``inference``; None on the processes but rank 0.
     """
     from mmengine.dist import collect_results, is_main_process
     from mmseg.apis import init_model

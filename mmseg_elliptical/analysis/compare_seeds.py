@@ -1,12 +1,5 @@
-"""Training runs over seeds: their validation history and its statistics.
-
-What ``tools/analysis_tools/compare_seeds.py`` (``make compare``) reads from
-the runs it trains, for any tool that compares runs of mmseg's
-``tools/train.py``: :func:`read_history` reads a work dir's validations from
-the ``vis_data/scalars.json`` files that mmengine's ``LocalVisBackend``
-writes, :func:`seed_statistics` gives the mean and standard deviation over
-seeds of each model's final validation.
-"""
+"""Training runs over seeds: their validation history (mmengine's
+``vis_data/scalars.json``) and its statistics."""
 import glob
 import json
 import math
@@ -16,18 +9,12 @@ from typing import Dict, List, Optional, Sequence
 
 
 def read_history(work_dir: str, metric: str = 'mIoU') -> Dict[int, Dict]:
-    """Every validation logged under ``work_dir``, by iteration.
-
-    Reads all ``*/vis_data/scalars.json`` (one per start of the run, so a
-    resumed run has several), in time order: a later log of the same
-    iteration replaces an earlier one.
+    """Every validation logged under ``work_dir``, ``{iteration: {metric:
+    value}}``; of a resumed run's logs, the later one wins.
 
     Args:
         work_dir (str): The run's work dir.
         metric (str): Key that marks a validation record.
-
-    Returns:
-        dict[int, dict]: ``{iteration: {metric name: value}}``.
     """
     history = {}
     for path in sorted(
@@ -46,10 +33,8 @@ def read_history(work_dir: str, metric: str = 'mIoU') -> Dict[int, Dict]:
 
 
 def _mean_and_std(values: Sequence[float]) -> Dict[str, float]:
-    """``statistics.mean`` and the sample ``statistics.stdev`` of ``values``,
-    and their number ``n``; the deviation is NaN for one value or with a NaN
-    among them (mmseg's IoU of a class absent from the validation images),
-    where ``statistics.stdev`` fails."""
+    """Mean, sample deviation and ``n``; the deviation is NaN for one value
+    or a NaN among them (an IoU of a class absent from the images)."""
     finite = len(values) > 1 and all(map(math.isfinite, values))
     std = statistics.stdev(values) if finite else math.nan
     return dict(mean=statistics.mean(values), std=std, n=len(values))
@@ -62,17 +47,14 @@ def seed_statistics(
     """Mean and standard deviation over seeds of each final metric.
 
     Args:
-        runs (Sequence[dict]): One per run: ``name`` (the model) and
-            ``history`` (``{iteration: {metric: value}}``, as
-            :func:`read_history` returns it; JSON's string keys too).
-        metrics (Sequence[str], optional): Metrics to summarise; default
-            ``mIoU`` and every ``IoU.<class>``, in the order of the first
-            run's log.
+        runs (Sequence[dict]): ``name`` and ``history`` (as
+            :func:`read_history` returns it) of each run.
+        metrics (Sequence[str], optional): Default ``mIoU`` and every
+            ``IoU.<class>``.
 
     Returns:
-        dict: ``{name: {metric: {'mean', 'std', 'n'}}}`` in run order, over
-        the last validation of each run; a metric some run lacks is left
-        out.
+        dict: ``{name: {metric: {'mean', 'std', 'n'}}}`` over the last
+        validation of each run; a metric some run lacks is left out.
     """
     finals: Dict[str, List[Dict]] = {}
     for run in runs:

@@ -1,13 +1,5 @@
-"""The transformer layers of a segmentor's backbone or decode head.
-
-Found through the models' own declarations, nothing else:
-:meth:`~mmseg_elliptical.models.transformer.EllipticalTransformerMixin.layer_stages`
-(the layers of each stage, in forward order, as the value chain uses them)
-and :meth:`~mmseg_elliptical.models.transformer.EllipticalTransformerMixin.token_layout`
-(how each stage's tokens lie on the image). An mmseg class with an
-elliptical version (``ELLIPTICAL_VERSIONS``) is read through that version's
-declarations, so a new family needs no edit here.
-"""  # noqa: E501
+"""The transformer layers of a segmentor's backbone or decode head, found
+through the models' own ``layer_stages()`` and ``token_layout()``."""
 from dataclasses import dataclass
 from typing import List
 
@@ -27,9 +19,9 @@ class TransformerLayers:
 
     Attributes:
         part (str): ``'backbone'`` or ``'decode_head'``.
-        module (nn.Module): The part (backbone or head).
+        module (nn.Module): The part.
         layers (list[nn.Module]): Every layer, in forward order across
-            stages (global indices, as ``elliptical_layers`` counts them).
+            stages.
         stages (list[int]): The stage of each layer.
         layouts (list[TokenLayout]): The token layout of each stage.
     """
@@ -44,33 +36,21 @@ class TransformerLayers:
         return self.layouts[self.stages[index]]
 
     def attention(self, index: int) -> nn.Module:
-        """The attention of layer ``index`` that the value chain reads
-        (``EllipticalLayerMixin.ATTENTION``: ``attn``, Mask2Former's
-        ``self_attn``)."""
+        """The chained attention of layer ``index``."""
         layer = self.layers[index]
         name = getattr(layer, 'ATTENTION', None) or elliptical_version(
             type(layer)).ATTENTION
         return getattr(layer, name)
 
     def counted_tokens(self, index: int, tokens: Tensor) -> Tensor:
-        """The tokens of layer ``index`` that collapse is measured on: the
-        grid tokens (cls token and class embeddings left out), or all of
-        them when they are no image grid.
-
-        Args:
-            index (int): Layer index.
-            tokens (Tensor): Its output ``[B, N, C]``.
-
-        Returns:
-            Tensor: ``[B, N', C]``.
-        """
+        """The tokens ``[B, N', C]`` of layer ``index``'s output that
+        collapse is measured on (prefix and suffix left out)."""
         layout = self.layout(index)
         return tokens[:, layout.prefix:tokens.shape[1] - layout.suffix]
 
 
 def supported_parts() -> List[str]:
-    """Names of the mmseg classes (and their elliptical versions) whose
-    layers the analysis finds."""
+    """Names of the classes whose layers the analysis finds."""
     return sorted(f'{src.__name__} / {cls.__name__}'
                   for src, cls in ELLIPTICAL_VERSIONS.items()
                   if elliptical_version(src, EllipticalTransformerMixin))
@@ -82,21 +62,15 @@ def transformer_layers(model: nn.Module,
     """Find the transformer layers of a segmentor's backbone or decode head.
 
     Args:
-        model (nn.Module): An mmseg segmentor (e.g. ``EncoderDecoder``),
-            possibly in a data-parallel wrapper.
+        model (nn.Module): An mmseg segmentor, possibly wrapped.
         part (str): ``'backbone'`` or ``'decode_head'``.
-        convert (bool): When the part is mmseg's own class, convert it in
-            place to its elliptical version in dot-product mode
-            (``to_elliptical(part, elliptical_layers=[])``): it computes the
-            same, and its attentions can record probabilities and ``m``.
-            Defaults to False (mmseg's class is read through its elliptical
-            version's declarations, unchanged).
-
-    Returns:
-        TransformerLayers: The layers, their stages and token layouts.
+        convert (bool): Convert mmseg's own class in place to its
+            elliptical version with ``elliptical_layers=[]`` (the same
+            outputs), so its attentions can record.
 
     Raises:
-        ValueError: An unknown part, or one without an elliptical version.
+        ValueError: An unknown part.
+        AnalysisError: A part without an elliptical version.
     """
     if is_model_wrapper(model):
         model = model.module

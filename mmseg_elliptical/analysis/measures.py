@@ -5,20 +5,12 @@ from torch import Tensor
 
 
 def mean_pairwise_cosine(tokens: Tensor, eps: float = 1e-8) -> Tensor:
-    """Mean cosine similarity over all token pairs ``i < j``, per sample.
-
-    The representation-collapse measure of the Elliptical Attention paper
-    (Fig. 2): 1 when all tokens point the same way, 0 for orthogonal tokens.
-    Computed in ``O(N C)`` as ``(|sum_i u_i|^2 - sum_i |u_i|^2) / (N (N-1))``
-    with ``u_i`` the unit tokens, in float64; an all-zero token counts as
-    orthogonal to every other.
+    """Mean cosine similarity over all token pairs ``i < j``, per sample
+    (float64), in ``O(N C)``: ``(|sum u_i|^2 - sum |u_i|^2) / (N (N-1))``.
 
     Args:
         tokens (Tensor): ``[B, N, C]`` tokens, ``N >= 2``.
         eps (float): Norm floor of the normalisation.
-
-    Returns:
-        Tensor: ``[B]`` mean pairwise cosine similarities (float64).
     """
     if tokens.dim() != 3 or tokens.shape[1] < 2:
         raise ValueError('mean_pairwise_cosine needs tokens of shape '
@@ -31,17 +23,8 @@ def mean_pairwise_cosine(tokens: Tensor, eps: float = 1e-8) -> Tensor:
 
 
 def relevance_spread(m: Tensor) -> Tensor:
-    """Spread of the relevance vector: std over coordinates, mean over heads.
-
-    Args:
-        m (Tensor): ``[B, H, 1, d]`` relevance (see
-            :func:`mmseg_elliptical.models.relevance`).
-
-    Returns:
-        Tensor: ``[B]``; 0 when every coordinate is weighted alike (plain
-        dot-product attention), larger when the metric is more elliptical.
-        Uses the population standard deviation.
-    """
+    """Spread ``[B]`` of the relevance ``m`` ``[B, H, 1, d]``: population
+    std over coordinates, mean over heads (0: dot product)."""
     if m.dim() != 4 or m.shape[2] != 1:
         raise ValueError(
             f'relevance_spread needs m of shape [B, H, 1, d], got '

@@ -1,10 +1,5 @@
-"""Record what transformer layers compute, on demand.
-
-Nothing here touches a model until :class:`LayerRecorder` is entered; on exit
-every hook and record is removed and every attention is back on its fused
-path, so a model outside the ``with`` block runs exactly as it would without
-this module (no statistics, no global state).
-"""
+"""Record what transformer layers compute, on demand: outside a
+:class:`LayerRecorder` block a model carries no hooks and no statistics."""
 from dataclasses import dataclass, field
 from typing import Any, Collection, List, Tuple, Union
 
@@ -22,41 +17,26 @@ class LayerRecord(AttentionRecord):
 
     Attributes:
         tokens (list[Tensor]): Output tokens ``[B, N, C]`` of the layer.
-        probs (list[Tensor]): Attention probabilities ``[B', H, N, M]``.
-        relevance (list[Tensor]): ``m`` ``[B, H, 1, d]`` of the calls that
-            scored elliptically (none for dot-product layers).
         grids (list[tuple[int, int]]): The ``(h, w)`` token grid of each
-            call, when the layer's :class:`~..models.transformer.TokenLayout`
-            has an ``'argument'`` or :class:`~..models.transformer.GridSource`
-            grid.
+            call (``'argument'`` and ``GridSource`` grids).
     """
     tokens: List[Tensor] = field(default_factory=list)
     grids: List[Tuple[int, int]] = field(default_factory=list)
 
 
 class LayerRecorder:
-    """Context manager recording tokens, probabilities and ``m`` of layers.
-
-    Example::
-
-        found = transformer_layers(model, convert=True)
-        with LayerRecorder(found, probs=True, relevance=True) as rec:
-            model.test_step(batch)
-        last_tokens = rec.records[-1].tokens[0]
+    """Context manager recording tokens, probabilities and ``m`` of layers
+    in :attr:`records`, one :class:`LayerRecord` per layer.
 
     Args:
-        found (TransformerLayers): The layers (see
-            :func:`~.layers.transformer_layers`; elliptical ones, i.e. found
-            with ``convert=True``, for ``probs`` and ``relevance``).
-        tokens (bool): Record every layer's output tokens. Defaults to True.
-        probs (bool or Collection[int]): Record the attention probabilities
-            of every layer (True) or of the layers with these indices: their
-            attentions run their explicit path inside the block. Defaults to
-            False.
-        relevance (bool): Record ``m`` of elliptical layers. Defaults to False.
-        grids (bool): Record each call's token grid ``(h, w)`` from the
-            layouts' grid sources. Defaults to True.
-        to_cpu (bool): Move recorded tensors to the CPU. Defaults to False.
+        found (TransformerLayers): The layers (found with ``convert=True``
+            for ``probs`` and ``relevance``).
+        tokens (bool): Record every layer's output tokens.
+        probs (bool or Collection[int]): Record the probabilities of every
+            layer (True) or of these layers (on their explicit path).
+        relevance (bool): Record ``m`` of elliptical layers.
+        grids (bool): Record each call's token grid ``(h, w)``.
+        to_cpu (bool): Move recorded tensors to the CPU.
     """
 
     def __init__(self,
@@ -156,8 +136,7 @@ class LayerRecorder:
         self.remove()
 
     def remove(self) -> None:
-        """Remove every hook and restore the attentions (idempotent);
-        records are kept."""
+        """Remove every hook and restore the attentions; keep the records."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -1,13 +1,5 @@
-"""From image pixels to tokens and from attention rows back to the image.
-
-Everything follows a stage's
-:class:`~mmseg_elliptical.models.transformer.TokenLayout`: the query pixel
-of the original image goes through the test pipeline's resize and the crop
-the model sees (whole image, or one sliding-window crop) to a grid token
-(:func:`query_token`); the probabilities of that token's row become a map
-on the token grid whatever the keys are, global tokens, a reduced grid or
-the query's window (:func:`attention_row`); the map goes back to the image
-(:func:`grid_to_image`).
+"""From image pixels to tokens and from attention rows back to the image,
+following a stage's :class:`~mmseg_elliptical.models.transformer.TokenLayout`.
 """
 from typing import List, Optional, Sequence, Tuple
 
@@ -25,18 +17,13 @@ Box = Tuple[int, int, int, int]  # y1, y2, x1, x2 in the resized input
 
 def slide_boxes(img_shape: Sequence[int], crop: Sequence[int],
                 stride: Sequence[int]) -> List[Box]:
-    """The crops of mmseg's sliding-window inference, in its order.
-
-    As ``EncoderDecoder.slide_inference``: crops of ``crop`` every
-    ``stride`` pixels, the last ones moved back inside the image.
+    """The crops ``(y1, y2, x1, x2)`` of mmseg's sliding-window inference
+    (``EncoderDecoder.slide_inference``), in its order.
 
     Args:
         img_shape (Sequence[int]): ``(h, w)`` of the input.
-        crop (Sequence[int]): ``test_cfg.crop_size`` ``(h, w)``.
-        stride (Sequence[int]): ``test_cfg.stride`` ``(h, w)``.
-
-    Returns:
-        list[Box]: ``(y1, y2, x1, x2)`` of each crop.
+        crop (Sequence[int]): ``test_cfg.crop_size``.
+        stride (Sequence[int]): ``test_cfg.stride``.
     """
     (h, w), (ch, cw), (sh, sw) = img_shape, crop, stride
     rows = max(h - ch + sh - 1, 0) // sh + 1
@@ -54,7 +41,7 @@ def input_point(point: Sequence[int], ori_shape: Sequence[int],
     """A pixel ``(x, y)`` of the original image in the resized input.
 
     Raises:
-        ValueError: If the point lies outside the original image.
+        AnalysisError: If the point lies outside the original image.
     """
     x, y = point
     if not (0 <= x < ori_shape[1] and 0 <= y < ori_shape[0]):
@@ -71,15 +58,10 @@ def query_token(point: Sequence[int], box: Box, stride: Sequence[int],
     """The grid token ``(row, col)`` over an input pixel.
 
     Args:
-        point (Sequence[int]): ``(x, y)`` in the resized input
-            (:func:`input_point`).
-        box (Box): The crop the model saw, ``(y1, y2, x1, x2)``.
+        point (Sequence[int]): ``(x, y)`` in the resized input.
+        box (Box): The crop the model saw.
         stride (Sequence[int]): Input pixels per token ``(sh, sw)``.
-        grid (Sequence[int]): Token grid ``(h, w)`` (a padded last row or
-            column of tokens takes the pixels below or right of it).
-
-    Returns:
-        tuple[int, int]: The token's row and column.
+        grid (Sequence[int]): Token grid ``(h, w)``.
 
     Raises:
         ValueError: If the point lies outside the crop.
@@ -99,9 +81,7 @@ def window_keys(slots: Tensor, query: int,
     """Where a query token and its window's keys sit in windowed attention.
 
     Args:
-        slots (Tensor): ``[h * w]``: each grid token's slot ``window * T +
-            position`` (the attention's ``image_slots``: padding, shift and
-            window partition as the model does them).
+        slots (Tensor): The attention's ``image_slots`` ``[h * w]``.
         query (int): The query token (row-major grid index).
         tokens_per_window (int): ``T``.
 
@@ -128,17 +108,14 @@ def attention_row(probs: Tensor,
         layout (TokenLayout): The layer's layout (with a grid).
         grid (Sequence[int]): The call's grid ``(h, w)``.
         query (Sequence[int]): The query token ``(row, col)``.
-        attention (nn.Module, optional): The layer's attention (its
-            ``image_slots`` and ``window_grid`` for ``'windows'`` keys).
-        image (int): Image of the batch. Defaults to 0.
+        attention (nn.Module, optional): The layer's attention, for
+            ``'windows'`` keys.
+        image (int): Image of the batch.
 
     Returns:
         tuple[np.ndarray, np.ndarray]: ``[H, h, w]`` probability of each
-        key over the grid tokens it covers (a reduced key covers
-        ``reduction`` x ``reduction`` tokens; tokens outside the query's
-        window, or below and right of the reduced grid, get 0), and ``[H]``
-        the probability on keys that are no grid token (cls token, class
-        embeddings, Swin's padding).
+        key over the grid tokens it covers, and ``[H]`` the probability on
+        keys that are no grid token.
     """
     h, w = grid
     q = query[0] * w + query[1]
@@ -174,23 +151,16 @@ def attention_row(probs: Tensor,
 def grid_to_image(maps: np.ndarray, stride: Sequence[int], box: Box,
                   input_shape: Sequence[int], img_shape: Sequence[int],
                   ori_shape: Sequence[int]) -> np.ndarray:
-    """Token-grid maps drawn at the original image's resolution.
-
-    Each token's value covers its ``stride`` pixels of the crop; the crop
-    is placed in the model's input (0 outside it), whose resized image part
-    (without the data preprocessor's padding) is resized back to the
-    original image (nearest neighbour).
+    """Token-grid maps ``[H, h, w]`` drawn at the original image's
+    resolution ``[H, *ori_shape]`` (0 outside the crop; nearest neighbour).
 
     Args:
         maps (np.ndarray): ``[H, h, w]``.
         stride (Sequence[int]): Input pixels per token ``(sh, sw)``.
-        box (Box): The crop, ``(y1, y2, x1, x2)`` in the input.
+        box (Box): The crop in the input.
         input_shape (Sequence[int]): ``(h, w)`` of the model's input.
         img_shape (Sequence[int]): ``(h, w)`` of the resized image in it.
         ori_shape (Sequence[int]): ``(h, w)`` of the original image.
-
-    Returns:
-        np.ndarray: ``[H, *ori_shape]``.
     """
     y1, y2, x1, x2 = box
     full = np.kron(maps, np.ones((1, *stride), dtype=maps.dtype))

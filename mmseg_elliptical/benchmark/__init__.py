@@ -1,13 +1,5 @@
-"""Measure elliptical models against their dot-product baselines.
-
-``tools/analysis_tools/benchmark.py`` (with ``benchmark_layer.py`` and
-``benchmark_overview.py``) is the command line; this package does the work:
-:mod:`.models` derives the variants of a config and builds what is measured
-of each (:class:`BenchForward`), :mod:`.timing` times them interleaved with
-``torch.utils.benchmark``, :mod:`.memory` and :mod:`.flops` measure memory and
-complexity, :mod:`.runner` puts it together, :mod:`.render` renders it and
-:mod:`.layer` is the per-layer micro-benchmark.
-"""
+"""Measure elliptical models against their dot-product baselines; the
+tools under ``tools/analysis_tools/benchmark*.py`` are the command lines."""
 from .flops import count_flops, count_params
 from .layer import layer_benchmark, layer_markdown
 from .memory import (cuda_peak_mb, saved_tensors_mb, step_peak_mb,

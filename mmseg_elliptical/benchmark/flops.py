@@ -1,10 +1,5 @@
-"""Parameters and FLOPs with ``mmengine.analysis``, plus attention handles.
-
-mmengine's ``FlopAnalyzer`` (what ``get_model_complexity_info`` uses; one
-multiply-add counts as one FLOP, forward only) has no handle for
-``aten::scaled_dot_product_attention``: it would skip the two N x M matmuls
-of fused attention. :func:`count_flops` adds it, from the traced shapes.
-"""
+"""Parameters and FLOPs with ``mmengine.analysis``, plus a handle for
+``aten::scaled_dot_product_attention``, which mmengine would skip."""
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -39,8 +34,7 @@ def count_flops(model: nn.Module,
     included.
 
     Args:
-        model (nn.Module): The module, e.g. a
-            :class:`~.variants.BenchForward` (its current mode is used).
+        model (nn.Module): The module, in its current mode.
         x (Tensor): Input batch.
 
     Returns:

@@ -1,18 +1,5 @@
-"""Per-layer micro-benchmark: the paths of one elliptical attention.
-
-One :class:`~mmseg_elliptical.models.EllipticalAttention` (default: ViT-T's,
-1025 tokens, 192 dims, 3 heads) in eval mode, timed interleaved
-(:mod:`.timing`) on four paths:
-
-* ``dot-product``: outside a value chain: one qkv GEMM and fused attention;
-* ``elliptical no-grad``: the inference path: one qkv GEMM, ``m`` estimated
-  from the values, ``q *= m`` in place, fused attention;
-* ``elliptical grad``: the training path, forced under
-  ``torch.enable_grad()`` (parameters not requiring grad, so no graph is
-  kept): k and v from one GEMM, q from a second one, then ``q * m``;
-* ``elliptical explicit``: the paper's formulation, materialised
-  probabilities (``fused_attn=False``), under no-grad.
-"""
+"""Per-layer micro-benchmark: the paths (:data:`PATHS`) of one elliptical
+attention, timed interleaved (docs/benchmark.md)."""
 import contextlib
 from typing import Callable, Dict, Optional
 
@@ -32,20 +19,8 @@ def layer_steps(tokens: int = 1025,
                 batch_size: int = 1,
                 device: str = 'cpu',
                 seed: int = 0) -> Dict[str, Callable[[], torch.Tensor]]:
-    """One attention layer and a step per path (see the module docstring).
-
-    Args:
-        tokens (int): Tokens per image. Defaults to 1025 (ViT 512 x 512).
-        dims (int): Embedding dims. Defaults to 192 (ViT-T).
-        heads (int): Heads. Defaults to 3.
-        batch_size (int): Images. Defaults to 1.
-        device (str): Device. Defaults to ``'cpu'``.
-        seed (int): Seed of weights and inputs.
-
-    Returns:
-        dict[str, callable]: A step per name of :data:`PATHS`, each
-        returning the attention's output.
-    """
+    """One attention layer (default ViT-T's at 512 x 512) and a step per
+    name of :data:`PATHS`, each returning the attention's output."""
     torch.manual_seed(seed)
     attn = EllipticalAttention(dims, heads).to(device).eval()
     attn.requires_grad_(False)
@@ -85,13 +60,12 @@ def layer_benchmark(tokens: int = 1025,
     """Time the paths of one attention layer, interleaved.
 
     Args:
-        tokens, dims, heads, batch_size: See :func:`layer_steps`.
-        rounds (int): Interleaved rounds. Defaults to 20.
+        tokens, dims, heads, batch_size, device, seed: See
+            :func:`layer_steps`.
+        rounds (int): Interleaved rounds.
         min_run_time (float): Seconds per path and round (0: one run).
-        threads (int): torch threads. Defaults to 1.
+        threads (int): torch threads.
         clock (str): ``'wall'`` or ``'process'``.
-        device (str): Device. Defaults to ``'cpu'``.
-        seed (int): Seed of weights, inputs and orders.
 
     Returns:
         dict: ``settings``, ``results`` (per path: times, median, IQR) and

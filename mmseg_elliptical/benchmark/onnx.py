@@ -1,13 +1,5 @@
-"""The onnxruntime row of the benchmark: the same model, exported.
-
-The benchmarked module (:class:`~.variants.BenchForward`: the backbone, or the
-segmentor in ``mode='tensor'``) is exported with its weights at the
-benchmark's batch and size (a static graph,
-``torch.onnx.export(..., dynamo=True)``, with the export versions of
-:func:`~..deploy.shapes.export_friendly`) and run by onnxruntime on the CPU
-with the benchmark's threads; it is timed interleaved with the PyTorch
-models (:mod:`.runner`), in inference only.
-"""
+"""The onnxruntime row of the benchmark: the benchmarked module exported
+(static graph) and run by onnxruntime on the CPU, in inference."""
 import os.path as osp
 import tempfile
 from typing import Callable, Dict, List, Sequence
@@ -26,25 +18,15 @@ ROLE = 'onnxruntime'
 
 def onnxruntime_step(model: nn.Module, x: Tensor,
                      threads: int) -> Callable[[], None]:
-    """One onnxruntime inference of ``model``'s graph on ``x``.
-
-    Args:
-        model (nn.Module): The benchmarked module
-            (:class:`~.variants.BenchForward`), in eval mode.
-        x (Tensor): The input batch (CPU).
-        threads (int): onnxruntime's intra-op threads (0: its default).
-
-    Returns:
-        Callable[[], None]: The step.
-    """
+    """One onnxruntime inference of ``model``'s graph on ``x`` (CPU), with
+    ``threads`` intra-op threads (0: its default)."""
     require_deploy('The onnxruntime row of the benchmark')
     if x.device.type != 'cpu':
         raise ValueError('The onnxruntime row runs on the CPU: benchmark '
                          'with --device cpu.')
     with tempfile.TemporaryDirectory() as folder:
         path = osp.join(folder, 'model.onnx')
-        # the export versions (MaskFormer / Mask2Former: mmcv's deformable
-        # attention, mmdet's pixel decoders) for the export only
+        # the export versions, for the export only
         with torch.no_grad(), export_friendly(model):
             torch.onnx.export(
                 model.eval(), (x, ),

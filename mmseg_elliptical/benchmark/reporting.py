@@ -10,18 +10,8 @@ RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
 
 
 def summary_tables(report: Dict) -> str:
-    """One short table per config: elliptical / each baseline.
-
-    A ratio row that carries a tool's verdicts (``time_target``,
-    ``time_verdict``, ``memory_target``, ``memory_verdict``; see
-    ``tools/analysis_tools/benchmark.py``) adds them as two columns.
-
-    Args:
-        report (dict): As :func:`~.runner.run_benchmark` returns it.
-
-    Returns:
-        str: Markdown (the tables of docs/benchmark.md).
-    """
+    """Markdown: one short table per config, elliptical / each baseline
+    (with the tool's verdicts when the rows carry them)."""
     judged = any('time_target' in r for r in report['ratios'])
 
     def verdict(r: Dict, quantity: str) -> Optional[str]:
@@ -47,14 +37,8 @@ def summary_tables(report: Dict) -> str:
 
 
 def runtime_table(report: Dict) -> str:
-    """onnxruntime / PyTorch eager on the same model, per size.
-
-    Args:
-        report (dict): As :func:`~.runner.run_benchmark` returns it.
-
-    Returns:
-        str: Markdown; empty without an onnxruntime row.
-    """
+    """Markdown: onnxruntime / PyTorch eager per size (empty without an
+    onnxruntime row)."""
     rows = [[
         r['model'], r['size'], r['pytorch_ms_per_image'],
         r['onnxruntime_ms_per_image'], r['time'],
@@ -72,19 +56,11 @@ def runtime_table(report: Dict) -> str:
 
 
 def overview_table(reports: Sequence[Dict]) -> str:
-    """One table over several runs: per config, elliptical / each baseline.
-
-    A row per (run, config, size, baseline) with the time ratios (median and
-    interquartile range of the per-round ratios) and the peak memory ratios
-    of the inference and the training step (docs/benchmark.md's speed
-    table).
+    """Markdown: one row per (run, config, size, baseline) with the time
+    and peak memory ratios of inference and the training step.
 
     Args:
-        reports (Sequence[dict]): As :func:`~.runner.run_benchmark` returns
-            them (the ``benchmark.json`` of each run).
-
-    Returns:
-        str: Markdown.
+        reports (Sequence[dict]): Each run's ``benchmark.json``.
     """
 
     def time(r: Optional[Dict]) -> str:
@@ -181,11 +157,7 @@ def csv_table(report: Dict) -> Tuple[List[str], List[List]]:
 
 
 def figure(report: Dict):
-    """Median time and peak memory against the input size, per model.
-
-    Returns:
-        matplotlib.figure.Figure: The figure.
-    """
+    """Median time and peak memory against the input size, per model."""
     fig, axes = pyplot().subplots(1, 2, figsize=(11, 4.2))
     styles = {'infer': '-o', 'train': '--s'}
     for i, m in enumerate(report['models']):

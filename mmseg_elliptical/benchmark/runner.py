@@ -1,10 +1,5 @@
-"""Measure models side by side: parameters, FLOPs, time and memory.
-
-:func:`run_benchmark` builds every model once, counts parameters and FLOPs,
-then for each (input size, mode) times all models interleaved
-(:mod:`.timing`), measures their memory (:mod:`.memory`) and finally the
-ratios of each config's elliptical model to its baselines (:func:`ratios`).
-"""
+"""Measure models side by side: parameters, FLOPs, time, memory, and the
+ratios of each config's elliptical model to its baselines."""
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -20,8 +15,6 @@ from .onnx import onnx_name, onnxruntime_step, runtime_ratios
 from .timing import make_timer, paired_ratio, run_interleaved, time_stats
 from .variants import BenchForward, BenchModel, build_model, make_step
 
-#: ``BenchmarkOptions.memory``: the peak of tensor memory in one step, or
-#: nothing.
 MEMORY = ('tensors', 'none')
 
 
@@ -35,25 +28,18 @@ class BenchmarkOptions:
         batch_size (int): Images per step.
         rounds (int): Interleaved timing rounds.
         min_run_time (float): Timed seconds per model and round (0: one run).
-        warmup (int): Untimed steps per model before the rounds (with
-            ``compile``, the first one compiles).
+        warmup (int): Untimed steps per model before the rounds.
         device (str): ``'cpu'`` or a CUDA device.
         amp (bool): bf16 autocast.
-        compile (str, optional): ``torch.compile`` backend (e.g.
-            ``'inductor'``); None: eager.
+        compile (str, optional): ``torch.compile`` backend; None: eager.
         threads (int): torch threads (0: torch's default).
-        clock (str): ``'wall'`` or ``'process'`` (see :mod:`.timing`).
-        memory (str): ``'tensors'``: the peak of tensor memory in one step,
-            after the rounds (:func:`~.memory.step_peak_mb`: the profiler's
-            allocation records on the CPU, ``max_memory_allocated`` on
-            CUDA); ``'none'``.
-        saved_tensors (bool): Also measure the tensors a training forward
-            saves for the backward.
+        clock (str): ``'wall'`` or ``'process'``.
+        memory (str): ``'tensors'`` (peak of one step) or ``'none'``.
+        saved_tensors (bool): Also measure the saved tensors.
         flops_sizes (list[int]): Sizes at which FLOPs are counted.
         seed (int): Seed of weights, inputs and orders.
-        onnxruntime (bool): Also time each elliptical (or measured-as-is)
-            model exported to ONNX and run by onnxruntime, in inference
-            (:mod:`.onnx`; CPU).
+        onnxruntime (bool): Also time the elliptical model in onnxruntime
+            (inference, CPU).
     """
     sizes: List[int] = field(default_factory=lambda: [512])
     train_sizes: List[int] = field(default_factory=lambda: [512])
@@ -185,14 +171,13 @@ def run_benchmark(specs: Sequence[BenchModel],
     """Measure every model; return the report data.
 
     Args:
-        specs (Sequence[BenchModel]): The models (see
-            :func:`~.models.derive_variants`); names must differ.
+        specs (Sequence[BenchModel]): The models; names must differ.
         options (BenchmarkOptions): What to measure.
         on_step (callable, optional): Called after each timed block.
 
     Returns:
-        dict: ``meta``, ``models`` (parameters, FLOPs), ``results`` (one per
-        model, size and mode) and ``ratios`` (see :func:`ratios`).
+        dict: ``meta``, ``models``, ``results`` (per model, size and mode)
+        and ``ratios``.
     """
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -241,18 +226,8 @@ def device_name(device: str) -> str:
 
 
 def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
-    """Elliptical / baseline, per config, size and mode.
-
-    Time: :func:`~.timing.paired_ratio` of the round medians (median and
-    quartiles over rounds). Memory and saved tensors: one ratio each.
-
-    Args:
-        specs (Sequence[BenchModel]): The models.
-        results (Sequence[dict]): Rows of :func:`run_benchmark`.
-
-    Returns:
-        list[dict]: One row per (config, baseline, size, mode).
-    """
+    """Elliptical / baseline rows per (config, baseline, size, mode): time
+    paired per round, memory and saved tensors one ratio each."""
     table = {(r['model'], r['size'], r['mode']): r for r in results}
     rows = []
     for subject in (s for s in specs if s.role == 'elliptical'):

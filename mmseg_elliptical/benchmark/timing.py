@@ -1,13 +1,5 @@
-"""Interleaved timing with ``torch.utils.benchmark`` and paired ratios.
-
-Every model of a comparison is timed in the same process, round after
-round; in each round the models run in a new (seeded) random order and
-each takes one ``Timer.blocked_autorange`` (whose block-size estimate runs
-the step once untimed, so every timed block follows a step of the same
-model). Load from other processes then hits all models alike, and the
-ratio of two models is taken per round (:func:`paired_ratio`): a drift of
-the machine's speed between rounds cancels.
-"""
+"""Interleaved timing with ``torch.utils.benchmark`` and paired per-round
+ratios, so a drift of the machine's speed cancels (docs/benchmark.md)."""
 import random
 import time
 from dataclasses import dataclass
@@ -30,15 +22,10 @@ def make_timer(step: Callable[[], None],
 
     Args:
         step (callable): The step, called without arguments.
-        label, sub_label, description (str): Timer labels (the rows and
-            columns of ``torch.utils.benchmark.Compare``).
-        num_threads (int): torch threads while timing. Defaults to 1.
-        clock (str): ``'wall'`` (default; synchronises the accelerator) or
-            ``'process'`` (process CPU time, which other processes' load
-            does not inflate; CPU only).
-
-    Returns:
-        Timer: The timer.
+        label, sub_label, description (str): Timer labels.
+        num_threads (int): torch threads while timing.
+        clock (str): ``'wall'`` (synchronises the accelerator) or
+            ``'process'`` (process CPU time; CPU only).
     """
     if clock not in CLOCKS:
         raise ValueError(f'clock={clock!r} must be one of {CLOCKS}.')
@@ -65,10 +52,9 @@ def run_interleaved(
         timers (dict[str, Timer]): Timers by name.
         rounds (int): Number of rounds (>= 1).
         min_run_time (float): ``blocked_autorange``'s minimum time per timer
-            and round, in seconds; 0 (default): one timed block of one run.
-        seed (int): Seed of the orders. Defaults to 0.
-        on_step (callable, optional): Called after each timer's round
-            (progress bars).
+            and round, in seconds (0: one run).
+        seed (int): Seed of the orders.
+        on_step (callable, optional): Called after each timer's round.
 
     Returns:
         dict[str, list[Measurement]]: One measurement per round and timer.
@@ -90,14 +76,7 @@ def run_interleaved(
 
 
 def time_stats(rounds: Sequence[Measurement], batch_size: int = 1) -> Dict:
-    """Median, IQR and throughput of one model's rounds.
-
-    The rounds are merged (``Measurement.merge``) into one measurement of
-    every timed run; its median and IQR are torch's.
-
-    Args:
-        rounds (Sequence[Measurement]): The rounds of one timer.
-        batch_size (int): Images per step, for ``images_per_s``.
+    """Median, IQR (of the merged rounds) and throughput of one model.
 
     Returns:
         dict: ``times_ms`` (per run), ``round_ms`` (median per round),
@@ -117,9 +96,7 @@ class RatioStats:
     """Summary of the per-round ratios of two models.
 
     Attributes:
-        median (float): Median of the ratios.
-        q1 (float): Their first quartile.
-        q3 (float): Their third quartile.
+        median, q1, q3 (float): Median and quartiles of the ratios.
         rounds (int): Number of rounds.
     """
     median: float
@@ -129,15 +106,8 @@ class RatioStats:
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> RatioStats:
-    """Statistics of ``a[i] / b[i]``, both timed in round ``i``.
-
-    Args:
-        a (Sequence[float]): Times of the subject, one per round.
-        b (Sequence[float]): Times of the baseline, same rounds.
-
-    Returns:
-        RatioStats: Median and quartiles (numpy's linear interpolation).
-    """
+    """Median and quartiles of ``a[i] / b[i]`` (subject over baseline, both
+    timed in round ``i``)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or not a.size:
         raise ValueError('paired_ratio needs two equally long, non-empty '

@@ -1,26 +1,5 @@
-"""The benchmarked models: variants derived from a config, built and stepped.
-
-For a config whose backbone is one of the plugin's elliptical backbones, or
-mmseg's class of one (any registered in
-:data:`~mmseg_elliptical.models.conversion.ELLIPTICAL_VERSIONS`), the
-variants are derived from the config alone:
-
-* ``elliptical``: the elliptical backbone (mmseg's type swapped for its
-  elliptical version when the config has mmseg's);
-* ``fused-dot``: the same with ``elliptical_layers=[]``: the same code, fused
-  dot-product attention (the fair baseline of the elliptical overhead);
-* ``mmseg-dot``: mmseg's own class, the plugin's arguments removed;
-* ``paper-ref``: ``elliptical`` on the explicit path (``fused_attn=False``:
-  the paper's formulation, materialised probabilities).
-
-A decode head that is elliptical in the config gets the same treatment. A
-config whose backbone has no elliptical version is measured as it is.
-
-What is measured of a built model is one module, :class:`BenchForward`:
-the backbone's forward, or the segmentor's (``whole_model``) as
-``mode='tensor'`` runs it (the decode head's raw outputs). It is what is
-timed, what the FLOPs are counted of and what the onnxruntime row exports.
-"""
+"""The benchmarked models: variants derived from a config (:data:`ROLES`,
+docs/benchmark.md), built and stepped."""
 import copy
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
@@ -49,10 +28,8 @@ class BenchModel:
         role (str): One of :data:`ROLES`, or ``'model'`` (measured as given).
         config (str): The config file.
         model_cfg (dict): The ``model`` config of this variant.
-        whole_model (bool): Benchmark the segmentor (``mode='tensor'``), not
-            the backbone.
-        explicit_attention (bool): Run every elliptical attention on its
-            explicit path (``paper-ref``).
+        whole_model (bool): Benchmark the segmentor, not the backbone.
+        explicit_attention (bool): Run the attentions' explicit path.
     """
     name: str
     family: str
@@ -77,8 +54,7 @@ def _class_of(type_) -> Optional[type]:
 
 
 def _type_of(cls: type):
-    """The name ``cls`` is registered under in mmseg's MODELS, else itself
-    (``MODELS.build`` accepts a class as ``type``)."""
+    """The name ``cls`` is registered under in mmseg's MODELS, else itself."""
     for name, registered in _registry().module_dict.items():
         if registered is cls:
             return name
@@ -86,8 +62,7 @@ def _type_of(cls: type):
 
 
 def _transformer_version(type_) -> Optional[type]:
-    """The plugin's elliptical backbone or head class of a config ``type``
-    (an elliptical class, or an mmseg class that has one), else None."""
+    """The elliptical backbone or head class of a config ``type``, or None."""
     cls = _class_of(type_)
     if not isinstance(cls, type):
         return None
@@ -108,11 +83,11 @@ def derive_variants(family: str,
                     model_cfg: dict,
                     roles: Sequence[str] = DEFAULT_ROLES,
                     whole_model: bool = False) -> List[BenchModel]:
-    """The variants of one config (see the module docstring).
+    """The variants of one config.
 
     Args:
         family (str): Name of the config.
-        config (str): Config file (for the report).
+        config (str): Config file.
         model_cfg (dict): Its ``model`` config.
         roles (Sequence[str]): Variants wanted, among :data:`ROLES`.
         whole_model (bool): Benchmark the segmentor, not the backbone.
@@ -132,8 +107,6 @@ def derive_variants(family: str,
     ell = copy.deepcopy(model_cfg)
     ell['backbone']['type'] = _type_of(
         _transformer_version(model_cfg['backbone']['type']))
-    # Parts that are elliptical in the subject: the backbone, and the decode
-    # head where the config makes it elliptical.
     parts = [
         p for p in PARTS
         if isinstance(ell.get(p), dict) and ell[p].get('type') is not None
@@ -166,21 +139,20 @@ def config_variants(configs: Sequence[str],
                     roles: Sequence[str] = DEFAULT_ROLES,
                     whole_model: bool = False,
                     cfg_options: Optional[dict] = None) -> List[BenchModel]:
-    """The variants (:func:`derive_variants`) of every config, read with
-    random weights (``load_config(..., no_pretrained=True)``).
+    """The variants (:func:`derive_variants`) of every config, with random
+    weights.
 
     Args:
-        configs (Sequence[str]): Config files (``mmseg::`` paths allowed).
+        configs (Sequence[str]): Config files.
         names (Sequence[str], optional): One name per config; defaults to
-            the file names (:func:`~mmseg_elliptical.utils.model_names`).
+            the file names.
         roles (Sequence[str]): Variants wanted, among :data:`ROLES`.
         whole_model (bool): Benchmark the segmentors, not the backbones.
         cfg_options (dict, optional): Overrides of every config.
 
     Returns:
-        list[BenchModel]: In config order; with several configs each variant
-        is named ``CONFIG_NAME/ROLE``. A config whose backbone has no
-        elliptical version gives one ``'model'`` entry (and a log line).
+        list[BenchModel]: In config order; with several configs named
+        ``CONFIG_NAME/ROLE``.
     """
     import dataclasses
 
@@ -208,18 +180,13 @@ def config_variants(configs: Sequence[str],
 
 
 class BenchForward(nn.Module):
-    """What the benchmark measures of a model, as a module: the backbone's
-    forward, or the segmentor's as ``mode='tensor'`` runs it (the decode
-    head's raw outputs). It is timed (:func:`make_step`), its FLOPs counted
-    (:func:`~.flops.count_flops`) and it is exported for the onnxruntime
-    row (:mod:`.onnx`).
-
-    mmdet's MaskFormer and Mask2Former heads need the data samples in
-    ``mode='tensor'``: they get samples made from the input's shape.
+    """What is timed, counted and exported of a model: the backbone's
+    forward, or the segmentor's in ``mode='tensor'`` (mmdet's MaskFormer
+    heads get data samples made from the input's shape).
 
     Args:
         model (nn.Module): A backbone, or a segmentor with ``whole_model``.
-        whole_model (bool): ``model`` is a segmentor. Defaults to False.
+        whole_model (bool): ``model`` is a segmentor.
     """
 
     def __init__(self, model: nn.Module, whole_model: bool = False) -> None:
@@ -248,19 +215,13 @@ class BenchForward(nn.Module):
 def build_model(spec: BenchModel,
                 device: str = 'cpu',
                 seed: int = 0) -> BenchForward:
-    """Build the benchmarked module (backbone or segmentor), in eval mode.
-
-    Every variant built with the same seed gets the same weights (the
-    elliptical classes build mmseg's model and convert it in place).
-    SyncBN becomes BN (mmengine's ``revert_sync_batchnorm``).
+    """Build the benchmarked module in eval mode, SyncBN as BN; variants
+    built with the same seed get the same weights.
 
     Args:
         spec (BenchModel): The model.
-        device (str): Device. Defaults to ``'cpu'``.
-        seed (int): Seed of the initial weights. Defaults to 0.
-
-    Returns:
-        BenchForward: The module.
+        device (str): Device.
+        seed (int): Seed of the initial weights.
     """
     from mmengine.config import ConfigDict
     from mmengine.model import revert_sync_batchnorm
@@ -298,22 +259,17 @@ def make_step(model: BenchForward,
               mode: str,
               amp: bool = False,
               runner: Optional[Callable] = None) -> Callable[[], None]:
-    """A callable running one inference or one training step.
-
-    Sets the model's mode (eval for ``'infer'``, train for ``'train'``).
+    """A callable running one inference or one training step (and setting
+    the model's mode).
 
     Args:
         model (BenchForward): The module.
         x (Tensor): Input batch.
-        mode (str): ``'infer'``: forward under ``no_grad``. ``'train'``:
-            forward and backward of the output sum (no optimizer: the models
-            compared have the same parameters); gradients are reset first.
+        mode (str): ``'infer'`` (``no_grad``) or ``'train'`` (forward and
+            backward of the output sum, no optimizer).
         amp (bool): bf16 autocast on ``x``'s device.
         runner (callable, optional): What runs the forward, e.g. the
-            ``torch.compile`` d model; defaults to ``model``.
-
-    Returns:
-        Callable[[], None]: The step.
+            compiled model; defaults to ``model``.
     """
     if mode not in MODES:
         raise ValueError(f'mode={mode!r} must be one of {MODES}.')

@@ -1,25 +1,5 @@
-"""Convert timm / DeiT / MahalaVisionTransformer weights to mmseg's ViT layout.
-
-The key renaming is mmseg's own ``convert_vit`` (``tools/model_converters/
-vit2mmseg.py`` in the mmseg wheel), loaded from the installed package rather
-than copied. Around it this module handles what that function leaves to the
-caller for DeiT and the authors' elliptical-attention
-(``MahalaVisionTransformer``) checkpoints:
-
-* the ``{'model': ...}`` / ``{'state_dict': ...}`` / ``{'module': ...}``
-  wrappers;
-* the distillation token of distilled DeiT: ``dist_token`` and its row of
-  ``pos_embed`` (row 1, after the class token) are removed, since mmseg's ViT
-  has a single class token (``head_dist`` goes with ``head``);
-* classification-only weights (``head``, ``head_dist``, ``pre_logits``) are
-  dropped and reported;
-* anything left that mmseg's ``VisionTransformer`` has no parameter for
-  (e.g. LayerScale ``ls1.gamma``, ``fc_norm``) is an error naming the keys,
-  instead of a checkpoint that silently loads half its weights.
-
-Elliptical attention adds no parameters, so the result loads strictly into
-both ``VisionTransformer`` and ``EllipticalVisionTransformer``.
-"""
+"""Convert timm / DeiT / MahalaVisionTransformer weights to mmseg's ViT
+layout with mmseg's own ``convert_vit`` (docs/reliability.md)."""
 import re
 import runpy
 from collections import OrderedDict
@@ -50,14 +30,8 @@ def mmseg_convert_vit() -> Callable[[Mapping[str, Tensor]], OrderedDict]:
 
 
 def state_dict_of(checkpoint: Mapping) -> Dict[str, Tensor]:
-    """The state dict inside a timm / DeiT / mmengine checkpoint.
-
-    Args:
-        checkpoint (Mapping): A loaded checkpoint, e.g. ``{'model': sd}``.
-
-    Returns:
-        dict[str, Tensor]: The state dict.
-    """
+    """The state dict inside a checkpoint, bare or wrapped (``model``,
+    ``state_dict``, ``module``)."""
     for key in WRAPPERS:
         if isinstance(checkpoint.get(key), Mapping):
             return dict(checkpoint[key])
@@ -68,12 +42,9 @@ def convert_deit(
         checkpoint: Mapping) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """Convert a timm / DeiT / MahalaVisionTransformer checkpoint.
 
-    Args:
-        checkpoint (Mapping): The loaded source, wrapped or not.
-
     Returns:
         tuple[OrderedDict[str, Tensor], list[str]]: The state dict in mmseg's
-        ``VisionTransformer`` layout and the source keys that were dropped.
+        ``VisionTransformer`` layout and the dropped source keys.
 
     Raises:
         ValueError: If the source is not a ViT with a class token, or keeps
@@ -110,12 +81,8 @@ def load_source(src: str, unsafe_pickle: bool = False) -> dict:
 
     Args:
         src (str): Local path or URL.
-        unsafe_pickle (bool): Load a local file with
-            ``torch.load(weights_only=False)`` instead, for training
-            checkpoints that pickle Python objects (only for trusted files).
-
-    Returns:
-        dict: The loaded checkpoint.
+        unsafe_pickle (bool): ``weights_only=False`` for a local file (only
+            for trusted files).
 
     Raises:
         SourceError: If the weights-only loader refuses the file.

@@ -1,13 +1,5 @@
-"""A small synthetic dataset in ADE20K layout, generated on first use.
-
-Scenes hold up to three discs, squares, triangles and rings on a noisy dark
-grey background (an object is placed only where it fits: most scenes hold one,
-some two). Objects are large next to a ViT
-patch of 8 pixels (radius 22-34 % of the image side: 14-22 pixels at 64x64)
-and never touch. Every shape draws its colour from the same palette, so
-colour finds the objects but cannot tell their classes apart: a model has to
-use shape. Files are written once, deterministically from a seed, under
-``data_root``::
+"""A small synthetic dataset in ADE20K layout, generated on first use
+(docs/demo.md, "The scenes")::
 
     data_root/images/{training,validation}/demo_00000.jpg
     data_root/annotations/{training,validation}/demo_00000.png
@@ -59,11 +51,8 @@ def _shape_mask(label: int, size: int, cx: int, cy: int, r: int) -> np.ndarray:
 
 
 def render_scene(size: int, rng: np.random.Generator):
-    """Render one ``(image BGR uint8, label uint8)`` pair.
-
-    Objects never touch: each is placed at least ``GAP`` pixels away from
-    the others, or left out after ``TRIES`` attempts.
-    """
+    """Render one ``(image BGR uint8, label uint8)`` pair; objects keep
+    ``GAP`` pixels apart or are left out after ``TRIES`` attempts."""
     img = np.empty((size, size, 3), np.int16)
     img[:] = rng.integers(*GREY_LEVELS)
     seg = np.zeros((size, size), np.uint8)
@@ -90,10 +79,8 @@ def generate_demo_shapes(data_root: str,
                          num_val: int = 64,
                          img_size: int = 64,
                          seed: int = 0) -> None:
-    """Write the dataset under ``data_root`` unless it is already there.
-
-    Generation goes to a temporary folder renamed into place, so concurrent
-    processes (e.g. DDP ranks) never see a half-written dataset.
+    """Write the dataset under ``data_root`` unless it is already there
+    (through a temporary folder, so DDP ranks never see half of it).
 
     Args:
         data_root (str): Destination folder.
@@ -153,15 +140,12 @@ def generate_demo_shapes(data_root: str,
 
 @DATASETS.register_module()
 class DemoShapesDataset(BaseSegDataset):
-    """Synthetic shapes in ADE20K layout, generated on first use.
-
-    Five classes (background, disc, square, triangle, ring); labels are the
-    class indices (no zero-label reduction).
+    """Synthetic shapes in ADE20K layout: background, disc, square,
+    triangle, ring (no zero-label reduction).
 
     Args:
         generate (dict, optional): Keyword arguments of
-            :func:`generate_demo_shapes` (``num_train``, ``num_val``,
-            ``img_size``, ``seed``); None to never generate.
+            :func:`generate_demo_shapes`; None to never generate.
         **kwargs: Arguments of ``mmseg.datasets.BaseSegDataset``.
     """
     METAINFO = dict(classes=CLASSES, palette=PALETTE)

@@ -1,17 +1,5 @@
-"""ONNX export of the plugin's segmentors and onnxruntime inference.
-
-:mod:`.export` writes the graph of a segmentor's whole-mode seg logits
-(``torch.onnx.export(..., dynamo=True)``), :mod:`.shapes` picks the size a
-dynamic graph is traced at, :mod:`.runtime` runs a graph in mmseg's
-inference (``ONNXRuntimeSegmentor``: slide inference outside the graph),
-:mod:`.verify` compares it with ``predict`` and :mod:`.evaluate` tests it
-on a config's test dataloader; :mod:`.deform_attn` and :mod:`.query_heads`
-hold the export versions of mmcv's deformable attention and mmdet's
-MaskFormer / Mask2Former parts (swapped in for an export only). onnx,
-onnxruntime and onnxscript are the ``[deploy]`` extra: without them this
-package imports and what needs them raises an ``ImportError`` naming the
-extra.
-"""
+"""ONNX export of the plugin's segmentors and onnxruntime inference; onnx,
+onnxruntime and onnxscript are the ``[deploy]`` extra (docs/deploy.md)."""
 from ..errors import ExportError
 from ..utils.files import check_onnx_file
 from .evaluate import (build_segmentor, evaluate_onnx, evaluate_pytorch,

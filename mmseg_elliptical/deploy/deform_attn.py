@@ -1,16 +1,6 @@
 """The export version of mmcv's ``MultiScaleDeformableAttention``
-(Mask2Former's pixel decoder).
-
-mmcv's module takes the level sizes as a tensor (``spatial_shapes``,
-``[L, 2]``), asserts on its values and, on the CPU, splits the values by
-sizes read from it (``multi_scale_deformable_attn_pytorch``): data that
-``torch.export`` cannot trace, even at a fixed size once the tensor is
-computed from the feature maps. :class:`ExportMultiScaleDeformableAttention`
-runs the same grid-sample path with the sizes as Python integers (symbolic
-in a dynamic export), its level start indices the sums of the same
-integers; ``F.grid_sample`` is ONNX ``GridSample``, so the graph needs no
-custom operator.
-"""
+(Mask2Former's pixel decoder): the grid-sample path with the level sizes as
+integers, which ``torch.export`` traces (docs/deploy.md)."""
 from typing import List, Sequence, Tuple, Union
 
 import torch
@@ -42,8 +32,7 @@ def deformable_attention(value: Tensor, shapes: Sequence[Tuple[int, int]],
                          sampling_locations: Tensor,
                          attention_weights: Tensor) -> Tensor:
     """mmcv's ``multi_scale_deformable_attn_pytorch`` with the level sizes
-    as integers: each level's values sliced at its start and sampled with
-    ``F.grid_sample`` (bilinear, zeros padding, ``align_corners=False``).
+    as integers.
 
     Args:
         value (Tensor): ``[B, sum(h * w), heads, dims]``.
@@ -83,16 +72,9 @@ def deformable_attention(value: Tensor, shapes: Sequence[Tuple[int, int]],
 
 
 class ExportMultiScaleDeformableAttention(MultiScaleDeformableAttention):
-    """mmcv's ``MultiScaleDeformableAttention``, its grid-sample path, with
-    the level sizes as integers.
-
-    ``spatial_shapes`` may be mmdet's ``[L, 2]`` tensor (read once, eager)
-    or ``[(h, w), ...]`` integers (what :class:`ExportMSDeformAttnPixelDecoder`
-    passes; symbolic in a dynamic export); ``level_start_index`` is not read
-    (the starts are sums of the same integers). mmcv's assertion that the
-    sizes cover the values becomes a ``ValueError`` outside an export. The
-    CUDA kernel of mmcv's forward is not used: export from the CPU.
-    """
+    """mmcv's ``MultiScaleDeformableAttention``, its grid-sample path (no
+    CUDA kernel), with ``spatial_shapes`` a tensor or ``[(h, w), ...]``
+    integers; ``level_start_index`` is not read."""
 
     def forward(self,
                 query: Tensor,
@@ -155,7 +137,6 @@ class ExportMultiScaleDeformableAttention(MultiScaleDeformableAttention):
         return self.dropout(output) + identity
 
 
-#: mmcv's class -> its export version (see :mod:`.shapes`).
 EXPORT_VERSIONS = {
     MultiScaleDeformableAttention: ExportMultiScaleDeformableAttention,
 }

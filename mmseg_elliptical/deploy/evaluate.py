@@ -1,6 +1,5 @@
 """Build a segmentor for export; test an ONNX graph as tools/test.py tests
-the PyTorch model (mmengine's ``Runner`` on the config's test dataloader
-and evaluator, mmseg's ``IoUMetric``)."""
+the PyTorch model."""
 import copy
 from typing import Dict, Optional
 
@@ -19,8 +18,7 @@ def build_segmentor(cfg: Config,
     ``checkpoint``'s weights (random weights without one).
 
     Args:
-        cfg (Config): A config read with ``no_pretrained=True``
-            (:func:`~mmseg_elliptical.utils.load_config`).
+        cfg (Config): A config read with ``no_pretrained=True``.
         checkpoint (str, optional): A checkpoint of the model.
     """
     from mmseg.registry import MODELS
@@ -58,8 +56,7 @@ def evaluate_onnx(cfg: Config,
                   work_dir: str,
                   threads: Optional[int] = None) -> Dict[str, float]:
     """The metrics of ``onnx_file`` run by onnxruntime in place of the
-    config's model, on the config's test dataloader and evaluator (slide
-    inference outside the graph for slide-mode configs).
+    config's model, on the config's test dataloader and evaluator.
 
     Args:
         cfg (Config): The config the graph was exported from.
@@ -68,7 +65,7 @@ def evaluate_onnx(cfg: Config,
         threads (int, optional): onnxruntime's intra-op threads.
 
     Returns:
-        dict: The evaluator's metrics (``mIoU``, ``aAcc``, ``mAcc``, ...).
+        dict: The evaluator's metrics.
     """
     cfg = copy.deepcopy(cfg)
     cfg.model = onnx_model_cfg(cfg.model, onnx_file, threads)

@@ -1,24 +1,5 @@
-"""ONNX export of a segmentor: the graph of mmseg's whole-mode seg_logits.
-
-The graph takes the batch as the config's ``data_preprocessor`` outputs it
-(``[B, C, H, W]``, normalised and padded) and returns what
-``EncoderDecoder.encode_decode`` does, ``[B, num_classes, H, W]`` seg logits
-at the input size: the decode head's ``predict`` (``forward`` plus mmseg's
-resize to the input size for every ``BaseDecodeHead``, the query-to-pixel
-product for Mask2Former). That is the ``seg_logits`` of ``predict`` in
-whole mode, and of each crop in slide mode, whose sliding window
-:class:`~.runtime.ONNXRuntimeSegmentor` runs outside the graph.
-
-The export is ``torch.onnx.export(..., dynamo=True)``. With ``dynamic``, a
-graph for any batch, height and width: it is traced at a batch of 2 (a batch
-of 1 is specialised by ``torch.export``) and at the size of
-:func:`~.shapes.trace_shape`. BEiT and MAE size their relative position
-tables from ``img_size`` and export at that size only (batch dynamic).
-MaskFormer and Mask2Former heads (mmseg's and the elliptical ones) export
-through the export versions of mmcv's deformable attention and mmdet's pixel
-decoders and MaskFormer head (:mod:`.deform_attn`, :mod:`.query_heads`),
-swapped in for the export only (:func:`~.shapes.export_friendly`).
-"""
+"""ONNX export of a segmentor: the graph of ``encode_decode``'s seg logits
+at the input size (docs/deploy.md)."""
 import os
 import os.path as osp
 import time
@@ -36,26 +17,20 @@ from .requirements import require_deploy
 from .shapes import export_friendly, trace_shape
 
 INPUT_NAME, OUTPUT_NAME = 'input', 'seg_logits'
-#: ONNX opset of the exported graphs (opset 18: ``Resize`` with antialias
-#: attributes, ``ReduceMean`` with axes as input).
+#: Opset 18: ``Resize`` with antialias, ``ReduceMean`` with axes as input.
 OPSET = 18
 
 
 class SegLogits(nn.Module):
     """The exported computation: ``segmentor.encode_decode`` at the input
-    size.
-
-    Args:
-        segmentor (nn.Module): An mmseg ``EncoderDecoder``, in eval mode.
-    """
+    size (``segmentor`` an ``EncoderDecoder`` in eval mode)."""
 
     def __init__(self, segmentor: nn.Module) -> None:
         super().__init__()
         self.segmentor = segmentor
 
     def forward(self, inputs: Tensor) -> Tensor:
-        # A torch.Size ``img_shape`` makes mmseg's heads resize to it (the
-        # branch of slide inference); the heads read the first meta only.
+        # mmseg's heads resize to a torch.Size img_shape (slide's branch)
         meta = dict(img_shape=inputs.shape[2:])
         return self.segmentor.encode_decode(inputs, [meta])
 
@@ -70,7 +45,7 @@ class ExportResult:
         trace_shape (tuple[int, int]): The size it was traced at.
         dynamic_axes (dict[int, str]): Dynamic input axes and their names.
         seconds (float): Wall time of the export.
-        notes (list[str]): What the user should know (e.g. a fixed size).
+        notes (list[str]): What the user should know.
     """
     file: str
     shape: Tuple[int, int]
@@ -88,8 +63,8 @@ def input_channels(segmentor: nn.Module) -> int:
 
 
 def fixed_input_size(segmentor: nn.Module) -> Optional[Tuple[int, int]]:
-    """The only input size of a BEiT / MAE backbone (its ``img_size``, which
-    sizes the relative position tables), or None."""
+    """The only input size (``img_size``) of a BEiT / MAE backbone, or
+    None."""
     for module in segmentor.modules():
         if isinstance(module, BEiT):
             return tuple(int(s) for s in module.img_size)
@@ -97,20 +72,14 @@ def fixed_input_size(segmentor: nn.Module) -> Optional[Tuple[int, int]]:
 
 
 def part_of(name: str) -> str:
-    """The config key of a submodule's part: ``backbone.layers.1.attn`` is in
-    ``model.backbone``."""
+    """The config key (``model.backbone``) of a submodule's name."""
     return 'model.' + name.split('.')[0]
 
 
 def check_exportable(segmentor: nn.Module, shape: Sequence[int]) -> None:
-    """Raise a clear :class:`~mmseg_elliptical.errors.ExportError` for
-    what cannot be exported.
-
-    * ``relevance_reduction='median'``: ``aten::median`` has no ONNX
-      translation in torch's exporters.
-    * BEiT / MAE at another size than their ``img_size``.
-    * A size the model does not run at (one eager forward, before the trace:
-      e.g. smaller than a pooling kernel).
+    """Raise an :class:`ExportError` for the median estimator, BEiT / MAE
+    at another size than ``img_size``, or a size the model does not run at
+    (one eager forward).
 
     Args:
         segmentor (nn.Module): The segmentor.
@@ -160,17 +129,14 @@ def export_onnx(segmentor: nn.Module,
     """Export ``segmentor``'s seg logits (:class:`SegLogits`) to ONNX.
 
     Args:
-        segmentor (nn.Module): An mmseg segmentor (``EncoderDecoder``); it is
-            put in eval mode.
+        segmentor (nn.Module): An mmseg ``EncoderDecoder`` (put in eval
+            mode).
         output_file (str): The ``.onnx`` file to write.
-        shape (Sequence[int]): The input size ``(H, W)``: the graph's size,
-            or with ``dynamic`` the size the graph is verified at.
+        shape (Sequence[int]): The graph's size, or with ``dynamic`` the
+            size it is verified at.
         dynamic (bool): Dynamic batch, height and width (BEiT / MAE: batch
-            only). Defaults to False: a graph for a batch of 1 at ``shape``.
-        opset_version (int): ONNX opset. Defaults to :data:`OPSET`.
-
-    Returns:
-        ExportResult: What was written.
+            only); else a batch of 1 at ``shape``.
+        opset_version (int): ONNX opset.
     """
     require_deploy('ONNX export')
     shape = (int(shape[0]), int(shape[1]))

@@ -1,24 +1,5 @@
-"""Export versions of mmdet's MaskFormer / Mask2Former parts (needs mmdet).
-
-* ``MSDeformAttnPixelDecoder`` (Mask2Former) reads each level's size with
-  ``torch._shape_as_tensor`` and passes the sizes on as tensors
-  (``spatial_shapes``, ``level_start_index``), which ``torch.export`` cannot
-  trace: :class:`ExportMSDeformAttnPixelDecoder` computes the same with the
-  sizes as Python integers (symbolic in a dynamic export) and passes them to
-  its encoder's :class:`~.deform_attn.ExportMultiScaleDeformableAttention`.
-* ``MaskFormerHead`` and ``TransformerEncoderPixelDecoder`` (MaskFormer)
-  build their padding masks in a loop over the batch, one image meta per
-  image: a graph for the traced batch size only, while the exported module
-  passes one meta for the batch. :func:`padding_mask` builds the same mask
-  by comparisons with the metas' ``img_shape``. mmdet's plain
-  ``PixelDecoder`` (MaskFormer's in mmseg's Swin configs) exports as it is.
-
-The heads are mmseg's (and the plugin's elliptical ones) on top of mmdet's:
-:func:`~.shapes.export_friendly` gives such a head a subclass with
-:class:`ExportMaskFormerForward` just above mmdet's class, so that what the
-subclasses add to ``forward`` (the elliptical head's input checks) still
-runs.
-"""
+"""Export versions of mmdet's MaskFormer / Mask2Former parts (needs mmdet;
+docs/deploy.md, "MaskFormer and Mask2Former")."""
 from typing import List, Sequence, Tuple
 
 import torch
@@ -33,21 +14,15 @@ from .deform_attn import level_starts
 
 def padding_mask(batch_img_metas: Sequence[dict], batch_size: int,
                  size: Sequence[int], device: torch.device) -> Tensor:
-    """mmdet's MaskFormer padding mask, without a loop over the batch.
-
-    True outside each image's ``img_shape`` within the batch's
-    ``batch_input_shape`` (the first meta's), resized to ``size`` (nearest)
-    as mmdet resizes it. One meta stands for the whole batch (as the
-    exported module passes it), else one per image.
+    """mmdet's MaskFormer padding mask ``[batch_size, h, w]`` (True outside
+    each ``img_shape``), without a loop over the batch.
 
     Args:
-        batch_img_metas (Sequence[dict]): One meta, or one per image.
+        batch_img_metas (Sequence[dict]): One meta for the batch, or one per
+            image.
         batch_size (int): Images in the batch.
         size (Sequence[int]): The feature map's ``(h, w)``.
         device (torch.device): Where to build the mask.
-
-    Returns:
-        Tensor: ``[batch_size, h, w]``, bool.
     """
     count = len(batch_img_metas)
     if count != 1 and count != batch_size:
@@ -68,12 +43,8 @@ def padding_mask(batch_img_metas: Sequence[dict], batch_size: int,
 
 
 class ExportMSDeformAttnPixelDecoder(MSDeformAttnPixelDecoder):
-    """mmdet's ``MSDeformAttnPixelDecoder`` with the level sizes as integers.
-
-    The same computation as mmdet's ``forward``; ``spatial_shapes`` and
-    ``level_start_index`` reach the encoder's deformable attention as
-    ``[(h, w), ...]`` and ``[0, h_0 * w_0, ...]`` integers.
-    """
+    """mmdet's ``MSDeformAttnPixelDecoder`` with the level sizes as
+    integers."""
 
     def forward(self, feats: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:
         batch_size = feats[0].shape[0]
@@ -181,9 +152,7 @@ class ExportMaskFormerForward(MaskFormerHead):
         return all_cls_scores, all_mask_preds
 
 
-#: mmdet's class -> its export version (see :mod:`.shapes`); None: the class
-#: exports as it is (mmdet's ``Mask2FormerHead`` subclasses
-#: ``MaskFormerHead`` with a ``forward`` of its own).
+#: mmdet's class -> its export version (None: exports as it is).
 EXPORT_VERSIONS = {
     MSDeformAttnPixelDecoder: ExportMSDeformAttnPixelDecoder,
     TransformerEncoderPixelDecoder: ExportTransformerEncoderPixelDecoder,

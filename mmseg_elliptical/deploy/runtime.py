@@ -1,12 +1,5 @@
-"""onnxruntime inference of an exported segmentor, in mmseg's test loop.
-
-:class:`ONNXRuntimeSegmentor` is mmseg's ``EncoderDecoder`` whose
-``encode_decode`` runs the ONNX graph of :mod:`.export`: its ``predict``,
-whole or slide inference (the sliding window, outside the graph) and
-``postprocess_result`` are mmseg's, so a config whose ``model`` is replaced
-by it (:func:`onnx_model_cfg`) is tested by mmengine's ``Runner`` exactly as
-``tools/test.py`` tests the PyTorch model.
-"""
+"""onnxruntime inference of an exported segmentor, in mmseg's test loop
+(mmseg's ``EncoderDecoder`` whose ``encode_decode`` runs the graph)."""
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -28,13 +21,10 @@ def ort_session(onnx_file: str, threads: Optional[int] = None):
 
     Args:
         onnx_file (str): The exported graph.
-        threads (int, optional): Intra-op threads (None: onnxruntime's
-            default, one per core).
+        threads (int, optional): Intra-op threads (None: one per core).
 
     Raises:
-        ExportError: ``onnx_file`` is missing, not ONNX, apart from its
-            weights (:func:`~.errors.check_onnx_file`), or refused by
-            onnxruntime (its first line quoted).
+        ExportError: ``onnx_file`` cannot be served.
     """
     ort = onnxruntime()
     check_onnx_file(onnx_file)
@@ -56,14 +46,12 @@ def ort_session(onnx_file: str, threads: Optional[int] = None):
 
 
 def input_dims(session) -> Dims:
-    """The graph input's dimensions: ints where fixed, names where dynamic.
-    """
+    """The graph input's dimensions: ints, or names where dynamic."""
     return tuple(session.get_inputs()[0].shape)
 
 
 def check_input(dims: Dims, shape: Sequence[int]) -> None:
-    """Raise a clear :class:`~mmseg_elliptical.errors.ExportError` when
-    ``shape`` does not fit a graph whose input dimensions are ``dims``."""
+    """Raise an :class:`ExportError` when ``shape`` does not fit ``dims``."""
     names = ('batch', 'channels', 'height', 'width')
     bad = [(n, d, s) for n, d, s in zip(names, dims, shape)
            if isinstance(d, int) and d != s]
@@ -81,8 +69,8 @@ def run_session(session, inputs: Tensor) -> Tensor:
     """The graph's seg logits of a batch, as a tensor on ``inputs``' device.
 
     Args:
-        session: An onnxruntime ``InferenceSession`` (:func:`ort_session`).
-        inputs (Tensor): ``[B, C, H, W]``, as the data preprocessor gives it.
+        session: An onnxruntime ``InferenceSession``.
+        inputs (Tensor): ``[B, C, H, W]`` from the data preprocessor.
     """
     check_input(input_dims(session), inputs.shape)
     array = np.ascontiguousarray(inputs.detach().float().cpu().numpy())
@@ -92,12 +80,8 @@ def run_session(session, inputs: Tensor) -> Tensor:
 
 @MODELS.register_module()
 class ONNXRuntimeSegmentor(EncoderDecoder):
-    """mmseg's ``EncoderDecoder`` inference with onnxruntime as network.
-
-    Built from the config's ``decode_head`` (for mmseg's post-processing:
-    ``align_corners``, ``num_classes``, ``out_channels``, ``threshold``),
-    ``test_cfg`` (whole or slide) and ``data_preprocessor``; no backbone is
-    built and the decode head's weights are not used.
+    """mmseg's ``EncoderDecoder`` inference with onnxruntime as network
+    (the decode head config serves mmseg's post-processing only).
 
     Args:
         onnx_file (str): The graph of :func:`~.export.export_onnx`.
@@ -115,8 +99,7 @@ class ONNXRuntimeSegmentor(EncoderDecoder):
                  data_preprocessor: Optional[dict] = None,
                  threads: Optional[int] = None,
                  init_cfg: Optional[dict] = None) -> None:
-        # EncoderDecoder's inference methods, BaseSegmentor's construction
-        # (EncoderDecoder.__init__ would build the backbone).
+        # BaseSegmentor's construction: EncoderDecoder's builds a backbone
         BaseSegmentor.__init__(
             self, data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         self._init_decode_head(decode_head)

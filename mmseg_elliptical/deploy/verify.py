@@ -18,8 +18,7 @@ class Parity:
     Attributes:
         shape (tuple[int, ...]): The input shape ``(B, C, H, W)``.
         max_abs (float): The largest absolute difference.
-        max_rel (float): ``max_abs`` relative to the largest absolute value
-            of ``predict``'s seg logits.
+        max_rel (float): ``max_abs`` over the largest absolute logit.
     """
     shape: Tuple[int, ...]
     max_abs: float
@@ -68,11 +67,8 @@ def verify(segmentor: nn.Module,
            shapes: Sequence[Sequence[int]],
            channels: int = 3,
            seed: int = 0) -> List[Parity]:
-    """:func:`compare` on standard-normal batches of each ``(B, H, W)``.
-
-    ``predict`` runs whole inference here (the graph is one crop of slide
-    inference), so ``segmentor.test_cfg`` is set to whole mode meanwhile.
-    """
+    """:func:`compare` on standard-normal batches of each ``(B, H, W)``,
+    ``predict`` in whole mode (the graph is one crop of slide inference)."""
     generator = torch.Generator().manual_seed(seed)
     test_cfg = segmentor.test_cfg
     segmentor.test_cfg = ConfigDict(dict(test_cfg or {}, mode='whole'))

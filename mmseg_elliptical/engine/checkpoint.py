@@ -1,31 +1,9 @@
 """Local checkpoints through mmengine: torch's weights-only loader with
 mmengine's own objects allowed, and a clear error for an unreadable file.
 
-Since torch 2.6, ``torch.load`` defaults to ``weights_only=True``, which
-refuses the non-tensor objects mmengine 0.10 stores in its checkpoints (the
-message hub's ``HistoryBuffer``, the numpy arrays and scalars inside it, and
-the bound methods it pickles through ``getattr``). ``tools/test.py``,
-``--resume`` and ``mmseg.apis.init_model`` then fail with ``Unsupported
-global``. And a checkpoint cut short (a download or copy that stopped
-midway) fails deep inside torch with a message that names neither the file
-nor the cause (``OSError: [Errno 22] Invalid argument``, or the zip reader's
-``failed finding central directory``).
-
-The plugin's loader for local files is mmengine's own, called with torch's
-allowlist of exactly these globals for that one load
-(``torch.serialization.safe_globals``), and it turns a failure on a file
-that is no complete torch checkpoint into a :class:`CheckpointError` that
-names the path, its size and the fix (:func:`check_checkpoint`, which the
-tools also run on their arguments before any work).
-
-This is the one side effect of ``import mmseg_elliptical`` besides
-registering modules: :func:`register_checkpoint_loader` runs at import
-(logged once), so it also works for mmseg's own tools through a config's
-``custom_imports``. Set the environment variable
-``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` before the import to keep
-mmengine's loader, or call :func:`unregister_checkpoint_loader` to restore it
-later. docs/reliability.md says why the allowlist is scoped to these loads
-rather than added for the whole process.
+Installed at import, the plugin's one side effect besides registering
+modules; ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` keeps mmengine's loader
+(docs/reliability.md says why a loader and not a process-wide allowlist).
 """
 import os
 import os.path as osp
@@ -57,15 +35,10 @@ def mmengine_safe_globals() -> List[object]:
 
 
 def load_from_local(filename: str, map_location: Optional[str] = None):
-    """mmengine's local-file loader with mmengine's globals allowed, and a
-    :class:`CheckpointError` for a file that is no complete checkpoint.
+    """mmengine's local-file loader with mmengine's globals allowed.
 
-    Args:
-        filename (str): Local checkpoint path.
-        map_location (str, optional): As for :func:`torch.load`.
-
-    Returns:
-        dict: The loaded checkpoint.
+    Raises:
+        CheckpointError: For a file that is no complete checkpoint.
     """
     try:
         with torch.serialization.safe_globals(mmengine_safe_globals()):
@@ -91,14 +64,8 @@ def checkpoint_loader_enabled() -> bool:
 
 
 def register_checkpoint_loader() -> bool:
-    """Make :func:`load_from_local` mmengine's loader for local files.
-
-    Idempotent; logs the first time it replaces mmengine's loader in a
-    process. Does nothing when ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0``.
-
-    Returns:
-        bool: Whether the plugin's loader is installed.
-    """
+    """Make :func:`load_from_local` mmengine's loader for local files
+    (idempotent, logged once) and return whether it is installed."""
     global _mmengine_loader, _logged
     if not checkpoint_loader_enabled():
         return False

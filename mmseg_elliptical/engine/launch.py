@@ -1,29 +1,5 @@
-"""Run mmseg's tools with the plugin, also ``--launcher pytorch`` without CUDA.
-
-:func:`run_mmseg_tool` runs a script mmseg's wheel ships (``tools/train.py``
-and ``tools/test.py`` of this repository call it), found by
-:func:`mmseg_tool_path` where mmengine finds ``mmseg::`` configs.
-
-mmengine 0.10's PyTorch launcher calls ``torch.cuda.set_device`` (an
-``AttributeError`` on a CPU-only torch) before ``init_process_group`` with the
-config's backend (``nccl`` in mmseg's runtime), and the Runner wraps the model
-in ``MMDistributedDataParallel(device_ids=[LOCAL_RANK])``, which torch refuses
-for a CPU module. Without CUDA, :func:`prepare_cpu_launch` therefore
-
-* initialises the process group itself, with ``gloo`` from the ``torchrun``
-  environment (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``), so
-  the Runner finds it initialised and skips mmengine's launcher; and
-* adds ``--cfg-options model_wrapper_cfg.device_ids=None`` (mmengine merges
-  repeated ``--cfg-options``) so DDP wraps the CPU module.
-
-With CUDA nothing changes: mmengine's own launcher and NCCL are used.
-
-Whichever launcher created it, :func:`end_process_group` destroys the process
-group when the tool finishes, also on error. Left alive, gloo's threads meet
-interpreter shutdown and a finished job can abort with ``terminate called
-without an active exception`` (exit code -6), which torchrun reports as a
-failed job.
-"""
+"""Run mmseg's tools with the plugin, also ``--launcher pytorch`` without
+CUDA (gloo; docs/reliability.md, "Multi-GPU and Slurm")."""
 import argparse
 import gc
 import logging
@@ -40,8 +16,7 @@ from ..utils import mmseg_tool_path
 from ..utils.arguments import (CfgOptions, checkpoint_file, config_file, fail,
                                input_errors)
 
-#: The DDP wrapper of a CPU run (torch refuses ``device_ids`` for a CPU
-#: module), as a config and as ``--cfg-options``.
+#: The DDP wrapper of a CPU run (torch refuses ``device_ids`` there).
 CPU_WRAPPER = dict(
     type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False)
 CPU_WRAPPER_OPTIONS = [
@@ -61,15 +36,16 @@ def argv_launcher(argv: Sequence[str]) -> str:
 
 def prepare_cpu_launch(argv: Sequence[str],
                        cuda: Optional[bool] = None) -> List[str]:
-    """Set up a ``--launcher pytorch`` run on CPU; see the module docstring.
+    """Set up a ``--launcher pytorch`` run on CPU: a gloo group from
+    torchrun's environment (mmengine 0.10's launcher needs CUDA) and DDP
+    without ``device_ids``.
 
     Args:
-        argv (Sequence[str]): The tool's command line (``sys.argv``).
-        cuda (bool, optional): Whether CUDA is usable; defaults to
-            ``torch.cuda.is_available()``.
+        argv (Sequence[str]): The tool's command line.
+        cuda (bool, optional): Defaults to ``torch.cuda.is_available()``.
 
     Returns:
-        list[str]: ``argv``, with the DDP options added when launching on CPU.
+        list[str]: ``argv``, with the DDP options added on CPU.
     """
     argv = list(argv)
     if cuda is None:
@@ -99,21 +75,14 @@ def init_cpu_group() -> None:
 def start_launcher(launcher: str,
                    cuda: Optional[bool] = None) -> Dict[str, object]:
     """Join the process group of ``--launcher``, for a tool that builds its
-    own runners (the robustness grid, collapse, the comparison report).
-
-    ``none`` does nothing. With CUDA, mmengine's ``init_dist`` starts the
-    group (NCCL); without, ``pytorch`` starts a gloo group as
-    :func:`prepare_cpu_launch` does (``slurm`` needs CUDA).
+    own runners.
 
     Args:
-        launcher (str): ``'none'``, ``'pytorch'`` or ``'slurm'``.
-        cuda (bool, optional): Whether CUDA is usable; defaults to
-            ``torch.cuda.is_available()``.
+        launcher (str): ``'none'``, ``'pytorch'`` or ``'slurm'`` (CUDA).
+        cuda (bool, optional): Defaults to ``torch.cuda.is_available()``.
 
     Returns:
-        dict: Options to merge into every config the tool runs
-        (``launcher`` and, on the CPU, the DDP wrapper's), empty for
-        ``none``.
+        dict: Options to merge into every config the tool runs.
     """
     if launcher == 'none':
         return {}
@@ -129,12 +98,8 @@ def start_launcher(launcher: str,
 
 
 def end_process_group() -> None:
-    """Destroy the default process group, if any (see the module docstring).
-
-    Safe to call when no group exists. Errors while destroying are logged
-    (``print_log``, warning), not raised, so they never mask the job's own
-    exit status or exception.
-    """
+    """Destroy the default process group, if any (left alive, gloo's
+    threads can abort a finished job); errors are logged, not raised."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     try:
@@ -145,18 +110,15 @@ def end_process_group() -> None:
             f'{exc!r}',
             logger='current',
             level=logging.WARNING)
-    # The group object outlives destroy_process_group while DDP's reducer
-    # holds it, and the Runner that holds DDP sits in reference cycles: free
-    # them now, so gloo joins its threads before interpreter shutdown.
+    # DDP's reducer holds the group in reference cycles: free them, so gloo
+    # joins its threads before interpreter shutdown.
     gc.collect()
 
 
 def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
-    """Check the command line of mmseg's ``tools/<name>`` before it runs:
-    mmseg's own parser reads it (its errors exit with status 2, as ever),
-    then the config must exist and, for ``test.py``, the checkpoint be a
-    complete torch checkpoint, and every ``--cfg-options`` be
-    ``KEY=VALUE``. A bad one ends the tool with one line and status 2."""
+    """Check the command line of mmseg's ``tools/<name>`` (its parser, the
+    config, ``test.py``'s checkpoint, ``--cfg-options``); a bad one ends the
+    tool with one line and status 2."""
     args = list(argv[1:])
     if '--cfg-options' in args:
         values = []
@@ -188,18 +150,8 @@ def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
 
 
 def run_mmseg_tool(name: str) -> None:
-    """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``).
-
-    Importing this package has registered the plugin's components and its
-    weights-only checkpoint loader. The command line is checked first
-    (:func:`check_mmseg_tool_args`), and the plugin's own errors while the
-    tool runs (an unreadable checkpoint, a refused model argument) end it
-    with one line and exit status 2 instead of a traceback.
-    ``--launcher pytorch`` also works without CUDA (gloo; see
-    :func:`prepare_cpu_launch`). The process group of a distributed run is
-    destroyed when the script ends, also on error, so the exit status is the
-    job's.
-    """
+    """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``);
+    the plugin's input errors end it with one line and status 2."""
     check_mmseg_tool_args(name, sys.argv)
     sys.argv = prepare_cpu_launch(sys.argv)
     try:

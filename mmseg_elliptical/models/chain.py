@@ -1,18 +1,5 @@
-"""The value chain: how layer l reads the values of layer l - 1.
-
-The previous layer's values reach each attention through a
-:class:`ValueChain` shared by the layers of one chain (a ViT, one stage of a
-hierarchical backbone, the Segmenter head, Mask2Former's decoder). Each
-converted layer's ``forward`` (:class:`EllipticalLayerMixin`) takes the
-previous values from the chain before running mmseg's own ``forward`` and
-hands its attention's values on after it, so no backbone or layer
-``forward`` of mmseg is copied.
-
-Gradient checkpointing (``with_cp``) is done by the mixin, with the previous
-values as an explicit input of the checkpointed function: a recomputation in
-the backward sees the values of its own forward, also when several forwards
-run before one backward (gradient accumulation).
-"""
+"""The value chain: how layer l reads the values of layer l - 1
+(docs/models.md, "How it works")."""
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
@@ -27,14 +14,13 @@ class ChainCall:
     """One call of an attention inside a value chain.
 
     Attributes:
-        v_prev (Tensor, optional): The previous layer's values, in the layout
-            the attention compares (``[B, H, N, d]``), or None.
+        v_prev (Tensor, optional): The previous layer's values
+            ``[B, H, N, d]``, or None.
         keep (bool): Whether the next layer reads this layer's values.
-        owned (bool): ``v_prev`` belongs to the call: it is released once
-            read and, without gradient, overwritten by ``|v - v_prev|``.
-        values (Tensor, optional): This layer's values (detached), set when
-            ``keep``; without gradient a copy, so that the qkv projection
-            they would view is freed.
+        owned (bool): ``v_prev`` may be released once read and, without
+            gradient, overwritten by ``|v - v_prev|``.
+        values (Tensor, optional): This layer's values (detached; without
+            gradient a copy, so the qkv projection is freed).
     """
     v_prev: Optional[Tensor] = None
     keep: bool = False
@@ -44,8 +30,7 @@ class ChainCall:
 
 class ChainCallMixin:
     """How an attention receives the previous layer's values for one call
-    and hands its own on (:class:`ChainCall`); mixed into every elliptical
-    attention by :class:`~.attention.core.EllipticalAttentionMixin`."""
+    and hands its own on."""
     _chain_call: Optional[ChainCall] = None
 
     @contextmanager
@@ -53,20 +38,14 @@ class ChainCallMixin:
                 v_prev: Optional[Tensor] = None,
                 keep: bool = False,
                 owned: bool = False) -> Iterator[ChainCall]:
-        """Give the calls inside the previous values; collect this layer's.
-
-        Example::
-
-            with attn.chained(v_prev, keep=True) as call:
-                out = attn(x)          # scores with m from call.v_prev
-            v = call.values            # this layer's values, detached
+        """Give the calls inside the previous values; collect this layer's
+        in ``call.values``.
 
         Args:
             v_prev (Tensor, optional): The previous layer's values (None:
                 dot-product scores).
-            keep (bool): Collect this layer's values in ``call.values``.
-            owned (bool): ``v_prev`` may be overwritten (see
-                :class:`ChainCall`). Defaults to False.
+            keep (bool): Collect this layer's values.
+            owned (bool): ``v_prev`` may be overwritten.
 
         Yields:
             ChainCall: The call's state.
@@ -81,25 +60,22 @@ class ChainCallMixin:
                    v_prev: Optional[Tensor] = None,
                    keep: bool = False,
                    owned: bool = False) -> ChainCall:
-        """Start a chain call (what :meth:`chained` does on entry)."""
+        """:meth:`chained`'s entry."""
         self._chain_call = ChainCall(v_prev, keep, owned)
         return self._chain_call
 
     def end_call(self) -> None:
-        """End the chain call (what :meth:`chained` does on exit)."""
+        """:meth:`chained`'s exit."""
         self._chain_call = None
 
 
 class ValueChain:
-    """Hands each layer's attention values to the next layer, per forward.
-
-    Values are kept only where the next layer scores elliptically, and each is
-    dropped as soon as it is read. The first layer of the chain clears what a
-    failed forward may have left.
+    """Hands each layer's attention values to the next layer, per forward,
+    only where the next layer scores elliptically; each is dropped once read.
 
     Args:
         attentions (Sequence[nn.Module]): The chain's elliptical attentions,
-            in forward order (their ``elliptical`` flags are read live).
+            in forward order.
     """
 
     def __init__(self, attentions: Sequence[nn.Module]) -> None:
@@ -136,13 +112,8 @@ class ValueChain:
 
 
 class EllipticalLayerMixin:
-    """Runs an mmseg transformer layer inside a :class:`ValueChain`.
-
-    Mixed in before the mmseg layer class; the layer's attention
-    (:attr:`ATTENTION`, ``attn`` in mmseg's layers) must be elliptical.
-    Outside a chain (``value_chain`` None) the layer is mmseg's, with
-    dot-product scores.
-    """
+    """Runs an mmseg transformer layer inside a :class:`ValueChain` (outside
+    one it is mmseg's layer with dot-product scores)."""
     ATTENTION = 'attn'  # the attribute holding the chained attention
     value_chain: Optional[ValueChain] = None
     chain_index: int = 0
@@ -168,10 +139,8 @@ class EllipticalLayerMixin:
                 use_reentrant=False,
                 **kwargs)
         else:
-            # Only the call holds the previous values (not an argument
-            # tuple), so that the attention drops them once read instead of
-            # keeping them through the MLP. mmseg's layers checkpoint only
-            # when x requires grad, so none does here.
+            # Only the call holds the previous values, so the attention
+            # drops them once read instead of keeping them through the MLP.
             call = self.chained_attention.begin_call(
                 chain.take(index), keep, owned=True)
             out, values = self._forward_in_call(call, x, *args, **kwargs)
@@ -180,10 +149,8 @@ class EllipticalLayerMixin:
 
     def _checkpointed(self, x: Tensor, v_prev: Optional[Tensor], keep: bool,
                       *args, **kwargs):
-        # The previous values are an input of the checkpointed function, so
-        # a recomputation in the backward sees those of its own forward.
-        # mmseg's own checkpoint is off inside; try/finally rather than
-        # context managers: torch.compile traces it.
+        # v_prev is an input, so a recomputation sees its own forward's;
+        # try/finally, not a context manager: torch.compile traces it.
         call = self.chained_attention.begin_call(v_prev, keep)
         self.with_cp = False
         try:
@@ -192,7 +159,6 @@ class EllipticalLayerMixin:
             self.with_cp = True
 
     def _forward_in_call(self, call: ChainCall, x: Tensor, *args, **kwargs):
-        # mmseg's forward inside the attention's chain call.
         try:
             out = super().forward(x, *args, **kwargs)
         finally:

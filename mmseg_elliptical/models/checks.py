@@ -1,12 +1,5 @@
-"""Argument and input checks of the elliptical models.
-
-Everything that can be checked once is checked when a model is built
-(:func:`check_elliptical_layers`, :func:`check_estimator_args`,
-:func:`check_kwargs` with :func:`init_keywords`); :func:`check_images` runs
-per forward and costs no
-host synchronisation unless asked to look at the values
-(:data:`CHECK_FINITE`).
-"""
+"""Argument and input checks of the elliptical models, run at build time
+but for :func:`check_images`."""
 import difflib
 import inspect
 from collections.abc import Iterable, Mapping
@@ -21,24 +14,19 @@ from ..errors import InputError  # noqa: F401
 from ..errors import ConfigError, UnknownArgumentError
 
 REDUCTIONS = ('mean', 'median')
-# When ``check_finite`` looks for NaN / inf in the input: 'cpu' (default)
-# on CPU tensors only, where the pass costs no host synchronisation;
-# 'always' also on GPUs (one synchronisation per forward); 'never'.
 CHECK_FINITE = ('cpu', 'always', 'never')
 
 
 def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
-    """Validate the estimator options; a :class:`ConfigError` names the bad
-    one.
+    """Validate the estimator options and return ``eps`` as a float.
 
     Args:
-        reduction (str): ``relevance_reduction``, one of :data:`REDUCTIONS`.
-        eps (float): ``relevance_eps``, a finite number > 0 (numpy scalars
-            are accepted).
-        owner (str): Prefix naming the argument's owner in the message.
+        reduction (str): One of :data:`REDUCTIONS`.
+        eps (float): A finite number > 0.
+        owner (str): Prefix of the message.
 
-    Returns:
-        float: ``eps`` as a Python float.
+    Raises:
+        ConfigError: Naming the bad option.
     """
     if reduction not in REDUCTIONS:
         raise ConfigError(f'{owner}relevance_reduction={reduction!r} is not '
@@ -51,11 +39,8 @@ def check_estimator_args(reduction: str, eps: float, owner: str = '') -> float:
 
 
 def check_finite_mode(value: Union[bool, str], owner: str) -> str:
-    """Resolve ``check_finite`` to one of :data:`CHECK_FINITE`.
-
-    ``True`` means ``'always'`` and ``False`` ``'never'``, so configs written
-    for the boolean option keep their meaning.
-    """
+    """Resolve ``check_finite`` (``True``: ``'always'``, ``False``:
+    ``'never'``) to one of :data:`CHECK_FINITE`."""
     if value is True or value is False:
         return 'always' if value else 'never'
     if value not in CHECK_FINITE:
@@ -67,14 +52,12 @@ def check_finite_mode(value: Union[bool, str], owner: str) -> str:
 def check_elliptical_layers(elliptical_layers: Optional[Sequence[int]],
                             stage_depths: Sequence[int],
                             owner: str) -> Tuple[int, ...]:
-    """Validate ``elliptical_layers`` and resolve the default.
+    """Validate ``elliptical_layers`` and resolve the default (None).
 
     Args:
-        elliptical_layers (Sequence[int], optional): Global indices (0-based,
-            in forward order across stages) of the layers that score
-            elliptically; None means every layer but the first of each stage.
+        elliptical_layers (Sequence[int], optional): Global layer indices.
         stage_depths (Sequence[int]): Number of layers of each stage.
-        owner (str): Class name, for the error message.
+        owner (str): Class name, for the message.
 
     Returns:
         tuple[int, ...]: Sorted layer indices.
@@ -121,10 +104,7 @@ def check_images(inputs: Tensor,
                  check_finite: str = 'cpu') -> None:
     """Reject input mmseg's forward would choke on, naming the problem.
 
-    The shape, dtype and channel checks read metadata only. The non-finite
-    check reads the values: on a GPU that is a host synchronisation, so it
-    runs there only with ``check_finite='always'``; it is skipped under
-    ``torch.compile`` (it would break the graph).
+    Only the non-finite check reads values (see :func:`looks_at_values`).
 
     Args:
         inputs (Tensor): The backbone's input.
@@ -158,20 +138,15 @@ def check_images(inputs: Tensor,
 
 
 def count_non_finite(x: Tensor) -> int:
-    """How many elements of ``x`` are NaN or infinite (reads ``x``).
-
-    The sum is finite unless an element is NaN / inf (or the sum overflows),
-    so one cheap reduction answers, and the elements are counted only when
-    it is not finite.
-    """
+    """How many elements of ``x`` are NaN or infinite (one sum first)."""
     if bool(x.sum().isfinite()):
         return 0
     return x.numel() - int(torch.isfinite(x).sum())
 
 
 def looks_at_values(x: Tensor, check_finite: str) -> bool:
-    """Whether the non-finite check reads ``x`` (see :func:`check_images`).
-    """
+    """Whether the non-finite check reads ``x``: not under
+    ``torch.compile``, on a GPU only with ``'always'`` (a host sync)."""
     if check_finite == 'never' or torch.compiler.is_compiling():
         return False
     return check_finite == 'always' or x.device.type == 'cpu'
@@ -179,21 +154,16 @@ def looks_at_values(x: Tensor, check_finite: str) -> bool:
 
 def init_keywords(cls: type,
                   whole_mro: bool = False) -> Tuple[List[str], bool]:
-    """The keyword arguments the ``__init__`` s of ``cls``'s classes name.
-
-    Follows ``cls.__mro__`` from ``cls`` up while each ``__init__`` passes
-    ``**kwargs`` on, i.e. up to the first one that takes no ``**kwargs``
-    (the class that uses them), or over the whole MRO with ``whole_mro``.
+    """The keyword names of the ``__init__`` s along ``cls.__mro__``, up to
+    the first without ``**kwargs``.
 
     Args:
         cls (type): The class.
-        whole_mro (bool): Read every class of the MRO. Defaults to False.
+        whole_mro (bool): Read every class of the MRO.
 
     Returns:
-        tuple[list[str], bool]: The names (positional-or-keyword and
-        keyword-only, without ``self``), in MRO order, and whether the walk
-        met an ``__init__`` without ``**kwargs`` (False: ``**kwargs`` all
-        the way up, so any keyword may be accepted).
+        tuple[list[str], bool]: The names in MRO order, and whether an
+        ``__init__`` without ``**kwargs`` was met.
     """
     names: List[str] = []
     closed = False
@@ -215,16 +185,17 @@ def init_keywords(cls: type,
 
 def check_kwargs(cls: type, parent: type, kwargs: dict,
                  own: Sequence[str]) -> None:
-    """Reject keyword arguments neither ``cls`` nor ``parent`` accepts.
-
-    Without this, a misspelt keyword reaches ``parent.__init__`` and Python's
-    ``TypeError`` names mmseg's class instead of the plugin's.
+    """Reject keyword arguments neither ``cls`` nor ``parent`` accepts
+    (else Python's ``TypeError`` names mmseg's class).
 
     Args:
         cls (type): The plugin class, for the message.
         parent (type): The mmseg class whose ``__init__`` gets ``kwargs``.
         kwargs (dict): The keyword arguments passed on to ``parent``.
         own (Sequence[str]): The plugin class's own argument names.
+
+    Raises:
+        UnknownArgumentError: With the closest valid name.
     """
     names, closed = init_keywords(parent)
     if not closed:

@@ -1,16 +1,8 @@
 """Convert mmseg / mmcv modules in place into their elliptical versions.
 
-A module is converted by swapping its class for the elliptical subclass
-registered for its *exact* type (:func:`register_elliptical_version`, in
-:data:`ELLIPTICAL_VERSIONS`): parameters, buffers, hooks and the RNG state
-are untouched, so the state dict and the initial weights stay mmseg's. A
-module that cannot be converted (a type without an elliptical version, a
-subclass included, since it may add behaviour this package does not know, or
-a configuration the elliptical class does not run) is a
-:class:`ConversionError` that names it.
-
-The one verb is :func:`to_elliptical`; :func:`elliptical_version` looks the
-class up without converting anything.
+The class of a module is swapped for the subclass registered for its exact
+type (a subclass may add behaviour the plugin does not know), so parameters,
+buffers, hooks and the state dict stay mmseg's.
 """
 from typing import Callable, Dict, Optional
 
@@ -22,14 +14,7 @@ ELLIPTICAL_VERSIONS: Dict[type, type] = {}
 
 
 def register_elliptical_version(source: type) -> Callable[[type], type]:
-    """Class decorator: register ``cls`` as the elliptical ``source``.
-
-    Args:
-        source (type): The mmseg / mmcv class ``cls`` subclasses.
-
-    Returns:
-        callable: The decorator.
-    """
+    """Class decorator: register ``cls`` as the elliptical ``source``."""
 
     def register(cls: type) -> type:
         if not issubclass(cls, source):
@@ -41,18 +26,8 @@ def register_elliptical_version(source: type) -> Callable[[type], type]:
 
 
 def elliptical_version(cls: type, kind: type = object) -> Optional[type]:
-    """The elliptical class of ``cls``: its registered version, ``cls``
-    itself when it is one, else None.
-
-    Args:
-        cls (type): An mmseg / mmcv class, or an elliptical one.
-        kind (type): Only a version that subclasses ``kind`` counts (e.g.
-            ``EllipticalTransformerMixin``: a backbone or head, not a layer
-            or an attention). Defaults to ``object`` (any).
-
-    Returns:
-        type, optional: The elliptical class.
-    """
+    """The elliptical class of ``cls`` (``cls`` itself when it is one), if
+    it subclasses ``kind``; else None."""
     found = cls if cls in ELLIPTICAL_VERSIONS.values() else \
         ELLIPTICAL_VERSIONS.get(cls)
     return found if isinstance(found, type) and issubclass(found,
@@ -68,21 +43,16 @@ def to_elliptical(module: nn.Module, **options) -> nn.Module:
     """Convert ``module`` in place into the elliptical version of its type.
 
     Args:
-        module (nn.Module): An mmseg / mmcv backbone, head, layer or attention
-            whose exact type has a registered elliptical version.
-        **options: The elliptical class's own arguments, passed to its
-            ``init_elliptical`` (e.g. ``elliptical_layers`` of a backbone;
-            ``elliptical``, ``relevance_reduction``, ``relevance_eps`` of an
-            attention).
+        module (nn.Module): An mmseg / mmcv backbone, head, layer or
+            attention.
+        **options: Arguments of the elliptical class's ``init_elliptical``.
 
     Returns:
-        nn.Module: ``module`` itself, now of the elliptical class.
+        nn.Module: ``module`` itself.
 
     Raises:
-        ConversionError: If the type (exactly) has no elliptical version, or
-            the module's configuration is one the elliptical class does not
-            run (its ``check_convertible`` says which). The module is then
-            left as it was, as it is when ``options`` are rejected.
+        ConversionError: If the exact type has no elliptical version or its
+            settings are not supported; the module is left as it was.
     """
     cls = ELLIPTICAL_VERSIONS.get(type(module))
     if cls is None:

@@ -1,13 +1,5 @@
-"""What every elliptical backbone and head shares.
-
-An elliptical backbone (or head) is the mmseg class with
-:class:`EllipticalTransformerMixin` mixed in before it: ``__init__`` builds
-mmseg's model, then :func:`chain_stages` converts the layers that
-:meth:`EllipticalTransformerMixin.layer_stages` returns and chains their
-values, per stage. A subclass declares ``layer_stages`` and, for the
-analysis tools, ``token_layout`` (:class:`TokenLayout`: how its tokens lie
-on the image; nothing in the forward reads it).
-"""
+"""What every elliptical backbone and head shares: the mmseg class with
+:class:`EllipticalTransformerMixin` mixed in before it."""
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import (Any, Callable, List, NamedTuple, Optional, Sequence, Tuple,
@@ -28,9 +20,8 @@ class GridSource(NamedTuple):
     """Where the analysis reads the ``(h, w)`` token grid of a stage.
 
     Attributes:
-        module (nn.Module): A module called (``module(...)``, so that its
-            forward hooks run) once per forward of the model part.
-        read (callable): Maps that module's forward output to ``(h, w)``.
+        module (nn.Module): Called once per forward of the model part.
+        read (callable): Maps its forward output to ``(h, w)``.
     """
     module: nn.Module
     read: Callable[[Any], Sequence[int]]
@@ -46,41 +37,17 @@ def patch_grid(patch_embed: nn.Module) -> GridSource:
 
 @dataclass(frozen=True)
 class TokenLayout:
-    """How the tokens of one stage's layers lie on the image.
-
-    Declared per stage by :meth:`EllipticalTransformerMixin.token_layout`
-    for the analysis (``mmseg_elliptical.analysis``: representation
-    collapse, attention maps); the forward never reads it. The default,
-    ``TokenLayout()``, describes tokens that are no image grid (e.g. the
-    queries of a Mask2Former decoder): collapse is measured over all of them
-    and attention maps do not apply. The layers' output tokens are
-    ``[B, prefix + h * w + suffix, C]`` (grid tokens row-major).
+    """How the tokens ``[B, prefix + h * w + suffix, C]`` of one stage lie
+    on the image, for the analysis only (docs/evidence.md).
 
     Attributes:
-        grid (str or GridSource, optional): Where the analysis finds the
-            stage's ``(h, w)`` grid per forward: ``'argument'``, the layers'
-            own ``hw_shape`` argument (the second positional one, as in
-            mmseg's MiT, Twins and Swin layers); a :class:`GridSource`;
-            ``'backbone'``: the tokens are a feature map of the backbone (a
-            decode head's), the grid and stride are those of the backbone
-            stage with as many grid tokens; or None (default): the tokens
-            are no image grid.
-        stride (tuple[int, int], optional): Input pixels per grid token
-            (rows, columns): token ``(r, c)`` stands for input pixels
-            ``[r * sh, (r + 1) * sh) x [c * sw, (c + 1) * sw)``. Needed with
-            ``'argument'`` and :class:`GridSource` grids.
-        prefix (int): Leading tokens that are no grid cells (cls token).
-        suffix (int): Trailing tokens that are no grid cells (Segmenter's
-            class embeddings).
-        keys (str): Where the attention's keys lie: ``'tokens'`` (the
-            layer's own tokens, prefix, grid and suffix: global attention),
-            ``'reduced'`` (the grid reduced by a strided ``reduction`` x
-            ``reduction`` convolution: ``h // r`` x ``w // r`` keys,
-            row-major; MiT, Twins), ``'windows'`` (the query's window:
-            probabilities ``[B * windows, H, T, T]``, and the layer's
-            attention gives each grid token's slot ``window * T + position``
-            by ``image_slots(hw_shape, device)`` and the windows per side by
-            ``window_grid(hw_shape)``; Swin).
+        grid (str or GridSource, optional): ``'argument'`` (the layers'
+            ``hw_shape``), a :class:`GridSource`, ``'backbone'`` or None (no
+            image grid).
+        stride (tuple[int, int], optional): Input pixels per grid token.
+        prefix (int): Leading tokens that are no grid cells.
+        suffix (int): Trailing tokens that are no grid cells.
+        keys (str): ``'tokens'``, ``'reduced'`` or ``'windows'``.
         reduction (int): The reduction of ``'reduced'`` keys.
     """
     grid: Union[str, GridSource, None] = None
@@ -114,17 +81,12 @@ def stage_strides(steps: Sequence[Sequence[int]]) -> List[Tuple[int, int]]:
 
 def reduced_token_layouts(steps: Sequence[Sequence[int]],
                           reductions: Sequence[int]) -> List[TokenLayout]:
-    """The token layouts of the reduced-attention backbones (MiT, Twins-PCPVT):
-    per stage, the grid is the layers' ``hw_shape`` argument and the keys
-    are that grid reduced by the attention's ``sr_ratio``.
+    """The token layouts of MiT and Twins-PCPVT, one per stage.
 
     Args:
-        steps (Sequence[Sequence[int]]): The strides ``(sh, sw)`` of the
-            module that starts each stage (its patch embedding).
+        steps (Sequence[Sequence[int]]): The stride ``(sh, sw)`` of each
+            stage's patch embedding.
         reductions (Sequence[int]): The ``sr_ratio`` of each stage.
-
-    Returns:
-        list[TokenLayout]: One per stage.
     """
     return [
         TokenLayout(
@@ -138,10 +100,6 @@ def chain_stages(stages: Sequence[Sequence[nn.Module]],
                  relevance_reduction: str, relevance_eps: float,
                  owner: str) -> Tuple[int, ...]:
     """Convert mmseg transformer layers and chain their values, per stage.
-
-    Every layer and its attention become elliptical (so each hands its values
-    on); those in ``elliptical_layers`` score elliptically, the others keep
-    dot-product scores. The arguments are validated first.
 
     Args:
         stages (Sequence[Sequence[nn.Module]]): The layers of each stage, in
@@ -178,23 +136,17 @@ def chain_stages(stages: Sequence[Sequence[nn.Module]],
 class EllipticalTransformerMixin:
     """The elliptical version of an mmseg transformer backbone or head.
 
-    Mixed in before the mmseg class. A built mmseg model converts in place
-    with ``to_elliptical(model.backbone, elliptical_layers=...)``, which
-    calls :meth:`init_elliptical` with these options.
-
     Args:
         elliptical_layers (Sequence[int], optional): Global indices (0-based,
-            in forward order across stages) of the layers that score
-            elliptically. Defaults to None: every layer but the first of each
-            stage. ``[]``: mmseg's model exactly.
+            forward order across stages) of the layers that score
+            elliptically. Defaults to every layer but the first of each
+            stage; ``[]`` is mmseg's model.
         relevance_reduction (str): ``'mean'`` (the paper) or ``'median'`` over
-            tokens of ``|v^l - v^(l-1)|``. Defaults to ``'mean'``.
-        relevance_eps (float): Below this ``max_d m_d``, ``m`` falls back to
-            all ones (dot-product). Defaults to 1e-6.
-        check_finite (str or bool): Raise a clear error when the input holds
-            NaN or infinite values: ``'cpu'`` (default) for inputs on the
-            CPU, ``'always'`` (``True``) also on GPUs, at the cost of one host
-            synchronisation per forward, ``'never'`` (``False``).
+            tokens of ``|v^l - v^(l-1)|``.
+        relevance_eps (float): Below this ``max_d m_d``, ``m`` is all ones.
+        check_finite (str or bool): Reject NaN or infinite input: ``'cpu'``
+            (inputs on the CPU), ``'always'`` (one host synchronisation per
+            forward on GPUs) or ``'never'``.
         **kwargs: Arguments of the mmseg class.
     """
     OWN_ARGS = ('elliptical_layers', 'relevance_reduction', 'relevance_eps',
@@ -216,8 +168,7 @@ class EllipticalTransformerMixin:
                         relevance_reduction: str = 'mean',
                         relevance_eps: float = 1e-6,
                         check_finite: Union[str, bool] = 'cpu') -> None:
-        """Convert and chain the layers; takes the class's own arguments
-        (:attr:`OWN_ARGS`), as every ``init_elliptical`` does."""
+        """Convert and chain the layers (the class's :attr:`OWN_ARGS`)."""
         owner = type(self).__name__
         self.check_finite = check_finite_mode(check_finite, owner)
         self.elliptical_layers = chain_stages(self.layer_stages(),
@@ -228,8 +179,7 @@ class EllipticalTransformerMixin:
 
     @classmethod
     def check_arguments(cls, kwargs: dict) -> None:
-        """Reject keyword arguments for mmseg's class that it does not take
-        (:func:`~.checks.check_kwargs`), before building it."""
+        """Reject keyword arguments that mmseg's class does not take."""
         check_kwargs(cls, cls.mmseg_class(), kwargs, cls.OWN_ARGS)
 
     @classmethod
@@ -243,22 +193,17 @@ class EllipticalTransformerMixin:
         raise NotImplementedError
 
     def token_layout(self) -> List[TokenLayout]:
-        """How each stage's tokens lie on the image, one entry per stage of
-        :meth:`layer_stages` (for the analysis only). Default: tokens that
-        are no image grid."""
+        """One :class:`TokenLayout` per stage (default: no image grid)."""
         return [TokenLayout() for _ in self.layer_stages()]
 
     def input_channels(self) -> Optional[int]:
-        """The channels of the input (the first convolution's), found once
-        at build time; None when there is no convolution."""
+        """The first convolution's input channels, or None."""
         conv = next((m for m in self.modules() if isinstance(m, nn.Conv2d)),
                     None)
         return None if conv is None else conv.in_channels
 
     def check_inputs(self, inputs) -> None:
-        """Raise a clear error for input mmseg's forward would choke on
-        (metadata only, but for :func:`~.checks.check_images`' non-finite
-        check)."""
+        """Raise a clear error for input mmseg's forward would choke on."""
         check_images(inputs,
                      type(self).__name__, self.in_channels_expected,
                      self.check_finite)

@@ -1,12 +1,5 @@
-"""Common image corruptions (Hendrycks & Dietterich) as an mmseg transform.
-
-The corruptions come from the ``imagecorruptions`` package (install the
-optional extra: ``pip install -e .[robustness]``), imported on first use so
-the plugin itself does not need it. Every corruption is made deterministic per
-image: the random generator is seeded from ``(seed, img_path, corruption,
-severity)`` and numpy's global state is restored afterwards, so evaluations
-are repeatable and training randomness is left untouched.
-"""
+"""Common image corruptions (Hendrycks & Dietterich) as an mmseg transform,
+deterministic per image (needs the ``[robustness]`` extra)."""
 import hashlib
 from typing import Dict, Optional, Tuple
 
@@ -34,14 +27,8 @@ _MIN_SIDE = 32
 
 
 def import_imagecorruptions():
-    """Import the optional ``imagecorruptions`` package.
-
-    Returns:
-        module: ``imagecorruptions``.
-
-    Raises:
-        ImportError: When the package is missing, naming how to install it.
-    """
+    """Import the optional ``imagecorruptions`` package (an ``ImportError``
+    naming the extra when missing)."""
     try:
         import imagecorruptions
     except ImportError as e:
@@ -53,12 +40,8 @@ def import_imagecorruptions():
 
 
 def check_corruption(corruption: str, severity: int) -> None:
-    """Raise a ``ValueError`` naming the valid choices if either is unknown.
-
-    Args:
-        corruption (str): Corruption name, one of :data:`CORRUPTIONS`.
-        severity (int): Severity, one of :data:`SEVERITIES`.
-    """
+    """Raise a ``ValueError`` naming the valid choices if either is
+    unknown."""
     if corruption not in CORRUPTIONS:
         raise ValueError(f'Unknown corruption {corruption!r}; valid are '
                          f'{", ".join(CORRUPTIONS)}.')
@@ -69,17 +52,8 @@ def check_corruption(corruption: str, severity: int) -> None:
 
 def corruption_seed(seed: int, key: str, corruption: str,
                     severity: int) -> int:
-    """A 32-bit seed from the run seed, the image key and the corruption.
-
-    Args:
-        seed (int): Run-level seed.
-        key (str): Identifies the image (its path).
-        corruption (str): Corruption name.
-        severity (int): Severity.
-
-    Returns:
-        int: A seed in ``[0, 2**32)``, stable across processes and platforms.
-    """
+    """A 32-bit seed from the run seed, the image key (its path) and the
+    corruption, stable across processes and platforms."""
     text = f'{seed}|{key}|{corruption}|{severity}'.encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:4], 'little')
 
@@ -92,15 +66,13 @@ def corrupt_image(img: np.ndarray,
     """Corrupt one image deterministically, keeping its shape and dtype.
 
     Args:
-        img (np.ndarray): ``H x W``, ``H x W x 1`` or ``H x W x 3`` image with
-            values in [0, 255]; H and W at least 32.
+        img (np.ndarray): ``H x W``, ``H x W x 1`` or ``H x W x 3``, values in
+            [0, 255]; H and W at least 32.
         corruption (str): One of :data:`CORRUPTIONS`.
         severity (int): One of :data:`SEVERITIES`.
-        seed (int): Seed of every random draw the corruption makes.
-        channel_order (str): ``'bgr'`` (OpenCV / mmcv loading) or ``'rgb'``.
-
-    Returns:
-        np.ndarray: The corrupted image, same shape and dtype as ``img``.
+        seed (int): Seed of every random draw; numpy's global state is
+            restored afterwards.
+        channel_order (str): ``'bgr'`` or ``'rgb'``.
     """
     check_corruption(corruption, severity)
     if channel_order not in ('bgr', 'rgb'):
@@ -146,24 +118,15 @@ def corrupt_image(img: np.ndarray,
 
 @TRANSFORMS.register_module()
 class ImageCorruption(BaseTransform):
-    """Apply one ``imagecorruptions`` corruption to ``results['img']``.
-
-    Insert it right after ``LoadImageFromFile`` in a test pipeline. The
-    corruption of an image depends only on ``seed``, the image path, the
-    corruption and the severity, never on the order images are seen in.
-
-    Required keys: ``img`` (and ``img_path`` for the per-image seed; images
-    without a path are keyed by their content). Modified keys: ``img``.
+    """Apply one ``imagecorruptions`` corruption to ``results['img']``
+    (insert it right after ``LoadImageFromFile``); the result depends only on
+    ``seed``, ``img_path`` (else the content), corruption and severity.
 
     Args:
-        corruption (str): One of the 19 names of
-            ``imagecorruptions.get_corruption_names('all')``: the 15 common
-            ones and ``speckle_noise``, ``gaussian_blur``, ``spatter``,
-            ``saturate``.
+        corruption (str): One of :data:`CORRUPTIONS`.
         severity (int): 1 (mild) to 5 (strong).
-        seed (int): Run-level seed. Defaults to 0.
-        channel_order (str): Channel order of ``results['img']``; ``'bgr'``
-            as ``LoadImageFromFile`` loads it. Defaults to ``'bgr'``.
+        seed (int): Run-level seed.
+        channel_order (str): Of ``results['img']``: ``'bgr'`` or ``'rgb'``.
     """
 
     def __init__(self,
@@ -189,14 +152,7 @@ class ImageCorruption(BaseTransform):
             results['img']).tobytes()).hexdigest()
 
     def transform(self, results: Dict) -> Dict:
-        """Corrupt ``results['img']`` in place of the original.
-
-        Args:
-            results (dict): Result dict with ``img``.
-
-        Returns:
-            dict: The same dict with the corrupted image.
-        """
+        """Corrupt ``results['img']`` in place of the original."""
         if 'img' not in results:
             raise KeyError('ImageCorruption needs results["img"]: put it '
                            'after LoadImageFromFile in the pipeline.')

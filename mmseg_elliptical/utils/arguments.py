@@ -1,12 +1,6 @@
-"""What the command-line tools share to refuse bad input at the door.
-
-The ``type=`` callables check a value as argparse reads it, and
-:class:`CfgOptions` the ``--cfg-options`` pairs: a bad one ends the tool with
-argparse's usage line and ``error: argument NAME: ...`` (exit status 2)
-before any work. :func:`tool_main` turns the plugin's own errors raised
-later (:func:`input_errors`: a refused model argument, a stale result file,
-an unreadable checkpoint, ...) into the same short exit; any other exception
-keeps its traceback, which then points at a bug.
+"""What the command-line tools share to refuse bad input at the door:
+``type=`` callables, :class:`CfgOptions`, and :func:`tool_main`, which ends
+on the plugin's input errors with one line and status 2 (docs/reliability.md).
 """
 import argparse
 import functools

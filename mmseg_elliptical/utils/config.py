@@ -1,11 +1,4 @@
-"""Configs and the models they describe: loading, naming, pairing.
-
-The benchmark names models from config files, the analyses (robustness,
-collapse, attention maps, the comparison report) from ``(config,
-checkpoint)`` pairs; both go through :func:`model_names`. Every config is
-read with :func:`load_config` (``cfg_options``; ``mmseg::`` paths resolved by
-mmengine's ``get_config``).
-"""
+"""Configs and the models they describe: loading, naming, pairing."""
 import os.path as osp
 from typing import List, NamedTuple, Optional, Sequence
 
@@ -33,12 +26,7 @@ def model_names(configs: Sequence[str],
                 names: Optional[Sequence[str]] = None) -> List[str]:
     """One distinct name per config: ``names`` or the config file names.
 
-    Args:
-        configs (Sequence[str]): Config paths.
-        names (Sequence[str], optional): Names given with ``--names``.
-
-    Returns:
-        list[str]: The names; repeated file names get a ``#index`` suffix.
+    Repeated file names get a ``#index`` suffix.
 
     Raises:
         ValueError: Wrong number of names, or names that repeat.
@@ -65,11 +53,7 @@ def model_specs(paths: Sequence[str],
 
     Args:
         paths (Sequence[str]): Config and checkpoint paths, alternating.
-        names (Sequence[str], optional): One name per model; defaults to the
-            config file names (see :func:`model_names`).
-
-    Returns:
-        list[ModelSpec]: One entry per model.
+        names (Sequence[str], optional): One name per model.
 
     Raises:
         ValueError: Odd number of paths, a missing file, or bad names.
@@ -98,21 +82,14 @@ def load_config(path: str,
     """Read a config and merge ``--cfg-options``.
 
     Args:
-        path (str): Config file, or one of mmseg's configs such as
-            ``mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py``.
+        path (str): Config file, or ``mmseg::...``.
         cfg_options (dict, optional): Overrides, as ``DictAction`` parses
             them.
-        no_pretrained (bool): Drop what would download weights when the model
-            is built (``model.pretrained`` and ``Pretrained`` ``init_cfg`` s
-            of the backbone and decode head), for models built with random
-            weights. Defaults to False.
-
-    Returns:
-        Config: The config.
+        no_pretrained (bool): Drop ``model.pretrained`` and the parts'
+            ``Pretrained`` ``init_cfg`` (random weights, no download).
 
     Raises:
-        FileNotFoundError: The file does not exist (an ``mmseg::`` path: in
-            the configs mmseg's wheel ships).
+        FileNotFoundError: The file does not exist.
     """
     if '::' in path:  # mmengine resolves it (mmseg/.mim/configs/...)
         try:
@@ -141,15 +118,8 @@ def load_config(path: str,
 
 
 def split_loader(cfg: Config, split: str) -> dict:
-    """The ``<split>_dataloader`` config, with a clear error when absent.
-
-    Args:
-        cfg (Config): A full config.
-        split (str): ``'train'``, ``'val'`` or ``'test'``.
-
-    Returns:
-        dict: The dataloader config.
-    """
+    """The ``<split>_dataloader`` config (a :class:`ConfigError` when
+    absent)."""
     loader = cfg.get(f'{split}_dataloader')
     if not loader:
         raise ConfigError(f'The config has no {split}_dataloader; pick '
@@ -158,13 +128,8 @@ def split_loader(cfg: Config, split: str) -> dict:
 
 
 def mmseg_tool_path(name: str) -> str:
-    """Path of a script mmseg's wheel ships under ``mmseg/.mim/tools``.
-
-    Args:
-        name (str): Path relative to the tools folder, e.g. ``'train.py'``.
-
-    Returns:
-        str: The absolute path.
+    """Path of a script mmseg's wheel ships under ``mmseg/.mim/tools``
+    (``name`` e.g. ``'train.py'``).
 
     Raises:
         FileNotFoundError: mmseg's installation has no such script.

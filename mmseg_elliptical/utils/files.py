@@ -12,13 +12,8 @@ from ..errors import CheckpointError, ExportError
 
 
 def unreadable_reason(path: str) -> Optional[str]:
-    """Why a file cannot be a complete torch checkpoint, or None when its
-    structure is sound (torch's zip format with its central directory and
-    ``data.pkl``, or a pickle: torch's legacy format).
-
-    Reads the first bytes and, for a zip archive, its central directory
-    only; the tensors are not read.
-    """
+    """Why a file cannot be a complete torch checkpoint, or None (read: the
+    first bytes and a zip archive's central directory, not the tensors)."""
     if os.path.getsize(path) == 0:
         return 'it is empty'
     with open(path, 'rb') as f:
@@ -73,14 +68,7 @@ def checkpoint_error(path: str, reason: str) -> CheckpointError:
 
 
 def check_checkpoint(path: str) -> str:
-    """Check that ``path`` is a file with the structure of a torch
-    checkpoint.
-
-    Args:
-        path (str): The checkpoint file.
-
-    Returns:
-        str: ``path``.
+    """Return ``path`` if it has the structure of a torch checkpoint.
 
     Raises:
         FileNotFoundError: No such file.
@@ -95,17 +83,11 @@ def check_checkpoint(path: str) -> str:
 
 
 def check_onnx_file(path: str) -> str:
-    """Raise :class:`ExportError` unless ``path`` is a readable ONNX model
-    whose external weights (torch's ``FILE.onnx.data``) lie beside it.
+    """Return ``path`` if it is a readable ONNX model with its external
+    weights beside it (without onnx installed: if it exists).
 
-    Without the onnx package (the ``[deploy]`` extra), only that the file
-    exists is checked.
-
-    Args:
-        path (str): The ONNX file.
-
-    Returns:
-        str: ``path``.
+    Raises:
+        ExportError: Otherwise.
     """
     if not osp.isfile(path):
         raise ExportError(f'ONNX file {path} does not exist' if not osp.exists(

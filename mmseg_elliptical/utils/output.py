@@ -1,9 +1,4 @@
-"""What the command-line tools write: markdown tables, figures, files.
-
-Each tool builds its tables as a header and rows, renders them with
-:func:`markdown_table` (prettytable) and writes everything with
-:func:`write_report` as ``<out_dir>/<stem>.{json,md,csv,png}``.
-"""
+"""What the command-line tools write: markdown tables, figures, files."""
 import csv
 import io
 import json
@@ -26,15 +21,10 @@ def markdown_table(header: Sequence[str],
 
     Args:
         header (Sequence[str]): Column titles (distinct).
-        rows (Sequence[Sequence]): Cells: floats are formatted with
-            ``spec``; None and NaN are shown as ``-``; anything else as
-            ``str`` gives it.
+        rows (Sequence[Sequence]): Cells; None and NaN are shown as ``-``.
         spec (str or Sequence[str]): Format of float cells, for every column
-            or one per column. Defaults to ``'.3f'``.
-        left (int): Number of leading left-aligned columns. Defaults to 1.
-
-    Returns:
-        str: The table, ending with a newline.
+            or one per column.
+        left (int): Number of leading left-aligned columns.
     """
     specs = [spec] * len(header) if isinstance(spec, str) else list(spec)
     if len(specs) != len(header):
@@ -75,9 +65,9 @@ def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
     Args:
         fig (matplotlib.figure.Figure): The figure.
         path (str): PNG file; its folder is created.
-        dpi (int): Resolution. Defaults to 110.
-        compact (bool): Quantise to 256 colours (noisy images, such as
-            attention maps over photos, compress badly). Defaults to False.
+        dpi (int): Resolution.
+        compact (bool): Quantise to 256 colours (noisy images compress
+            badly).
     """
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     if compact:
@@ -102,7 +92,7 @@ def write_report(out_dir: str,
     Args:
         out_dir (str): Output folder, created when missing.
         stem (str): File name without extension.
-        data (dict, optional): Everything measured, as JSON.
+        data (dict, optional): Written as JSON.
         markdown (str, optional): The human-readable report.
         table (tuple, optional): ``(header, rows)`` of the CSV file.
         figure (matplotlib.figure.Figure, optional): Saved as PNG, closed.

@@ -1,12 +1,5 @@
-"""The comparison report: every section measured, then one folder.
-
-:func:`compare_models` runs (or resumes, see :mod:`.sections`) every
-section for two or more models and writes ``<work_dir>/report.md`` and
-``report.json`` beside the figures ``robustness.png``, ``collapse.png``,
-``attention.png`` and ``attention_relevance.png`` (and each section's own
-``.md`` / ``.csv``). ``tools/analysis_tools/compare_models.py`` is the
-command line, ``make report`` runs it on the two demo checkpoints.
-"""
+"""The comparison report: every section measured (or resumed), then
+``report.md``, ``report.json`` and the figures in one folder."""
 import json
 import os
 import os.path as osp
@@ -215,10 +208,6 @@ def compare_models(specs: Sequence[ModelSpec],
                    work_dir: str,
                    quiet: bool = True) -> Optional[Dict]:
     """Measure (or resume) every section and write the report.
-
-    In a distributed run (``options.launch``) every process measures the
-    robustness and collapse sections on its share of the images; rank 0
-    then measures the rest and writes the report.
 
     Args:
         specs (Sequence[ModelSpec]): Two or more models.

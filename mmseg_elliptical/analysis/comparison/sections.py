@@ -1,15 +1,5 @@
-"""The sections of the comparison report, each measured once and kept.
-
-Every section keeps its results in a
-:class:`~..robustness.store.ResultStore` under ``<work_dir>/cells/``
-(``robustness.json`` through the robustness grid; ``collapse.json``,
-``attention.json``, ``speed.json``), written as soon as a model's result
-is in: a rerun of the same command computes only what is missing, and a
-file written under other settings, or for another checkpoint, is refused
-with the file to delete. In a distributed run the sections over the test
-split (robustness, collapse) split its images across the processes; the
-attention and speed sections run on rank 0 alone, which writes every file.
-"""
+"""The sections of the comparison report, each measured once and kept in a
+store under ``<work_dir>/cells/`` (docs/evidence.md)."""
 import os.path as osp
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
@@ -24,8 +14,7 @@ from ..attention_maps import from_json, model_attention, to_json
 from ..collapse import measure_collapse
 from ..layers import AnalysisError
 
-#: The corruptions of ``make report`` and the README (one per family of
-#: ImageNet-C: noise, blur, weather, digital).
+#: One per ImageNet-C family: noise, blur, weather, digital.
 DEFAULT_CORRUPTIONS = ('gaussian_noise', 'defocus_blur', 'snow', 'contrast')
 
 
@@ -34,34 +23,24 @@ class ReportOptions:
     """What the comparison report measures.
 
     Attributes:
-        corruptions (list[str]): Corruptions (names or groups) of the
-            robustness grid.
+        corruptions (list[str]): Corruptions (names or groups).
         severities (list[int]): Their severities.
-        max_images (int, optional): Evaluate and measure only the first test
-            images.
+        max_images (int, optional): Use only the first test images.
         seed (int): Seed of the corruptions and of the speed models' weights.
-        part (str): ``'backbone'`` or ``'decode_head'``: whose layers the
-            collapse and attention sections show.
-        image (str, optional): Image of the attention figure; default: the
-            first test image.
-        point (tuple[int, int], optional): Its query pixel ``(x, y)``;
-            default: the image's centre.
-        layers (list[int], optional): Layers of the attention figure
-            (default: 1, the middle one and the last).
+        part (str): ``'backbone'`` or ``'decode_head'``.
+        image (str, optional): Image of the attention figure.
+        point (tuple[int, int], optional): Its query pixel ``(x, y)``.
+        layers (list[int], optional): Layers of the attention figure.
         heads (list[int], optional): Heads of the attention figure.
         speed_size (int): Square input size of the speed section.
         speed_batch (int): Images per step.
         speed_rounds (int): Interleaved timing rounds.
-        baseline (str, optional): The model the corruption errors, the
-            paired tests and the speed ratios compare with (default: the
-            last one).
+        baseline (str, optional): The model compared with (default: last).
         resamples (int): Resamples of the paired bootstrap.
         bootstrap_seed (int): Its seed.
         cfg_options (dict): Overrides of every config.
         device (str): Device.
-        launch (dict): The runners' launcher options
-            (:func:`~mmseg_elliptical.engine.start_launcher`); no setting
-            depends on them.
+        launch (dict): The runners' launcher options.
     """
     corruptions: List[str] = field(
         default_factory=lambda: list(DEFAULT_CORRUPTIONS))
@@ -89,12 +68,8 @@ def store_of(work_dir: str,
              settings: Dict,
              specs: Sequence[ModelSpec],
              every_process: bool = False) -> rb.ResultStore:
-    """The section's store under ``<work_dir>/cells/``, models declared.
-
-    Args:
-        every_process (bool): Opened by every process of a distributed run
-            (:func:`~..robustness.grid.open_store`); else by rank 0 alone.
-    """
+    """The section's store under ``<work_dir>/cells/``, models declared;
+    opened by every process or by rank 0 alone."""
     path = osp.join(work_dir, 'cells', f'{section}.json')
     if every_process:
         return rb.open_store(path, settings, specs)
@@ -106,9 +81,8 @@ def store_of(work_dir: str,
 
 def stored(store: rb.ResultStore, specs: Sequence[ModelSpec], key: str,
            compute: Callable[[ModelSpec], Optional[Dict]]) -> Dict:
-    """``{name: result}`` of every model: the store's, or computed and put
-    in the store when missing (a result of None, as on the processes but
-    rank 0, is not stored)."""
+    """``{name: result}`` of every model, computed and stored when missing
+    (None results are not stored)."""
     for spec in specs:
         if store.get(spec.name, key) is None:
             print_log(f'{key}: {spec.name}', logger='current')
@@ -205,17 +179,11 @@ def attention(specs: Sequence[ModelSpec], options: ReportOptions,
 
 def speed(specs: Sequence[ModelSpec], options: ReportOptions,
           work_dir: str) -> Dict[str, Dict]:
-    """Time and peak tensor memory of every segmentor, interleaved.
-
-    The models are the configs' segmentors (``mode='tensor'``, random
-    weights of the seed: time and memory do not depend on them), measured
-    together by :func:`~mmseg_elliptical.benchmark.run_benchmark` at one
-    size, inference and one training step, one thread; when a model is
-    missing all are measured again (their rounds interleave).
+    """Time and peak tensor memory of every segmentor, interleaved (all
+    measured again when one is missing).
 
     Returns:
-        dict: ``{name: {'infer': row, 'train': row}}`` (benchmark rows:
-        ``median_ms``, ``round_ms``, ``peak_mem_mb``, ...).
+        dict: ``{name: {'infer': row, 'train': row}}`` (benchmark rows).
     """
     from mmengine.utils import ProgressBar
 

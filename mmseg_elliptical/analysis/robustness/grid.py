@@ -26,19 +26,8 @@ IOU_METRICS = ('IoUMetric', 'PerClassIoUMetric')
 
 def open_store(path: str, settings: Dict,
                specs: Sequence[ModelSpec]) -> ResultStore:
-    """A grid's store with its models declared, on every process.
-
-    Every process reads the file before any writes to it (a barrier);
-    only the main process writes.
-
-    Args:
-        path (str): The JSON file.
-        settings (dict): See :class:`~.store.ResultStore`.
-        specs (Sequence[ModelSpec]): The models.
-
-    Returns:
-        ResultStore: The store.
-    """
+    """A grid's store with its models declared, read by every process
+    before the main process writes to it (a barrier)."""
     from mmengine.dist import barrier, is_main_process
     store = ResultStore(path, settings, write=is_main_process())
     for spec in specs:
@@ -56,8 +45,7 @@ def with_image_areas(cfg: Config, per_class: bool) -> bool:
         per_class (bool): Whether the cells are to keep ``IoU.<class>``.
 
     Returns:
-        bool: Whether to keep the evaluator's ``IoU.<class>`` values: asked
-        for, or the config's evaluator gives them already.
+        bool: Whether to keep the evaluator's ``IoU.<class>`` values.
     """
     evaluator = cfg.get('test_evaluator')
     if not isinstance(evaluator, dict):

@@ -1,9 +1,4 @@
-"""Corrupted test pipelines: an ``ImageCorruption`` after image loading.
-
-:func:`corrupted_loader_cfg` copies a config's test dataloader and inserts
-:class:`~mmseg_elliptical.transforms.ImageCorruption` right after the image
-loading transform of whatever dataset it uses (wrappers included).
-"""
+"""Corrupted test pipelines: an ``ImageCorruption`` after image loading."""
 from typing import Dict, List, Optional
 
 from mmengine.config import ConfigDict
@@ -16,11 +11,6 @@ LOADERS = ('LoadImageFromFile', 'LoadImageFromNDArray')
 
 def dataset_pipelines(dataset: Dict) -> List[List]:
     """The pipeline lists of a dataset config, looking inside wrappers.
-
-    Args:
-        dataset (dict): A dataset config; wrappers (``RepeatDataset``,
-            ``ConcatDataset``, ...) are searched through ``dataset`` /
-            ``datasets``.
 
     Returns:
         list[list]: The pipelines, the config's own objects (not copies).
@@ -38,15 +28,8 @@ def dataset_pipelines(dataset: Dict) -> List[List]:
 
 
 def insert_after_loading(pipeline: List, transform: Dict) -> List:
-    """A copy of ``pipeline`` with ``transform`` right after image loading.
-
-    Args:
-        pipeline (list[dict]): Transform configs.
-        transform (dict): Config of the transform to insert.
-
-    Returns:
-        list[dict]: The new pipeline.
-    """
+    """A copy of ``pipeline`` with ``transform`` right after image
+    loading."""
     types = [str(t.get('type', '')) for t in pipeline]
     for i, name in enumerate(types):
         if name.split('.')[-1] in LOADERS:
@@ -70,9 +53,6 @@ def corrupted_loader_cfg(loader_cfg: Dict,
         severity (int, optional): Severity 1-5.
         seed (int): Seed of :class:`ImageCorruption`.
         max_images (int, optional): Evaluate only the first images.
-
-    Returns:
-        ConfigDict: The new dataloader config.
     """
     cfg = subset_loader_cfg(loader_cfg, max_images)
     if corruption is not None:

@@ -18,27 +18,15 @@ def cell_key(corruption: Optional[str], severity: Optional[int]) -> str:
 
 
 class ResultStore:
-    """Grid results in one JSON file, written after every finished cell.
-
-    Layout::
-
-        {"settings": {...},
-         "models": {"<name>": {"config": ..., "checkpoint": ...,
-                               "cells": {"clean": {"mIoU": ...}, ...}}},
-         "summary": {...}}
-
-    The per-image areas of a cell (for paired tests), when given, go beside
-    it in ``areas/<name>/<cell_key>.npz`` (``intersect``, ``union``), written
-    before the cell itself, so a cell in the JSON file has its areas.
+    """Grid results in one JSON file (docs/evidence.md), written after every
+    finished cell; a cell's per-image areas go to ``areas/`` first.
 
     Args:
         path (str): JSON file; read when it exists.
-        settings (dict): What the numbers depend on (metric, seed, split,
-            number of images). A file written under other settings is
-            refused, so stale numbers never mix with new ones.
-        write (bool): Write the files; False keeps the results in memory
-            only (the processes of a distributed run but rank 0). Defaults to
-            True.
+        settings (dict): What the numbers depend on; a file written under
+            other settings is refused.
+        write (bool): Write the files (False: in memory only, as on the
+            processes but rank 0).
     """
 
     def __init__(self, path: str, settings: Dict, write: bool = True) -> None:
@@ -57,16 +45,8 @@ class ResultStore:
             self.data = found
 
     def add_model(self, name: str, config: str, checkpoint: str) -> None:
-        """Declare a model; a known name must keep its config and checkpoint.
-
-        The checkpoint is identified by path, size and modification time, so
-        results of an overwritten checkpoint are never reused.
-
-        Args:
-            name (str): Model name (table column).
-            config (str): Config path.
-            checkpoint (str): Checkpoint path.
-        """
+        """Declare a model; a known name must keep its config and checkpoint
+        (path, size and modification time)."""
         stat = os.stat(checkpoint)
         ident = dict(
             config=config,

@@ -22,31 +22,16 @@ GAP = 4  # white pixels between two scenes of the picture
 
 @HOOKS.register_module()
 class SegSummaryHook(Hook):
-    """Print the per-class IoU table and draw predictions at the end.
-
-    During every validation (and test) the hook keeps the model's outputs
-    for the first ``num_scenes`` images; after it, it draws them with the
-    runner's visualizer (mmseg's ``SegLocalVisualizer.add_datasample``, the
-    drawing of ``tools/test.py --show-dir``) into one picture, a column per
-    scene with the image on top, the ground truth in the middle and the
-    prediction at the bottom, saved as ``work_dir/out_file``. The image is the
-    one the model was given when it has the prediction's size (so a
-    corrupting transform shows), else the file at ``img_path``. When training
-    ends (or a test), it prints the last metrics as a table: the IoU of every
-    class when the evaluator returns ``IoU.<class>`` (as
-    :class:`PerClassIoUMetric` does), then mIoU, aAcc and mAcc, the picture's
-    path and the run time.
+    """Draw the first scenes' predictions after every validation (a column
+    per scene: image, ground truth, prediction) and print the per-class IoU
+    table at the end (docs/demo.md).
 
     Args:
-        num_scenes (int): Scenes drawn, the first ones the evaluation sees
-            (on rank 0). Defaults to 6.
-        scale (int): Nearest-neighbour upscaling of small images before
-            drawing, so the class names the visualizer writes stay legible.
-            Defaults to 3.
-        out_file (str): File name of the picture, relative to the work dir.
-            Defaults to ``'predictions.png'``.
-        with_labels (bool): Write the class names on the masks. Defaults to
-            True.
+        num_scenes (int): Scenes drawn (on rank 0).
+        scale (int): Nearest-neighbour upscaling of small images, so the
+            class names stay legible.
+        out_file (str): The picture, relative to the work dir.
+        with_labels (bool): Write the class names on the masks.
     """
     priority = 'LOW'
 
@@ -193,13 +178,8 @@ class SegSummaryHook(Hook):
 
 def _image(batch_input: Optional[torch.Tensor],
            sample: SegDataSample) -> np.ndarray:
-    """The RGB image the model was given, or else the file it came from.
-
-    The batch input (``C, H, W``, in the BGR order of mmcv's loader) is used
-    when it has the prediction's size, so a transform in the pipeline (e.g.
-    a corruption) shows; otherwise the file at ``img_path`` is read, as
-    mmseg's ``SegVisualizationHook`` does.
-    """
+    """The RGB image the model was given (so a corruption shows) when it has
+    the prediction's size, else the file at ``img_path``."""
     shape = tuple(sample.pred_sem_seg.shape)
     if batch_input is not None and tuple(batch_input.shape[1:]) == shape:
         bgr = batch_input.detach().cpu().permute(1, 2, 0).numpy()

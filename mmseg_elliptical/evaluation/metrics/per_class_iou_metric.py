@@ -8,21 +8,14 @@ from mmseg.registry import METRICS
 
 @METRICS.register_module()
 class PerClassIoUMetric(IoUMetric):
-    """``IoUMetric`` that also returns the IoU of every class.
-
-    mmseg's metric prints the per-class table but returns only the means
-    (``aAcc``, ``mIoU``, ``mAcc``, ...). This one adds ``IoU.<class>`` (in
-    percent, rounded as in mmseg's table; NaN for a class absent from both
-    labels and predictions), so the values reach the log, the
-    ``vis_data/scalars.json`` of mmengine's ``LocalVisBackend`` and the hooks.
-    Everything else, arguments included, is ``IoUMetric``'s.
+    """``IoUMetric`` that also returns ``IoU.<class>`` (percent, as mmseg's
+    table; NaN for a class absent from labels and predictions), so the log
+    and the hooks get them.
 
     Args:
-        keep_image_areas (bool): After each evaluation, keep the per-image
-            intersection and union areas of every class, in dataset order,
-            as :attr:`image_areas` (on the main process, where mmengine
-            collects every process's results; None elsewhere): what a paired
-            test over images needs. Defaults to False.
+        keep_image_areas (bool): Keep the per-image intersection and union
+            areas of every class as :attr:`image_areas` (main process; for a
+            paired test over images).
         **kwargs: ``IoUMetric``'s arguments.
     """
 

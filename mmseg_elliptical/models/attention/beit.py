@@ -1,11 +1,4 @@
-"""Elliptical versions of BEiT's and MAE's attention.
-
-Global attention over the cls token and the patch tokens, as in the ViT, with
-BEiT's relative position bias (cls rows included) added to the scores, its
-``q_bias`` / ``v_bias`` (a zero key bias) or MAE's plain qkv bias, and its
-``qk_scale``. The layer scale ``gamma_1`` / ``gamma_2`` lives in the layer,
-whose forward stays mmseg's.
-"""
+"""Elliptical versions of BEiT's and MAE's attention."""
 from typing import Optional
 
 import torch
@@ -22,20 +15,8 @@ from .utils import relative_position_bias
 @MODELS.register_module()
 @register_elliptical_version(BEiTAttention)
 class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
-    """mmseg's ``BEiTAttention`` with elliptical scores.
-
-    Same parameters (``qkv``, ``q_bias``, ``v_bias``,
-    ``relative_position_bias_table``, ``proj``) and arguments as mmseg's
-    class, plus ``elliptical``, ``relevance_reduction`` and
-    ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`).
-
-    The relative position bias reaches ``scaled_dot_product_attention`` as
-    ``attn_mask``; PyTorch's CPU kernel runs without the N x N scores when
-    the mask needs no gradient (inference); in training it falls back to its
-    math kernel, which materialises them as mmseg's ``BEiTAttention`` does
-    (or, for few tokens, the explicit path runs: see
-    :meth:`~.core.EllipticalAttentionMixin.fused_kernel`).
-    """
+    """mmseg's ``BEiTAttention`` with elliptical scores (arguments of
+    mmseg's class and of :class:`~.core.EllipticalAttentionMixin`)."""
 
     def packed_qkv_bias(self) -> Optional[Tensor]:
         """The ``[3C]`` qkv bias mmseg uses (``q_bias``, zeros, ``v_bias``
@@ -46,22 +27,14 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
         return self.qkv.bias
 
     def relative_position_bias(self) -> Optional[Tensor]:
-        """The relative position bias ``[H, N, N]``
-        (:func:`~.core.relative_position_bias`), or None."""
+        """The relative position bias ``[H, N, N]``, or None."""
         if self.relative_position_bias_table is None:
             return None
         return relative_position_bias(self.relative_position_bias_table,
                                       self.relative_position_index)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Self-attention over ``x`` (no shortcut: the layer adds it).
-
-        Args:
-            x (Tensor): Normalised tokens ``[B, N, C]``, cls token first.
-
-        Returns:
-            Tensor: ``[B, N, C]``.
-        """
+        """Self-attention over tokens ``[B, N, C]`` (no shortcut)."""
         B, N, C = x.shape
         q, k, v, m = self.project(x, x, self.qkv.weight,
                                   self.packed_qkv_bias())

@@ -8,21 +8,9 @@ consecutive layers::
     m   = m / max_d m_d                           (delta of the paper cancels)
     out = softmax((q * m) k^T / sqrt(d) + bias) v
 
-``m`` is a constant for autograd and there are no new parameters. Because
-``(q * m) . k`` is still a dot product, ``scaled_dot_product_attention``
-computes it without an N x N score matrix.
-
-Every attention kind (:mod:`.multihead`: ViT, MiT, Twins, the Segmenter and
-Mask2Former heads; :mod:`.swin`; :mod:`.beit`) subclasses the mmseg / mmcv
-class it replaces, mixed with :class:`EllipticalAttentionMixin`:
-:meth:`~EllipticalAttentionMixin.project` gives q, k, v and ``m``,
-:meth:`~EllipticalAttentionMixin.attend` the output, on one of two paths as
-in timm: the fused one (SDPA) and the explicit one, which materialises the
-probabilities (the paper's formulation: attention maps, the benchmark's
-paper reference, the tests' oracle). :func:`scaling` alone decides how ``m``
-meets q or k, :meth:`~EllipticalAttentionMixin.fused_kernel` alone which
-path runs. The previous layer's values reach an attention through
-:meth:`~..chain.ChainCallMixin.chained` (see :mod:`..chain`).
+``m`` is a constant for autograd and there are no new parameters; ``(q * m)
+. k`` is still a dot product, so SDPA computes it without N x N scores
+(docs/models.md, "How it works").
 """
 from contextlib import contextmanager
 from typing import Callable, Iterator, NamedTuple, Optional, Tuple

@@ -1,11 +1,6 @@
-"""Elliptical versions of mmcv's ``MultiheadAttention`` and its mmseg kin.
-
-One attention kind: packed ``in_proj`` weights of ``nn.MultiheadAttention``,
-queries from the tokens, keys and values from the tokens (ViT, Segmenter head,
-the query self-attention of mmdet's decoders in MaskFormer and Mask2Former)
-or from spatially reduced tokens (MiT's ``EfficientMultiheadAttention``,
-Twins' ``GlobalSubsampledAttention``).
-"""
+"""Elliptical versions of mmcv's ``MultiheadAttention`` (ViT, Segmenter,
+the query self-attention of mmdet's decoders) and of the spatial-reduction
+attentions of MiT and Twins."""
 from typing import Optional, Sequence
 
 import torch.nn.functional as F
@@ -25,23 +20,10 @@ from .core import EllipticalAttentionMixin, split_heads
 class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
     """mmcv's ``MultiheadAttention`` (self-attention) with elliptical scores.
 
-    Self-attention of mmseg's ViT layers and the Segmenter head, and the
-    query self-attention of mmdet's DETR / Mask2Former decoder layers (with
-    positions added to the queries and keys, not the values, as mmcv does).
-
-    Same parameters (``attn.in_proj_weight``, ``attn.in_proj_bias``,
-    ``attn.out_proj.*``) and arguments as mmcv's class, plus:
-
     Args:
-        *args: Arguments of mmcv's ``MultiheadAttention``; ``batch_first``
-            defaults to True and must be True (``[B, N, C]`` tokens).
-        elliptical (bool): Score elliptically when the previous layer's
-            values are given. Defaults to True.
-        relevance_reduction (str): ``'mean'`` or ``'median'``. Defaults to
-            ``'mean'``.
-        relevance_eps (float): Guard of the max-normalisation. Defaults to
-            1e-6.
-        **kwargs: Keyword arguments of mmcv's ``MultiheadAttention``.
+        *args: Arguments of mmcv's class; ``batch_first`` must be True.
+        **kwargs: Keyword arguments of mmcv's class, plus those of
+            :class:`~.core.EllipticalAttentionMixin`.
     """
 
     def __init__(self, *args, batch_first: bool = True, **kwargs) -> None:
@@ -50,12 +32,8 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
 
     @classmethod
     def check_convertible(cls, module: MultiheadAttention) -> None:
-        """Raise a :class:`~..conversion.ConversionError` for configurations
-        this class does not run.
-
-        Args:
-            module (MultiheadAttention): The module to convert.
-        """
+        """Raise :class:`ConversionError` for settings this class does not
+        run."""
         name = type(module).__name__
         if not module.batch_first:
             raise ConversionError(
@@ -79,25 +57,20 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
                 attn_mask: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
                 **kwargs) -> Tensor:
-        """Self-attention over ``query`` plus the shortcut, with mmcv's
-        arguments as mmseg's ViT and mmdet's DETR / Mask2Former decoder
-        layers pass them.
+        """Self-attention over ``query`` plus the shortcut (mmcv's arguments).
 
         Args:
-            query (Tensor): Normalised tokens ``[B, N, C]``.
-            key, value (Tensor, optional): None or ``query`` itself (the
-                call of mmdet's decoder layers): self-attention only.
-            identity (Tensor, optional): Shortcut added to the output;
-                defaults to ``query``.
-            query_pos (Tensor, optional): Positions added to the queries'
-                input, not to the values' (as mmcv does).
-            key_pos (Tensor, optional): Positions added to the keys' input;
-                defaults to ``query_pos``.
-            attn_mask, key_padding_mask: Must be None (mmdet's decoders pass
-                None to the query self-attention).
+            query (Tensor): Tokens ``[B, N, C]``.
+            key, value (Tensor, optional): None or ``query`` itself.
+            identity (Tensor, optional): Shortcut; defaults to ``query``.
+            query_pos (Tensor, optional): Added to the queries' input, not
+                the values'.
+            key_pos (Tensor, optional): Added to the keys' input; defaults
+                to ``query_pos``.
+            attn_mask, key_padding_mask: Must be None.
 
-        Returns:
-            Tensor: ``[B, N, C]``.
+        Raises:
+            TypeError: For cross-attention or masks.
         """
         unsupported = sorted(k for k, v in dict(
             kwargs, attn_mask=attn_mask,
@@ -124,8 +97,8 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
                       x_kv: Tensor,
                       identity: Optional[Tensor],
                       key_pos: Optional[Tensor] = None) -> Tensor:
-        """Queries from ``x_q`` attend to keys and values from ``x_kv``;
-        ``key_pos`` (optional) is added to the keys' input only."""
+        """Queries from ``x_q`` attend to keys and values from ``x_kv``
+        (``key_pos`` added to the keys' input)."""
         B, N, C = x_q.shape
         mha = self.attn
         q, k, v, m = self.project(x_q, x_kv, mha.in_proj_weight,
@@ -144,30 +117,15 @@ class EllipticalAttention(EllipticalAttentionMixin, MultiheadAttention):
 @register_elliptical_version(EfficientMultiheadAttention)
 class EllipticalEfficientMultiheadAttention(EllipticalAttention,
                                             EfficientMultiheadAttention):
-    """MiT's spatial-reduction attention (SegFormer) with elliptical scores.
-
-    Keys and values come from the tokens reduced by ``sr`` (a strided conv)
-    and ``norm``; ``m`` compares the values of consecutive blocks over these
-    reduced tokens. Same parameters and arguments as mmseg's
-    ``EfficientMultiheadAttention``, plus ``elliptical``,
-    ``relevance_reduction`` and ``relevance_eps`` (see
-    :class:`EllipticalAttention`).
-    """
+    """MiT's spatial-reduction attention (SegFormer) with elliptical scores;
+    ``m`` compares values over the reduced tokens."""
 
     def forward(self,
                 x: Tensor,
                 hw_shape: Sequence[int],
                 identity: Optional[Tensor] = None) -> Tensor:
-        """Attend from the tokens to the reduced tokens, plus the shortcut.
-
-        Args:
-            x (Tensor): Normalised tokens ``[B, N, C]``.
-            hw_shape (Sequence[int]): ``(H, W)`` of the token grid.
-            identity (Tensor or float, optional): Shortcut; defaults to ``x``.
-
-        Returns:
-            Tensor: ``[B, N, C]``.
-        """
+        """Attend from the tokens ``[B, N, C]`` of the ``hw_shape`` grid to
+        the reduced tokens, plus the shortcut ``identity`` (default ``x``)."""
         x_kv = x
         if self.sr_ratio > 1:
             x_kv = self.norm(nchw_to_nlc(self.sr(nlc_to_nchw(x, hw_shape))))
@@ -178,8 +136,5 @@ class EllipticalEfficientMultiheadAttention(EllipticalAttention,
 @register_elliptical_version(GlobalSubsampledAttention)
 class EllipticalGlobalSubsampledAttention(
         EllipticalEfficientMultiheadAttention, GlobalSubsampledAttention):
-    """Twins' global sub-sampled attention with elliptical scores.
-
-    mmseg's ``GlobalSubsampledAttention`` is ``EfficientMultiheadAttention``
-    renamed; so is this class :class:`EllipticalEfficientMultiheadAttention`.
-    """
+    """Twins' global sub-sampled attention (MiT's, renamed) with elliptical
+    scores."""

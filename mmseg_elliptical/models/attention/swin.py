@@ -1,25 +1,8 @@
 """Elliptical version of Swin's shifted-window attention.
 
-Swin attends inside windows and every other block shifts the window grid;
-both only reorder the tokens of the image, and ``v`` is a per-token
-projection. So ``m`` of a block is estimated per image and head from
-``|v_j - v_(j-1)|`` over all real tokens of the stage's feature map, compared
-at the same image position whatever the shifts (the tokens mmseg pads to whole
-windows are left out), and scales the queries of every window of the image.
-The relative position bias and the shift mask stay mmseg's.
-
-mmseg's ``ShiftWindowMSA.forward`` (padding, cyclic shift, shift mask, window
-partition and reverse) runs unchanged (its helpers ``window_partition`` and
-``window_reverse`` are overridden with the same views, written so that an
-exported graph follows the input size): :class:`EllipticalShiftWindowMSA`
-only hands its ``w_msa`` (:class:`EllipticalWindowMSA`) the feature map's
-shape for the duration of its call, and ``w_msa`` hands the windows back to
-:meth:`EllipticalShiftWindowMSA.attend_windows`, where the elliptical maths
-of :class:`~.core.EllipticalAttentionMixin` runs. So only mmseg's short
-``WindowMSA.forward`` is replaced (its maths must change anyway), none of the
-windowing is copied, and the elliptical state stays on ``SwinBlock.attn`` as
-for every other kind (the value chain, ``fused_attn`` and the attention
-records of the analysis tools find it there).
+``m`` is estimated per image and head over the real tokens of the feature map
+in image layout, so consecutive blocks compare the same positions whatever
+their shifts; mmseg's windowing runs unchanged (docs/models.md).
 """
 from functools import partial
 from typing import Optional, Sequence, Tuple
@@ -38,12 +21,8 @@ from .utils import relative_position_bias
 
 @register_elliptical_version(WindowMSA)
 class EllipticalWindowMSA(WindowMSA):
-    """mmseg's ``WindowMSA`` whose forward its owner supplies per call.
-
-    Inside :meth:`EllipticalShiftWindowMSA.forward` the windows go to the
-    owner's :meth:`~EllipticalShiftWindowMSA.attend_windows`; called on its
-    own it is mmseg's ``WindowMSA``. Same parameters as mmseg's class.
-    """
+    """mmseg's ``WindowMSA`` whose forward its owner supplies per call
+    (:meth:`EllipticalShiftWindowMSA.attend_windows`)."""
     window_call = None  # set by the owner for the duration of its forward
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
@@ -52,8 +31,7 @@ class EllipticalWindowMSA(WindowMSA):
         return self.window_call(x, mask)
 
     def relative_position_bias(self) -> Tensor:
-        """The relative position bias ``[H, Wt, Wt]``
-        (:func:`~.core.relative_position_bias`)."""
+        """The relative position bias ``[H, Wt, Wt]``."""
         return relative_position_bias(self.relative_position_bias_table,
                                       self.relative_position_index)
 
@@ -63,27 +41,15 @@ class EllipticalWindowMSA(WindowMSA):
 class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
     """Swin's (shifted) window attention with elliptical scores.
 
-    Same parameters (``w_msa.qkv``, ``w_msa.proj``,
-    ``w_msa.relative_position_bias_table``) and arguments as mmseg's
-    ``ShiftWindowMSA``, plus ``elliptical``, ``relevance_reduction`` and
-    ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`). The
-    values it hands on and compares are in image layout,
-    ``[B, H, h * w, d]`` over the real tokens of the ``h x w`` feature map,
-    so consecutive blocks match whatever their shifts. ``qk_scale`` is
-    honoured by both paths.
-
-    The relative position bias plus shift mask reach
-    :meth:`~.core.EllipticalAttentionMixin.attend` as its bias and
-    ``window_mask`` (shifted blocks one window row per fused call, see
-    :meth:`attend_windows_of`). In inference PyTorch's CPU kernel then runs
-    without window x window scores; in training on the CPU (the bias needs a
-    gradient) the explicit path runs, as mmseg's ``WindowMSA`` does.
+    mmseg's ``ShiftWindowMSA`` arguments and parameters, plus those of
+    :class:`~.core.EllipticalAttentionMixin`. The values it hands on are in
+    image layout, ``[B, H, h * w, d]``.
     """
 
     @classmethod
     def check_convertible(cls, module: ShiftWindowMSA) -> None:
-        """Raise a :class:`~..conversion.ConversionError` unless
-        ``module.w_msa`` is mmseg's class."""
+        """Raise :class:`ConversionError` unless ``module.w_msa`` is
+        mmseg's class."""
         if type(module.w_msa) not in (WindowMSA, EllipticalWindowMSA):
             raise ConversionError(
                 f'{type(module).__name__}.w_msa is a '
@@ -102,15 +68,11 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         return self.w_msa.num_heads
 
     def forward(self, query: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """mmseg's forward, with the windows attended by
-        :meth:`attend_windows`.
+        """mmseg's forward, the windows attended by :meth:`attend_windows`.
 
         Args:
-            query (Tensor): Normalised tokens ``[B, h * w, C]``.
+            query (Tensor): Tokens ``[B, h * w, C]``.
             hw_shape (Sequence[int]): ``(h, w)`` of the feature map.
-
-        Returns:
-            Tensor: ``[B, h * w, C]``.
         """
         self.w_msa.window_call = partial(
             self.attend_windows, hw_shape=tuple(hw_shape))
@@ -120,15 +82,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
             self.w_msa.window_call = None
 
     def window_partition(self, x: Tensor) -> Tensor:
-        """mmseg's ``window_partition`` (``[B, H, W, C]`` to windows
-        ``[B * nW, ws, ws, C]``) with the window count spelt out.
-
-        The same view, permute and copy as mmseg's, whose ``view(-1, ...)``
-        leaves ``torch.export`` to divide the element count symbolically;
-        ``B * (H // ws) * (W // ws)`` keeps the shapes of an exported graph
-        simple products of the input size, which :meth:`window_reverse`
-        divides back exactly.
-        """
+        """mmseg's ``window_partition`` with the window count spelt out, so
+        an exported graph's shapes stay products of the input size."""
         B, H, W, C = x.shape
         ws = self.window_size
         x = x.view(B, H // ws, ws, W // ws, ws, C)
@@ -136,14 +91,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         return windows.view(B * (H // ws) * (W // ws), ws, ws, C)
 
     def window_reverse(self, windows: Tensor, H: int, W: int) -> Tensor:
-        """mmseg's ``window_reverse`` (windows ``[B * nW, ws, ws, C]`` to
-        ``[B, H, W, C]``) with the batch as an integer division of shapes.
-
-        mmseg computes ``B = int(windows.shape[0] / (H * W / ws / ws))``, a
-        float that ``torch.export`` fixes at the traced batch and size; the
-        same views and permute with ``B = windows.shape[0] // nW`` follow the
-        input size inside an exported graph.
-        """
+        """mmseg's ``window_reverse`` with the batch an integer division
+        (mmseg's float one is fixed at the traced size by ``torch.export``)."""
         ws, C = self.window_size, windows.shape[-1]
         rows, cols = H // ws, W // ws
         x = windows.view(windows.shape[0] // (rows * cols), rows, cols, ws, ws,
@@ -152,27 +101,16 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         return x.view(x.shape[0], H, W, C)
 
     def window_grid(self, hw_shape: Sequence[int]) -> Tuple[int, int]:
-        """Windows along the height and width of the padded feature map.
-
-        mmseg's padded size divided by the window (``ceil`` written with
-        non-negative operands: an exported graph computes a symbolic floor
-        division with ONNX's truncating ``Div``), the same expressions as
-        the windows' shapes in an exported graph.
-        """
+        """Windows along the height and width of the padded feature map
+        (non-negative operands: ONNX's ``Div`` truncates)."""
         ws = self.window_size
         h, w = ((s + (ws - s % ws) % ws) // ws for s in hw_shape)
         return h, w
 
     def image_slots(self, hw_shape: Sequence[int],
                     device: torch.device) -> Tensor:
-        """Where each real token of the feature map sits in the windows.
-
-        Follows mmseg's padding, cyclic shift and ``window_partition``.
-
-        Returns:
-            Tensor: For the ``h * w`` real tokens in row-major image order,
-            their slot ``window * Wt + position`` among an image's windows.
-        """
+        """Slot ``window * Wt + position`` of each of the ``h * w`` real
+        tokens (row-major) among an image's padded, shifted windows."""
         h, w = hw_shape
         gh, gw = self.window_grid(hw_shape)
         ws, shift = self.window_size, self.shift_size
@@ -187,12 +125,7 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
 
     def to_image(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Window-layout values ``[B * nW, H, Wt, d]`` to ``[B, H, h * w, d]``
-        (real tokens in image order, detached).
-
-        One ``index_select`` of whole token rows of the qkv projection's
-        ``[B * nW, Wt, ...]`` rows; the result is a ``[B, H, h * w, d]`` view
-        of ``[B, h * w, C]`` tokens.
-        """
+        (real tokens in image order, detached)."""
         rows, heads, T, d = v.shape
         gh, gw = self.window_grid(hw_shape)
         tokens = core.chained(v).transpose(1,
@@ -206,14 +139,9 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """``WindowMSA.forward`` with elliptical scores.
 
         Args:
-            x (Tensor): Windows ``[B * nW, Wt, C]`` of the padded, shifted
-                feature map (mmseg's layout, the windows of an image
-                consecutive).
+            x (Tensor): Windows ``[B * nW, Wt, C]`` (mmseg's layout).
             mask (Tensor, optional): mmseg's shift mask ``[nW, Wt, Wt]``.
             hw_shape (tuple[int, int]): ``(h, w)`` of the feature map.
-
-        Returns:
-            Tensor: ``[B * nW, Wt, C]``.
         """
         w_msa = self.w_msa
         rows, T, C = x.shape
@@ -238,17 +166,9 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
                                                               int]) -> Tensor:
         """:meth:`attend` over the windows of each image of the batch.
 
-        The explicit path adds the shift mask per window in one call
-        (``window_mask``). SDPA's fused CPU kernel needs a 4-D mask that
-        broadcasts through size-1 dimensions (not an expanded view), and
-        mmseg's shift mask differs between windows; but only the last window
-        row and column see the shift's seams, so every window row but the
-        last has the same ``[gw, Wt, Wt]`` masks. The fused path therefore
-        attends one window row per call with one of two ``[gw, H, Wt, Wt]``
-        biases, instead of a bias per window (as large as the scores at
-        batch 1). Under ``torch.export`` one call with the bias per window
-        follows the window count of the input size (the loop would unroll
-        into the traced count).
+        The fused path attends one window row per call: all rows but the
+        last share one ``[gw, H, Wt, Wt]`` bias, and SDPA's CPU kernel needs
+        a broadcastable mask (docs/models.md).
 
         Args:
             q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
@@ -256,9 +176,6 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
             bias (Tensor): Relative position bias ``[1, H, Wt, Wt]``.
             mask (Tensor, optional): mmseg's shift mask ``[nW, Wt, Wt]``.
             grid (tuple[int, int]): Window rows and columns ``(gh, gw)``.
-
-        Returns:
-            Tensor: ``[B * nW, H, Wt, d]``.
         """
         w_msa = self.w_msa
         options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)

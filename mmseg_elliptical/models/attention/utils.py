@@ -7,18 +7,12 @@ from torch import Tensor
 
 
 def relative_position_bias(table: Tensor, index: Tensor) -> Tensor:
-    """mmseg's relative position bias ``[H, N, N]`` of BEiT and Swin.
-
-    One ``index_select`` on the transposed ``[L, H]`` table gives the
-    ``[H, N, N]`` bias in one tensor (mmseg looks rows up, then permutes
-    them into a second one).
+    """mmseg's relative position bias ``[H, N, N]`` of BEiT and Swin, in one
+    ``index_select`` (mmseg's lookup then permute makes a second tensor).
 
     Args:
         table (Tensor): ``relative_position_bias_table`` ``[L, H]``.
         index (Tensor): ``relative_position_index`` ``[N, N]``.
-
-    Returns:
-        Tensor: ``[H, N, N]``.
     """
     return table.t().index_select(1, index.view(-1)).view(-1, *index.shape)
 

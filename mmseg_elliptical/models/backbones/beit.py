@@ -20,21 +20,13 @@ class EllipticalBEiTLayer(EllipticalLayerMixin, BEiTTransformerEncoderLayer):
 @MODELS.register_module()
 @register_elliptical_version(BEiT)
 class EllipticalBEiT(EllipticalTransformerMixin, BEiT):
-    """mmseg's ``BEiT`` whose layers use elliptical attention.
-
-    As :class:`~.EllipticalVisionTransformer`: ``m`` over all tokens (cls
-    included), layer 0 dot-product, same parameters and state-dict keys as
-    mmseg's class; the relative position bias, ``q_bias`` / ``v_bias`` and
-    the layer scale are kept. mmseg sizes the relative position tables from
-    ``img_size``, so the input must have that size's patch grid (a clear
-    error otherwise). mmseg's BEiT takes no ``with_cp``.
+    """mmseg's ``BEiT`` with elliptical attention; the input must have
+    ``img_size``'s patch grid (mmseg sizes the relative position tables from
+    it).
 
     Args:
-        elliptical_layers (Sequence[int], optional): Layers that score
-            elliptically. Defaults to None: layers ``1 .. num_layers - 1``.
-        relevance_reduction (str): ``'mean'`` (the paper) or ``'median'``.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        **kwargs: Arguments of mmseg's class.
+        **kwargs: Arguments of mmseg's class and of
+            :class:`~..transformer.EllipticalTransformerMixin`.
     """
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:

@@ -16,8 +16,5 @@ class EllipticalMAELayer(EllipticalLayerMixin, MAETransformerEncoderLayer):
 @MODELS.register_module()
 @register_elliptical_version(MAE)
 class EllipticalMAE(EllipticalBEiT, MAE):
-    """mmseg's ``MAE`` backbone whose layers use elliptical attention.
-
-    As :class:`EllipticalBEiT` (MAE is BEiT with a qkv bias, an absolute
-    position embedding and its own initialisation).
-    """
+    """mmseg's ``MAE`` backbone with elliptical attention, as
+    :class:`EllipticalBEiT`."""

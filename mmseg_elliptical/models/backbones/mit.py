@@ -23,18 +23,9 @@ class EllipticalMixVisionTransformer(EllipticalTransformerMixin,
                                      MixVisionTransformer):
     """mmseg's ``MixVisionTransformer`` (SegFormer) with elliptical attention.
 
-    Inside each stage, block j >= 1 scores with ``m`` from the values of
-    blocks j and j - 1 over the spatially reduced key/value tokens; block 0 of
-    each stage stays dot-product (the previous stage has other tokens and
-    channels). Same parameters and state-dict keys as mmseg's class.
-
     Args:
-        elliptical_layers (Sequence[int], optional): Global block indices
-            (0-based, in forward order across stages). Defaults to None:
-            every block but the first of each stage.
-        relevance_reduction (str): ``'mean'`` (the paper) or ``'median'``.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        **kwargs: Arguments of ``MixVisionTransformer``.
+        **kwargs: Arguments of mmseg's class and of
+            :class:`~..transformer.EllipticalTransformerMixin`.
     """
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:

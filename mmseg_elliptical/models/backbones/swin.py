@@ -22,22 +22,9 @@ class EllipticalSwinBlock(EllipticalLayerMixin, SwinBlock):
 class EllipticalSwinTransformer(EllipticalTransformerMixin, SwinTransformer):
     """mmseg's ``SwinTransformer`` with elliptical window attention.
 
-    Inside each stage, block j >= 1 scores with ``m`` estimated per image
-    and head from the values of blocks j and j - 1 over all real tokens of
-    the stage's feature map, compared at the same image position whatever
-    the window shifts, and used in every window of the image
-    (:class:`~..attention.EllipticalShiftWindowMSA`). Block 0 of each stage
-    stays dot-product (patch merging changes tokens and channels). Same
-    parameters and state-dict keys as mmseg's class.
-
     Args:
-        elliptical_layers (Sequence[int], optional): Global block indices
-            (0-based, in forward order across stages; Swin-T's
-            ``depths=(2, 2, 6, 2)`` has blocks 0..11, stage starts 0, 2, 4,
-            10). Defaults to None: every block but the first of each stage.
-        relevance_reduction (str): ``'mean'`` (the paper) or ``'median'``.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        **kwargs: Arguments of ``SwinTransformer``.
+        **kwargs: Arguments of mmseg's class and of
+            :class:`~..transformer.EllipticalTransformerMixin`.
     """
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:

@@ -22,21 +22,9 @@ class EllipticalGSAEncoderLayer(EllipticalLayerMixin, GSAEncoderLayer):
 class EllipticalPCPVT(EllipticalTransformerMixin, PCPVT):
     """mmseg's ``PCPVT`` (Twins-PCPVT) with elliptical attention.
 
-    Inside each stage, block j >= 1 scores with ``m`` from the values of
-    blocks j and j - 1 over the sub-sampled key/value tokens (the position
-    encoding after block 0 does not change the tokens' layout); block 0 of
-    each stage stays dot-product. Same parameters and state-dict keys as
-    mmseg's class. Twins-SVT is not supported: its consecutive layers
-    alternate local windows and global sub-sampling, so they see different
-    tokens.
-
     Args:
-        elliptical_layers (Sequence[int], optional): Global block indices
-            (0-based, in forward order across stages). Defaults to None:
-            every block but the first of each stage.
-        relevance_reduction (str): ``'mean'`` (the paper) or ``'median'``.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        **kwargs: Arguments of ``PCPVT``.
+        **kwargs: Arguments of mmseg's class and of
+            :class:`~..transformer.EllipticalTransformerMixin`.
     """
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:

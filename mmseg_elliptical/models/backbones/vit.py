@@ -21,19 +21,11 @@ class EllipticalViTLayer(EllipticalLayerMixin, TransformerEncoderLayer):
 @register_elliptical_version(VisionTransformer)
 class EllipticalVisionTransformer(EllipticalTransformerMixin,
                                   VisionTransformer):
-    """mmseg's ``VisionTransformer`` whose layers use elliptical attention.
-
-    Accepts every argument of ``VisionTransformer`` and has the same
-    parameters and state-dict keys, so mmseg ViT checkpoints load in both
-    directions. Layer 0 has no previous values and stays dot-product; with
-    ``elliptical_layers=[]`` it computes what ``VisionTransformer`` computes.
+    """mmseg's ``VisionTransformer`` with elliptical attention.
 
     Args:
-        elliptical_layers (Sequence[int], optional): Layers that score
-            elliptically. Defaults to None: layers ``1 .. num_layers - 1``.
-        relevance_reduction (str): ``'mean'`` (the paper) or ``'median'``.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        **kwargs: Arguments of ``mmseg.models.backbones.VisionTransformer``.
+        **kwargs: Arguments of mmseg's class and of
+            :class:`~..transformer.EllipticalTransformerMixin`.
     """
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:

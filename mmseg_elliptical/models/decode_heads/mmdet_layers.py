@@ -1,9 +1,5 @@
-"""mmdet's transformer decoder layers in a value chain (needs mmdet).
-
-Each layer's query self-attention (``self_attn``, mmcv's
-``MultiheadAttention``) is the chained attention; its cross-attention to the
-pixel features (``cross_attn``) is left as mmdet built it.
-"""
+"""mmdet's transformer decoder layers in a value chain (needs mmdet): the
+query self-attention is chained, the cross-attention stays mmdet's."""
 from mmdet.models.layers.transformer import DetrTransformerDecoderLayer
 from mmdet.models.layers.transformer import \
     Mask2FormerTransformerDecoderLayer as Mask2FormerDecoderLayer

@@ -1,16 +1,5 @@
-"""What the elliptical MaskFormer and Mask2Former heads share.
-
-Both heads run a transformer decoder over a fixed set of queries ``[B, Q,
-C]`` (batch first), and every decoder layer's query self-attention attends
-over the same queries, so "the previous layer's values" is defined there:
-decoder layer l >= 1 scores its query self-attention with ``m`` estimated
-per image and head from its values and those of decoder layer l - 1 over
-the Q queries. The cross-attention from the queries to the pixel features
-stays dot-product: its keys and values are other tokens than the queries,
-and in Mask2Former they change from layer to layer (layer l reads feature
-level ``l % 3``: another resolution, another number of tokens, another
-scale), with a mask that changes with the predictions.
-"""
+"""What the elliptical MaskFormer and Mask2Former heads share: the query
+self-attention of the decoder layers is the chain (docs/models.md)."""
 from typing import List, Optional, Sequence
 
 import torch
@@ -28,18 +17,12 @@ if MMDET_AVAILABLE:
 
 
 class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
-    """The elliptical version of an mmseg head built on mmdet's (MaskFormer,
-    Mask2Former): its transformer decoder layers are the chain.
+    """The elliptical version of an mmseg head built on mmdet's.
 
     Args:
-        elliptical_layers (Sequence[int], optional): Decoder layers whose
-            query self-attention scores elliptically. Defaults to None: every
-            decoder layer but the first. ``[]``: mmseg's head.
-        relevance_reduction (str): ``'mean'`` or ``'median'`` over queries.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        check_finite (str or bool): Reject non-finite features (see
-            :class:`~..transformer.EllipticalTransformerMixin`).
-        **kwargs: Arguments of the mmseg head.
+        **kwargs: Arguments of the mmseg head and of
+            :class:`~..transformer.EllipticalTransformerMixin` (over decoder
+            layers).
     """
 
     def __init__(self, **kwargs) -> None:
@@ -50,15 +33,9 @@ class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
 
     @classmethod
     def check_arguments(cls, kwargs: dict) -> None:
-        """Raise the install hint without mmdet, and reject keywords no class
-        of the head takes.
-
-        mmdet's heads take any keyword and drop the ones they do not know
-        (mmseg's configs pass them ``BaseDecodeHead``'s ``in_index``, for
-        one), so a misspelt argument would vanish silently: a keyword is
-        accepted when an ``__init__`` of the head's classes or of mmseg's
-        ``BaseDecodeHead`` names it.
-        """
+        """Raise the install hint without mmdet; reject keywords no
+        ``__init__`` of the head names (mmdet's heads drop unknown ones
+        silently)."""
         require_mmdet(cls.__name__)
         names, _ = init_keywords(cls.mmseg_class(), whole_mro=True)
         check_kwargs(cls, BaseDecodeHead, kwargs, [*cls.OWN_ARGS, *names])
@@ -71,8 +48,7 @@ class EllipticalQueryDecoderMixin(EllipticalTransformerMixin):
 
     def check_inputs(self, inputs) -> None:
         """Reject features that are not one ``[B, C_i, H_i, W_i]`` map per
-        level of ``in_channels`` (when the head was built from its
-        arguments), and (as ``check_finite`` says) non-finite features."""
+        level of ``in_channels``, or non-finite ones."""
         owner = type(self).__name__
         if not isinstance(inputs, (list, tuple)) or not all(
                 isinstance(x, Tensor) and x.dim() == 4

@@ -15,20 +15,12 @@ from ..transformer import EllipticalTransformerMixin, TokenLayout
 @register_elliptical_version(SegmenterMaskTransformerHead)
 class EllipticalMaskTransformerHead(EllipticalTransformerMixin,
                                     SegmenterMaskTransformerHead):
-    """Segmenter mask transformer whose layers use elliptical attention.
-
-    Same arguments, parameters and state-dict keys as mmseg's
-    ``SegmenterMaskTransformerHead``; with ``elliptical_layers=[]`` it computes
-    what that head computes. The head's layers attend over patch tokens and
-    class embeddings together; its layer 0 is dot-product (the backbone's
-    values cover other tokens).
+    """mmseg's Segmenter mask transformer with elliptical attention; its
+    layer 0 stays dot-product (the backbone's values cover other tokens).
 
     Args:
-        elliptical_layers (Sequence[int], optional): Head layers that score
-            elliptically. Defaults to None: layers ``1 .. num_layers - 1``.
-        relevance_reduction (str): ``'mean'`` or ``'median'``.
-        relevance_eps (float): Guard of the max-normalisation of ``m``.
-        **kwargs: Arguments of ``SegmenterMaskTransformerHead``.
+        **kwargs: Arguments of mmseg's class and of
+            :class:`~..transformer.EllipticalTransformerMixin`.
     """
 
     def layer_stages(self) -> List[Sequence[nn.Module]]:
