@@ -130,7 +130,8 @@ def robustness_by_hand(cells: Dict[str, Dict], corruptions: Sequence[str],
                 k:
                 dict(
                     mPC=float(g[[rows[c] for c in v if c in rows]].mean()),
-                    mCE=mean([ce[rows[c]] for c in v if c in rows]))
+                    mCE=mean([ce[rows[c]] for c in v if c in rows]),
+                    rmCE=mean([rce[rows[c]] for c in v if c in rows]))
                 for k, v in groups.items() if any(c in rows for c in v)
             })
     return out
