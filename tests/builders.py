@@ -425,6 +425,42 @@ def tiny_query_head(head: ConfigDict,
     return head
 
 
+def tiny_swin(bb: ConfigDict, size: int) -> list:
+    """Shrink a Swin config in place (depths and heads kept); returns the
+    stage widths."""
+    bb.embed_dims //= 4  # 8 channels per head in every Swin of these configs
+    bb.pop('init_cfg', None)
+    bb.pretrain_img_size = size
+    return [bb.embed_dims * 2**i for i in range(4)]
+
+
+def tiny_mask_model(path: str, size: int, channels: int) -> ConfigDict:
+    """A MaskFormer, Mask2Former or KNet config's model at a tiny size
+    (``size`` x ``size`` inputs, ``channels`` wide heads), offline, BN for
+    SyncBN."""
+    model = copy.deepcopy(Config.fromfile(path).model)
+    model.pretrained = None
+    model.data_preprocessor.size = (size, size)
+    widths = tiny_swin(model.backbone, size)
+    head = model.decode_head
+    C = channels
+    if osp.basename(osp.dirname(path)) == 'knet':
+        head.kernel_generate_head.update(in_channels=widths, channels=C)
+        for stage in head.kernel_update_head:
+            stage.update(
+                in_channels=C,
+                out_channels=C,
+                feedforward_channels=2 * C,
+                num_heads=2)
+            stage.kernel_updator_cfg.update(
+                in_channels=C, feat_channels=C, out_channels=C)
+        model.auxiliary_head.update(in_channels=widths[2], channels=C)
+    else:
+        tiny_query_head(
+            head, widths, num_queries=8, num_points=256, channels=C, heads=2)
+    return sync_bn_to_bn(model)
+
+
 def build_segmentor(path: str = DEMO_ELLIPTICAL,
                     **overrides) -> torch.nn.Module:
     """The tiny demo segmentor of ``path`` (see :func:`tiny_config`),

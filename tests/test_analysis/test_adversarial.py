@@ -7,13 +7,14 @@ import os.path as osp
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
 from attack_oracles import (attack_by_hand, logits_by_hand, miou_by_hand,
                             worst_case_by_hand)
-from builders import BACKBONES, ROOT
+from builders import BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_mask_model
 from processes import free_port, load_tool, refused, run_command
 from saved_models import first_images, load_model
 
@@ -24,13 +25,13 @@ from mmseg_elliptical.models import adaptive_relevance
 
 #: One attack per family (each attack on several families), small budgets.
 FAMILY_ATTACKS = {
-    'segmenter': ('pgd', 'linf', 4, 3, 1.),
-    'vit': ('segpgd', 'linf', 8, 3, 2.),
-    'mit': ('cospgd', 'linf', 4, 2, 1.),
-    'pcpvt': ('pgd', 'l2', 0.5, 2, 0.2),
-    'swin': ('segpgd', 'l2', 0.5, 2, 0.2),
-    'beit': ('cospgd', 'linf', 2, 2, 1.),
-    'mae': ('fgsm', 'linf', 4, 1, 4.),
+    'segmenter': ('pgd', 'linf', 4, 3, 1., True),
+    'vit': ('segpgd', 'linf', 8, 3, 2., False),
+    'mit': ('cospgd', 'linf', 4, 2, 1., True),
+    'pcpvt': ('pgd', 'l2', 0.5, 2, 0.2, False),
+    'swin': ('segpgd', 'l2', 0.5, 2, 0.2, True),
+    'beit': ('cospgd', 'linf', 2, 2, 1., False),
+    'mae': ('fgsm', 'linf', 4, 1, 4., True),
 }
 
 
@@ -54,10 +55,11 @@ def check_against_hand(model, batch, attack: attacks.Attack, atol=1e-3):
     for x, img, sample in zip(got, batch['inputs'], batch['data_samples']):
         start = attacks.random_start(attack, img.float(), sample.img_path) \
             if attack.random_start else None
-        want = attack_by_hand(model, img, sample.metainfo,
-                              sample.gt_sem_seg.data[0], attack.name,
-                              attack.norm, attack.eps, attack.steps,
-                              attack.step_size, attack.labels, start)
+        with adaptive_relevance() if attack.adaptive else nullcontext():
+            want = attack_by_hand(model, img, sample.metainfo,
+                                  sample.gt_sem_seg.data[0], attack.name,
+                                  attack.norm, attack.eps, attack.steps,
+                                  attack.step_size, attack.labels, start)
         assert x.shape == want.shape
         torch.testing.assert_close(x, want, atol=atol, rtol=0)
         eps = attack.eps * attacks.UNIT[attack.norm]
@@ -76,9 +78,9 @@ def test_attacks_equal_the_hand_written_ones_on_every_family(
     paths = paths_of(family, demo_models, family_models)
     model = load_model(paths)
     model.eval()
-    name, norm, eps, steps, step = FAMILY_ATTACKS[family]
+    name, norm, eps, steps, step, adaptive = FAMILY_ATTACKS[family]
     batch = first_batch(paths[0])
-    attack = attacks.Attack(name, norm, eps, steps, step)
+    attack = attacks.Attack(name, norm, eps, steps, step, adaptive=adaptive)
     got = check_against_hand(model, batch, attack)
     # The prediction of the attacked image, as the evaluator sees it, is
     # the argmax of the hand-written logits.
@@ -439,3 +441,40 @@ def cells_in(path) -> int:
     """Finished cells in an adversarial.json (written atomically)."""
     data = json.loads(path.read_text())
     return sum(len(m['cells']) for m in data['models'].values())
+
+
+MASK_CONFIGS = [
+    'mask2former/mask2former_elliptical-swin-t_8xb2-160k_ade20k-512x512.py',
+    'mask2former/mask2former_elliptical-swin-t_elliptical-mask_8xb2-160k_'
+    'ade20k-512x512.py',
+    'maskformer/maskformer_elliptical-swin-t_upernet_8xb2-160k_ade20k-'
+    '512x512.py',
+    'maskformer/maskformer_elliptical-swin-t_elliptical-mask_8xb2-160k_'
+    'ade20k-512x512.py',
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_MMDET, reason='needs mmdet (the extra)')
+@pytest.mark.parametrize('path', MASK_CONFIGS)
+def test_attacks_on_mask_classification_models(path):
+    """MaskFormer and Mask2Former, with mmseg's or the elliptical decoder:
+    the attack equals the hand-written one (adaptive on the elliptical
+    decoders)."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    model = MODELS.build(
+        tiny_mask_model(osp.join(ROOT, 'configs', path), 64, 16))
+    model.init_weights()
+    model.eval()
+    images = torch.randint(
+        0,
+        256, (1, 3, 64, 64),
+        generator=torch.Generator().manual_seed(2),
+        dtype=torch.uint8)
+    batch = dict(inputs=list(images), data_samples=seg_samples(1, 64, 64, 150))
+    attack = attacks.Attack(
+        'segpgd', 'linf', 4, 2, 2., adaptive='elliptical-mask' in path)
+    check_against_hand(model, batch, attack)

@@ -4,13 +4,12 @@ dot-product mode is mmseg's Swin, and the model trains a step.
 The MaskFormer and Mask2Former configs need mmdet (skipped without it; see
 test_mmdet_extra.py for what happens then); KNet's do not.
 """
-import copy
 import os.path as osp
 
 import pytest
 import torch
 from builders import (HAS_MMDET, MMDET_CONFIG_DIRS, build_module, config_paths,
-                      mmseg_base, seg_samples, sync_bn_to_bn, tiny_query_head)
+                      mmseg_base, seg_samples, tiny_mask_model, tiny_swin)
 from checks import check_loss_trains_every_parameter
 from mmengine.config import Config, ConfigDict
 from mmseg.models.backbones import SwinTransformer
@@ -38,37 +37,8 @@ def param(path: str):
         marks=pytest.mark.skipif(skip, reason='needs mmdet (the extra)'))
 
 
-def tiny_swin(bb: ConfigDict) -> list:
-    """Shrink a Swin config in place (depths and heads kept); returns the
-    stage widths."""
-    bb.embed_dims //= 4  # 8 channels per head in every Swin of these configs
-    bb.pop('init_cfg', None)
-    bb.pretrain_img_size = SIZE
-    return [bb.embed_dims * 2**i for i in range(4)]
-
-
 def tiny_model(path: str) -> ConfigDict:
-    """The config's model at a tiny size, offline, BN for SyncBN."""
-    model = copy.deepcopy(Config.fromfile(path).model)
-    model.pretrained = None
-    model.data_preprocessor.size = (SIZE, SIZE)
-    widths = tiny_swin(model.backbone)
-    head = model.decode_head
-    if family(path) == 'knet':
-        head.kernel_generate_head.update(in_channels=widths, channels=C)
-        for stage in head.kernel_update_head:
-            stage.update(
-                in_channels=C,
-                out_channels=C,
-                feedforward_channels=2 * C,
-                num_heads=2)
-            stage.kernel_updator_cfg.update(
-                in_channels=C, feat_channels=C, out_channels=C)
-        model.auxiliary_head.update(in_channels=widths[2], channels=C)
-    else:
-        tiny_query_head(
-            head, widths, num_queries=8, num_points=256, channels=C, heads=2)
-    return sync_bn_to_bn(model)
+    return tiny_mask_model(path, SIZE, C)
 
 
 def samples():
@@ -94,7 +64,7 @@ def test_swin_in_dot_product_mode_is_mmsegs(path):
     mmseg_cfg = load_config(mmseg_base(path)).model.backbone
     assert ours_cfg.type == 'EllipticalSwinTransformer'
     assert mmseg_cfg.type == 'SwinTransformer'
-    tiny_swin(ours_cfg), tiny_swin(mmseg_cfg)
+    tiny_swin(ours_cfg, SIZE), tiny_swin(mmseg_cfg, SIZE)
     ref = build_module(mmseg_cfg)
     dot = build_module(dict(ours_cfg, elliptical_layers=[]))
     ell = build_module(ours_cfg)
