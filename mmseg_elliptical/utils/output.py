@@ -10,6 +10,7 @@ import json
 import math
 import os
 import os.path as osp
+import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from prettytable import PrettyTable, TableStyle
@@ -67,6 +68,33 @@ def pyplot():
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     return plt
+
+
+def wrap_label(name: str, width: int) -> str:
+    """``name`` in lines of at most ``width`` characters, broken after
+    ``_``, ``-``, ``/``, ``.`` or a space (config file names have no spaces),
+    so a figure's title or legend entry never runs into its neighbour's.
+
+    Args:
+        name (str): The label, e.g. a model's config file name.
+        width (int): Characters per line; a longer piece without a break
+            point is cut.
+
+    Returns:
+        str: The label with newlines.
+    """
+    lines = ['']
+    for piece in re.findall(r'[^_\-/. ]*[_\-/. ]?', name):
+        while piece:
+            room = width - len(lines[-1])
+            if len(piece) <= room:
+                lines[-1] += piece
+                piece = ''
+            elif lines[-1]:
+                lines.append('')
+            else:
+                lines[-1], piece = piece[:width], piece[width:]
+    return '\n'.join(line.rstrip() for line in lines if line)
 
 
 def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
