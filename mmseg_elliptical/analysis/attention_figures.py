@@ -1,10 +1,11 @@
 """Figures of :func:`~.attention_maps.model_attention`'s results."""
+import textwrap
 from typing import Dict, List, Optional, Sequence
 
 import cv2
 import numpy as np
 
-from ..utils.output import pyplot, save_figure
+from ..utils.output import pyplot, save_figure, wrap_label
 from .attention_maps import image_maps
 from .layers import AnalysisError
 
@@ -38,16 +39,30 @@ def shown_heads(results: Dict[str, Dict], layers: Sequence[int],
     return list(heads)
 
 
-def plot_attention(image: np.ndarray, results: Dict[str, Dict],
-                   point: Sequence[int], layers: List[int], heads: List[int],
-                   mean_heads: bool, path: str) -> None:
+#: The caption under the attention maps: what their titles and colours mean.
+CAPTION = ('Titles: L = layer (forward order across stages), s = its stage, '
+           'h = head (mean: the mean over heads); off = the attention '
+           'probability on tokens that are no grid cells (cls token, class '
+           'embeddings, padding), shown from 0.05. Each map is scaled to its '
+           'own maximum. +: the query.')
+
+
+def attention_figure(image: np.ndarray, results: Dict[str, Dict],
+                     point: Sequence[int], layers: List[int], heads: List[int],
+                     mean_heads: bool):
     """Grid: rows are models, columns the image then (layer, head) maps.
 
-    Each map is scaled to its own maximum; the title gives the layer, its
-    stage, the head and, when at least 0.05, the probability on tokens that
-    are no grid cells (cls token, class embeddings, Swin's padding). A head
-    a layer does not have is left blank.
+    Each map is scaled to its own maximum (one colour bar, 0 to 1 of it);
+    the title gives the layer, its stage, the head and, when at least 0.05,
+    the probability on tokens that are no grid cells (cls token, class
+    embeddings, Swin's padding); a caption under the grid says so. A head a
+    layer does not have is left blank.
+
+    Returns:
+        matplotlib.figure.Figure: The figure.
     """
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
     plt = pyplot()
     columns = []
     for i in layers:
@@ -55,16 +70,18 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
         if mean_heads:
             columns.append((i, 'mean'))
     gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+    width = 1.35 * (len(columns) + 1) + 0.5
     fig, axes = plt.subplots(
         len(results),
         len(columns) + 1,
         squeeze=False,
-        figsize=(1.35 * (len(columns) + 1), 1.55 * len(results)))
+        layout='constrained',
+        figsize=(width, 1.4 * len(results) + 0.5))
     for r, (name, res) in enumerate(results.items()):
         ax = axes[r][0]
         ax.imshow(image)
         ax.plot(*point, marker='+', color='w', ms=9, mew=2)
-        ax.set_ylabel(name, fontsize=7)
+        ax.set_ylabel(wrap_label(name, 24), fontsize=7)
         ax.set_title('query', fontsize=7)
         full = {i: image_maps(res, i) for i in layers}
         for c, (i, hd) in enumerate(columns, start=1):
@@ -92,8 +109,27 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.tight_layout(pad=0.3)
-    save_figure(fig, path, dpi=100, compact=True)
+    bar = fig.colorbar(
+        ScalarMappable(Normalize(0, 1), 'inferno'),
+        ax=axes.ravel().tolist(),
+        shrink=0.9,
+        pad=0.01,
+        aspect=10 * len(results))
+    bar.set_label('attention / the map\'s maximum', fontsize=6)
+    bar.ax.tick_params(labelsize=6)
+    fig.supxlabel(textwrap.fill(CAPTION, int(17 * width)), fontsize=6)
+    return fig
+
+
+def plot_attention(image: np.ndarray, results: Dict[str, Dict],
+                   point: Sequence[int], layers: List[int], heads: List[int],
+                   mean_heads: bool, path: str) -> None:
+    """Save :func:`attention_figure` as the PNG ``path``."""
+    save_figure(
+        attention_figure(image, results, point, layers, heads, mean_heads),
+        path,
+        dpi=100,
+        compact=True)
 
 
 def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:

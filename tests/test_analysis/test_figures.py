@@ -8,6 +8,7 @@ import pytest
 from matplotlib.transforms import Bbox
 
 from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.attention_figures import attention_figure
 from mmseg_elliptical.analysis.collapse import collapse_figure
 from mmseg_elliptical.utils import wrap_label
 
@@ -106,6 +107,51 @@ def test_collapse_figure_reads(names):
     spread = fig.axes[1]
     low, high = spread.get_ylim()
     assert low == 0 and high > 0.247  # a spread; no point on the frame
+
+
+def attention_results(names):
+    """Maps of 2 heads on an 8 x 8 grid (stride 8) in layers 1 and 3, as
+    :func:`model_attention` returns them; the second model puts 0.15 of
+    head 1's attention on tokens that are no grid cells."""
+    rng = np.random.default_rng(0)
+    results = {}
+    for k, name in enumerate(names):
+        layers = {
+            i:
+            dict(
+                maps=rng.random((2, 8, 8)).astype(np.float32),
+                off_grid=np.array([0.0, 0.15 * k]),
+                stride=(8, 8),
+                stage=0)
+            for i in (1, 3)
+        }
+        results[name] = dict(
+            layers=layers,
+            box=(0, 64, 0, 64),
+            input_shape=(64, 64),
+            img_shape=(64, 64),
+            ori_shape=(64, 64))
+    return results
+
+
+@pytest.mark.parametrize('names', NAMES.values(), ids=NAMES.keys())
+def test_attention_figure_reads(names):
+    image = np.full((64, 64, 3), 90, np.uint8)
+    fig = attention_figure(image, attention_results(names), (20, 30), [1, 3],
+                           [0, 1], True)
+    assert_panels_apart(fig)
+    renderer = drawn(fig)
+    bars = [ax for ax in fig.axes if ax.get_label() == '<colorbar>']
+    assert len(bars) == 1 and bars[0].get_ylim() == (0, 1)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert 'L3 s0 h1 off 0.15' in titles
+    # The caption explains the titles' parts and the scaling, under the maps.
+    caption, = [t for t in fig.texts if 'own maximum' in t.get_text()]
+    for part in ('L = layer', 's = ', 'h = head', 'off = '):
+        assert part in caption.get_text()
+    box = caption.get_window_extent(renderer)
+    assert all(
+        overlap(box, ax.get_tightbbox(renderer)) == 0 for ax in fig.axes)
 
 
 @pytest.mark.parametrize('width', [4, 12, 30])
