@@ -18,6 +18,9 @@ from mmseg.structures import SegDataSample
 from prettytable import PrettyTable
 
 GAP = 4  # white pixels between two scenes of the picture
+ROWS = ('image', 'ground\ntruth', 'prediction')  # the picture's rows
+FONT = cv2.FONT_HERSHEY_SIMPLEX  # mmseg's visualizer writes with it too
+FONT_SCALE = 0.45  # about 10 pixels high
 
 
 @HOOKS.register_module()
@@ -45,8 +48,11 @@ class SegSummaryHook(Hook):
             Defaults to 3.
         out_file (str): File name of the picture, relative to the work dir.
             Defaults to ``'predictions.png'``.
-        with_labels (bool): Write the class names on the masks. Defaults to
-            True.
+        with_labels (bool): Add the row names (image, ground truth,
+            prediction) on the left and, below, a legend of the classes shown:
+            each class's colour beside its name in black on white. Defaults
+            to True. The masks themselves carry no text (mmseg writes white
+            names on the class colour, unreadable on light colours).
     """
     priority = 'LOW'
 
@@ -152,15 +158,27 @@ class SegSummaryHook(Hook):
                     draw_gt=True,
                     draw_pred=True,
                     out_file=out,
-                    with_labels=self.with_labels)
+                    with_labels=False)
                 gt, pred = np.split(mmcv.imread(out), 2, axis=1)
                 column = [mmcv.rgb2bgr(img), gt, pred]
                 columns.append(_stack(column, axis=0))
+        picture = _stack(columns, axis=1)
+        if self.with_labels:
+            meta = visualizer.dataset_meta or {}
+            classes, palette = meta.get('classes') or (), \
+                meta.get('palette') or ()
+            shown = sorted({
+                int(c)
+                for _, s in kept
+                for seg in (s.gt_sem_seg, s.pred_sem_seg)
+                for c in seg.data.unique()
+                if int(c) < min(len(classes), len(palette))
+            })
+            picture = _labelled(picture, columns[0].shape[0] - 2 * GAP,
+                                [(classes[c], palette[c]) for c in shown])
         self._drawn = len(kept)
         self._picture = osp.join(runner.work_dir, self.out_file)
-        mmcv.imwrite(
-            _stack(columns, axis=1), self._picture,
-            [cv2.IMWRITE_PNG_COMPRESSION, 9])
+        mmcv.imwrite(picture, self._picture, [cv2.IMWRITE_PNG_COMPRESSION, 9])
 
     @master_only
     def report(self, runner, split: str) -> None:
@@ -213,6 +231,50 @@ def _stack(images: List[np.ndarray], axis: int) -> np.ndarray:
     pad[axis] = (0, GAP)
     padded = [np.pad(im, pad, constant_values=255) for im in images[:-1]]
     return np.concatenate(padded + images[-1:], axis=axis)
+
+
+def _labelled(picture: np.ndarray, rows_height: int,
+              legend: List[Tuple[str, Sequence[int]]]) -> np.ndarray:
+    """``picture`` (BGR) with the row names in a white margin on its left
+    and, in a white strip below, the legend: per class a swatch of its colour
+    (RGB, framed in black) and its name in black."""
+    row = rows_height // len(ROWS)
+    (_, text_h), base = cv2.getTextSize('Ag', FONT, FONT_SCALE, 1)
+    line = text_h + base + 4
+    margin = 8 + max(
+        cv2.getTextSize(part, FONT, FONT_SCALE, 1)[0][0] for name in ROWS
+        for part in name.split('\n'))
+    side = np.full((picture.shape[0], margin, 3), 255, np.uint8)
+    for i, name in enumerate(ROWS):
+        parts = name.split('\n')
+        top = i * (row + GAP) + (row - len(parts) * line) // 2
+        for k, part in enumerate(parts):
+            cv2.putText(side, part, (4, top + k * line + text_h + 2), FONT,
+                        FONT_SCALE, (0, 0, 0), 1, cv2.LINE_AA)
+    widths = [
+        text_h + 6 + cv2.getTextSize(name, FONT, FONT_SCALE, 1)[0][0]
+        for name, _ in legend
+    ]
+    wider = max([0] + widths) + 8 - margin - picture.shape[1]
+    picture = np.pad(
+        np.concatenate([side, picture], axis=1),
+        ((0, 0), (0, max(wider, 0)), (0, 0)),
+        constant_values=255)
+    lines, x, entries = 1, 4, []
+    for (name, colour), width in zip(legend, widths):
+        if x > 4 and x + width + 4 > picture.shape[1]:
+            lines, x = lines + 1, 4
+        entries.append((name, colour, x, lines - 1))
+        x += width + 3 * text_h
+    bottom = np.full((lines * line + 8, picture.shape[1], 3), 255, np.uint8)
+    for name, colour, x, k in entries:
+        y = 6 + k * line
+        cv2.rectangle(bottom, (x, y), (x + text_h, y + text_h),
+                      tuple(int(c) for c in colour[::-1]), -1)
+        cv2.rectangle(bottom, (x, y), (x + text_h, y + text_h), (0, 0, 0), 1)
+        cv2.putText(bottom, name, (x + text_h + 6, y + text_h), FONT,
+                    FONT_SCALE, (0, 0, 0), 1, cv2.LINE_AA)
+    return np.concatenate([picture, bottom], axis=0)
 
 
 def _shown(path: str) -> str:
