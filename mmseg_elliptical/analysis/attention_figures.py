@@ -132,22 +132,24 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
         compact=True)
 
 
-def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
-    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer.
+def relevance_figure(results: Dict[str, Dict], part: str):
+    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer, a
+    column per elliptical model (its name wrapped to the column).
 
     Returns:
-        bool: False (nothing written) when no model is elliptical.
+        matplotlib.figure.Figure or None: None when no model is elliptical.
     """
     ell = {n: r['relevance'] for n, r in results.items() if r['relevance']}
     if not ell:
-        return False
+        return None
     plt = pyplot()
     rows = max(len(v) for v in ell.values())
     fig, axes = plt.subplots(
         rows,
         len(ell),
         squeeze=False,
-        figsize=(4.5 * len(ell), 0.55 * rows + 0.8))
+        layout='constrained',
+        figsize=(4.5 * len(ell), 0.55 * rows + 1.1))
     for c, (name, rel) in enumerate(ell.items()):
         for r, (i, m) in enumerate(sorted(rel.items())):
             ax = axes[r][c]
@@ -163,13 +165,25 @@ def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
             ax.set_ylabel(f'L{i}', fontsize=6, rotation=0, labelpad=10)
             if r == 0:
                 ax.set_title(
-                    f'{name}: m of the elliptical {part} layers\n'
-                    '(rows: heads, columns: head coordinates)',
+                    f'{wrap_label(name, 60)}\nm of the elliptical {part} '
+                    'layers\n(rows: heads, columns: head coordinates)',
                     fontsize=7)
             if r != len(rel) - 1:
                 ax.set_xticks([])
         for r in range(len(rel), rows):
             axes[r][c].axis('off')
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label='m')
+    return fig
+
+
+def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
+    """Save :func:`relevance_figure` as the PNG ``path``.
+
+    Returns:
+        bool: False (nothing written) when no model is elliptical.
+    """
+    fig = relevance_figure(results, part)
+    if fig is None:
+        return False
     save_figure(fig, path, dpi=100)
     return True

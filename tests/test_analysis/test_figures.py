@@ -8,7 +8,8 @@ import pytest
 from matplotlib.transforms import Bbox
 
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.analysis.attention_figures import attention_figure
+from mmseg_elliptical.analysis.attention_figures import (attention_figure,
+                                                         relevance_figure)
 from mmseg_elliptical.analysis.collapse import collapse_figure
 from mmseg_elliptical.utils import wrap_label
 
@@ -163,3 +164,18 @@ def test_wrap_label(width):
     # Lines end at a separator unless a piece is longer than a line.
     assert all(line[-1] in '_-' or len(line) == width for line in lines[:-1])
     assert wrap_label('dot-product', 30) == 'dot-product'
+
+
+@pytest.mark.parametrize('names', NAMES.values(), ids=NAMES.keys())
+def test_relevance_figure_reads(names):
+    rng = np.random.default_rng(0)
+    results = {
+        name: dict(relevance={i: rng.random((2, 16))
+                              for i in range(1, 6)})
+        for name in names  # two elliptical models side by side
+    }
+    fig = relevance_figure(results, 'backbone')
+    assert_panels_apart(fig)
+    bars = [ax for ax in fig.axes if ax.get_label() == '<colorbar>']
+    assert len(bars) == 1
+    assert relevance_figure({'dot': dict(relevance={})}, 'backbone') is None
