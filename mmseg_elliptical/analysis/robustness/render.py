@@ -254,6 +254,12 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
                   for v in s['CE'].values())
     panels = len(grids) + with_ce
     side = 0.3 + 0.55 * len(cols)  # inches of one heatmap
+    titles = {n: wrap_label(n, int(14 * side)) for n in summary}
+    labels = {n: wrap_label(n, 40) for n in summary}
+    one_column = max(len(n) for n in summary) > 30
+    legend_lines = [label.count('\n') + 1 for label in labels.values()]
+    text_lines = 2 + max(t.count('\n') for t in titles.values()) + with_ce * (
+        sum(legend_lines) if one_column else max(legend_lines))
     fig, axes = plt.subplots(
         1,
         panels,
@@ -261,7 +267,7 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
         layout='constrained',
         width_ratios=[side] * len(grids) + [2.4] * with_ce,
         figsize=(1.6 + side * len(grids) + 0.8 + 3.4 * with_ce,
-                 1.6 + 0.32 * len(corruptions)))
+                 1.2 + 0.32 * len(corruptions) + 0.15 * text_lines))
     for k, (ax, (name, grid)) in enumerate(zip(axes[0], grids.items())):
         im = ax.imshow(
             grid, cmap='viridis', vmin=vmin, vmax=vmax, aspect='auto')
@@ -276,10 +282,7 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
                     fontsize=7,
                     color='w' if v < (vmin + vmax) / 2 else 'k')
         s = summary[name]
-        title = [
-            wrap_label(name, int(14 * side)),
-            f'P {_fmt(s["P"])}, mPC {_fmt(s["mPC"])}'
-        ]
+        title = [titles[name], f'P {_fmt(s["P"])}, mPC {_fmt(s["mPC"])}']
         if s['baseline']:
             title[-1] += f', mCE {_fmt(s["mCE"], ".3f")}'
         ax.set_title('\n'.join(title), fontsize=8)
@@ -303,7 +306,7 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
                 np.arange(len(corruptions)) - 0.4 + (k + 0.5) * height,
                 ce,
                 height=height,
-                label=wrap_label(name, 40))
+                label=labels[name])
         ax.axvline(1, color='0.4', lw=0.8, ls=':')
         ax.set_xlim(0, 1.08 * max(shown))  # a ratio: bars start at 0
         ax.set_yticks(range(len(corruptions)), corruptions, fontsize=7)
@@ -317,7 +320,7 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
         fig.legend(
             *ax.get_legend_handles_labels(),
             loc='outside lower center',
-            ncols=1 if max(len(n) for n in summary) > 30 else len(summary),
+            ncols=1 if one_column else len(summary),
             fontsize=7,
             title='corruption error bars',
             title_fontsize=7)
