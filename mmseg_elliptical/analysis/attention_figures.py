@@ -50,13 +50,9 @@ CAPTION = ('Titles: L = layer (forward order across stages), s = its stage, '
 def attention_figure(image: np.ndarray, results: Dict[str, Dict],
                      point: Sequence[int], layers: List[int], heads: List[int],
                      mean_heads: bool):
-    """Grid: rows are models, columns the image then (layer, head) maps.
-
-    Each map is scaled to its own maximum (one colour bar, 0 to 1 of it);
-    the title gives the layer, its stage, the head and, when at least 0.05,
-    the probability on tokens that are no grid cells (cls token, class
-    embeddings, Swin's padding); a caption under the grid says so. A head a
-    layer does not have is left blank.
+    """Grid: rows are models, columns the image then (layer, head) maps,
+    each scaled to its own maximum; :data:`CAPTION` explains the titles. A
+    head a layer does not have is left blank.
 
     Returns:
         matplotlib.figure.Figure: The figure.

@@ -71,18 +71,8 @@ def pyplot():
 
 
 def wrap_label(name: str, width: int) -> str:
-    """``name`` in lines of at most ``width`` characters, broken after
-    ``_``, ``-``, ``/``, ``.`` or a space (config file names have no spaces),
-    so a figure's title or legend entry never runs into its neighbour's.
-
-    Args:
-        name (str): The label, e.g. a model's config file name.
-        width (int): Characters per line; a longer piece without a break
-            point is cut.
-
-    Returns:
-        str: The label with newlines.
-    """
+    """``name`` (e.g. a config file name) in lines of at most ``width``
+    characters, broken after ``_ - / .`` or a space where there is one."""
     lines = ['']
     for piece in re.findall(r'[^_\-/. ]*[_\-/. ]?', name):
         while piece:

@@ -228,10 +228,6 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
     """One heatmap (corruption x severity, plus the mean) per model, and the
     corruption error of each corruption against the baseline.
 
-    Model names are wrapped to their panel's width, the colour bar and the
-    panels are placed by matplotlib's constrained layout (nothing overlaps),
-    the CE axis starts at 0 and the bars' legend lies below the figure.
-
     Returns:
         matplotlib.figure.Figure: The figure.
     """

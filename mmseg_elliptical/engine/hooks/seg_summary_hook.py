@@ -41,18 +41,12 @@ class SegSummaryHook(Hook):
     path and the run time.
 
     Args:
-        num_scenes (int): Scenes drawn, the first ones the evaluation sees
-            (on rank 0). Defaults to 6.
-        scale (int): Nearest-neighbour upscaling of small images before
-            drawing, so the class names the visualizer writes stay legible.
-            Defaults to 3.
-        out_file (str): File name of the picture, relative to the work dir.
-            Defaults to ``'predictions.png'``.
-        with_labels (bool): Add the row names (image, ground truth,
-            prediction) on the left and, below, a legend of the classes shown:
-            each class's colour beside its name in black on white. Defaults
-            to True. The masks themselves carry no text (mmseg writes white
-            names on the class colour, unreadable on light colours).
+        num_scenes (int): Scenes drawn (on rank 0).
+        scale (int): Nearest-neighbour upscaling of small images.
+        out_file (str): The picture, relative to the work dir.
+        with_labels (bool): Name the rows and add a legend of the classes'
+            colours (the masks carry no text: mmseg's white names are
+            unreadable on light class colours).
     """
     priority = 'LOW'
 
