@@ -1,10 +1,11 @@
 """Figures of :func:`~.attention_maps.model_attention`'s results."""
+import textwrap
 from typing import Dict, List, Optional, Sequence
 
 import cv2
 import numpy as np
 
-from ..utils.output import pyplot, save_figure
+from ..utils.output import pyplot, save_figure, wrap_label
 from .attention_maps import image_maps
 from .layers import AnalysisError
 
@@ -38,16 +39,26 @@ def shown_heads(results: Dict[str, Dict], layers: Sequence[int],
     return list(heads)
 
 
-def plot_attention(image: np.ndarray, results: Dict[str, Dict],
-                   point: Sequence[int], layers: List[int], heads: List[int],
-                   mean_heads: bool, path: str) -> None:
-    """Grid: rows are models, columns the image then (layer, head) maps.
+#: The caption under the attention maps: what their titles and colours mean.
+CAPTION = ('Titles: L = layer (forward order across stages), s = its stage, '
+           'h = head (mean: the mean over heads); off = the attention '
+           'probability on tokens that are no grid cells (cls token, class '
+           'embeddings, padding), shown from 0.05. Each map is scaled to its '
+           'own maximum. +: the query.')
 
-    Each map is scaled to its own maximum; the title gives the layer, its
-    stage, the head and, when at least 0.05, the probability on tokens that
-    are no grid cells (cls token, class embeddings, Swin's padding). A head
-    a layer does not have is left blank.
+
+def attention_figure(image: np.ndarray, results: Dict[str, Dict],
+                     point: Sequence[int], layers: List[int], heads: List[int],
+                     mean_heads: bool):
+    """Grid: rows are models, columns the image then (layer, head) maps,
+    each scaled to its own maximum; :data:`CAPTION` explains the titles. A
+    head a layer does not have is left blank.
+
+    Returns:
+        matplotlib.figure.Figure: The figure.
     """
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
     plt = pyplot()
     columns = []
     for i in layers:
@@ -55,16 +66,18 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
         if mean_heads:
             columns.append((i, 'mean'))
     gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+    width = 1.35 * (len(columns) + 1) + 0.5
     fig, axes = plt.subplots(
         len(results),
         len(columns) + 1,
         squeeze=False,
-        figsize=(1.35 * (len(columns) + 1), 1.55 * len(results)))
+        layout='constrained',
+        figsize=(width, 1.4 * len(results) + 0.5))
     for r, (name, res) in enumerate(results.items()):
         ax = axes[r][0]
         ax.imshow(image)
         ax.plot(*point, marker='+', color='w', ms=9, mew=2)
-        ax.set_ylabel(name, fontsize=7)
+        ax.set_ylabel(wrap_label(name, 24), fontsize=7)
         ax.set_title('query', fontsize=7)
         full = {i: image_maps(res, i) for i in layers}
         for c, (i, hd) in enumerate(columns, start=1):
@@ -92,26 +105,47 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.tight_layout(pad=0.3)
-    save_figure(fig, path, dpi=100, compact=True)
+    bar = fig.colorbar(
+        ScalarMappable(Normalize(0, 1), 'inferno'),
+        ax=axes.ravel().tolist(),
+        shrink=0.9,
+        pad=0.01,
+        aspect=10 * len(results))
+    bar.set_label('attention / the map\'s maximum', fontsize=6)
+    bar.ax.tick_params(labelsize=6)
+    fig.supxlabel(textwrap.fill(CAPTION, int(17 * width)), fontsize=6)
+    return fig
 
 
-def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
-    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer.
+def plot_attention(image: np.ndarray, results: Dict[str, Dict],
+                   point: Sequence[int], layers: List[int], heads: List[int],
+                   mean_heads: bool, path: str) -> None:
+    """Save :func:`attention_figure` as the PNG ``path``."""
+    save_figure(
+        attention_figure(image, results, point, layers, heads, mean_heads),
+        path,
+        dpi=100,
+        compact=True)
+
+
+def relevance_figure(results: Dict[str, Dict], part: str):
+    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer, a
+    column per elliptical model (its name wrapped to the column).
 
     Returns:
-        bool: False (nothing written) when no model is elliptical.
+        matplotlib.figure.Figure or None: None when no model is elliptical.
     """
     ell = {n: r['relevance'] for n, r in results.items() if r['relevance']}
     if not ell:
-        return False
+        return None
     plt = pyplot()
     rows = max(len(v) for v in ell.values())
     fig, axes = plt.subplots(
         rows,
         len(ell),
         squeeze=False,
-        figsize=(4.5 * len(ell), 0.55 * rows + 0.8))
+        layout='constrained',
+        figsize=(4.5 * len(ell), 0.55 * rows + 1.1))
     for c, (name, rel) in enumerate(ell.items()):
         for r, (i, m) in enumerate(sorted(rel.items())):
             ax = axes[r][c]
@@ -127,13 +161,25 @@ def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
             ax.set_ylabel(f'L{i}', fontsize=6, rotation=0, labelpad=10)
             if r == 0:
                 ax.set_title(
-                    f'{name}: m of the elliptical {part} layers\n'
-                    '(rows: heads, columns: head coordinates)',
+                    f'{wrap_label(name, 60)}\nm of the elliptical {part} '
+                    'layers\n(rows: heads, columns: head coordinates)',
                     fontsize=7)
             if r != len(rel) - 1:
                 ax.set_xticks([])
         for r in range(len(rel), rows):
             axes[r][c].axis('off')
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label='m')
+    return fig
+
+
+def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
+    """Save :func:`relevance_figure` as the PNG ``path``.
+
+    Returns:
+        bool: False (nothing written) when no model is elliptical.
+    """
+    fig = relevance_figure(results, part)
+    if fig is None:
+        return False
     save_figure(fig, path, dpi=100)
     return True

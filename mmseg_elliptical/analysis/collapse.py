@@ -8,7 +8,7 @@ from mmengine.utils import ProgressBar
 
 from ..models import EllipticalAttentionMixin
 from ..utils.config import ModelSpec, load_config, split_loader
-from ..utils.output import markdown_table, pyplot, write_report
+from ..utils.output import markdown_table, pyplot, wrap_label, write_report
 from .layers import TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
 from .measures import mean_pairwise_cosine, relevance_spread
@@ -185,8 +185,9 @@ def collapse_table(results: Dict[str, Dict]) -> tuple:
 
 
 def collapse_figure(results: Dict[str, Dict], part: str):
-    """Cosine per layer (left) and the spread of ``m`` (right), one line
-    per model; dotted lines mark where a new stage starts."""
+    """Cosine per layer (left) and the spread of ``m`` (right, from 0), one
+    line per model, the legend below the panels; dotted lines mark where a
+    new stage starts."""
     from matplotlib.ticker import MaxNLocator
     ell = [
         n for n, r in results.items()
@@ -194,19 +195,34 @@ def collapse_figure(results: Dict[str, Dict], part: str):
     ]
     panels = 2 if ell else 1
     fig, axes = pyplot().subplots(
-        1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
+        1,
+        panels,
+        figsize=(4.2 * panels, 3.6),
+        squeeze=False,
+        layout='constrained')
     ax = axes[0][0]
     for n, r in results.items():
         ax.plot(
-            range(len(r['cosine'])), r['cosine'], marker='o', ms=3, label=n)
+            range(len(r['cosine'])),
+            r['cosine'],
+            marker='o',
+            ms=3,
+            label=wrap_label(n, 50))
     ax.set_ylabel('mean pairwise cosine of tokens')
     ax.set_title('representation collapse (lower: more diverse)', fontsize=9)
     if ell:
         ax = axes[0][1]
+        top = 0.0
         for n in ell:
             values = results[n]['relevance_spread']
             xs = [i for i, v in enumerate(values) if v is not None]
-            ax.plot(xs, [values[i] for i in xs], marker='o', ms=3, label=n)
+            top = max([top] + [values[i] for i in xs])
+            ax.plot(
+                xs, [values[i] for i in xs],
+                marker='o',
+                ms=3,
+                color=f'C{list(results).index(n)}')
+        ax.set_ylim(0, 1.1 * top or 1)  # a spread: 0 is the dot product
         ax.set_ylabel('std of m over coordinates')
         ax.set_title('spread of the relevance m (0: dot product)', fontsize=9)
     stages = next(iter(results.values()))['stage']
@@ -217,8 +233,12 @@ def collapse_figure(results: Dict[str, Dict], part: str):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f'{part} layer (forward order across stages)')
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(
+        *axes[0][0].get_legend_handles_labels(),
+        loc='outside lower center',
+        ncols=1 if max(len(n) for n in results) > 50 //
+        len(results) else len(results),
+        fontsize=7)
     return fig
 
 

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import os.path as osp
+import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from prettytable import PrettyTable, TableStyle
@@ -57,6 +58,23 @@ def pyplot():
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     return plt
+
+
+def wrap_label(name: str, width: int) -> str:
+    """``name`` (e.g. a config file name) in lines of at most ``width``
+    characters, broken after ``_ - / .`` or a space where there is one."""
+    lines = ['']
+    for piece in re.findall(r'[^_\-/. ]*[_\-/. ]?', name):
+        while piece:
+            room = width - len(lines[-1])
+            if len(piece) <= room:
+                lines[-1] += piece
+                piece = ''
+            elif lines[-1]:
+                lines.append('')
+            else:
+                lines[-1], piece = piece[:width], piece[width:]
+    return '\n'.join(line.rstrip() for line in lines if line)
 
 
 def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:

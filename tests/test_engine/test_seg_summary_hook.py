@@ -15,7 +15,8 @@ from mmengine.dataset import pseudo_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
+from mmseg_elliptical.datasets.demo_shapes import (CLASSES, PALETTE,
+                                                   render_scene)
 from mmseg_elliptical.engine import SegSummaryHook
 from mmseg_elliptical.engine.hooks.seg_summary_hook import GAP, _image
 
@@ -50,6 +51,72 @@ def test_image_is_the_model_input_when_it_fits(tmp_path):
     assert np.array_equal(_image(None, sample), rgb)  # the file
     resized = torch.zeros(3, 12, 16, dtype=torch.uint8)
     assert np.array_equal(_image(resized, sample), rgb)
+
+
+def picture_of_scenes(tmp_path, scale: int, with_labels: bool):
+    """The hook's picture of two 32 x 32 demo scenes, drawn by a
+    ``SegLocalVisualizer`` with the demo's classes, without a model: the
+    prediction is stripes of every class."""
+    from types import SimpleNamespace
+
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    from mmseg.visualization import SegLocalVisualizer
+    visualizer = SegLocalVisualizer(
+        name=f'picture_{scale}_{with_labels}_{tmp_path.name}')
+    visualizer.dataset_meta = dict(classes=CLASSES, palette=PALETTE)
+    hook = SegSummaryHook(
+        num_scenes=2, scale=scale, with_labels=with_labels, out_file='p.png')
+    rng = np.random.default_rng(0)
+    stripes = np.repeat(np.arange(32)[None] * len(CLASSES) // 32, 32, 0)
+    for j in range(2):
+        bgr, seg = render_scene(32, rng)
+        path = str(tmp_path / f'{j}.png')
+        cv2.imwrite(path, bgr)
+        sample = SegDataSample(
+            gt_sem_seg=PixelData(data=torch.from_numpy(seg)[None].long()),
+            pred_sem_seg=PixelData(data=torch.from_numpy(stripes)[None]))
+        sample.set_metainfo(dict(img_path=path))
+        hook.after_val_iter(None, 0, None, [sample])
+    hook.draw(SimpleNamespace(visualizer=visualizer, work_dir=str(tmp_path)))
+    return cv2.imread(hook.picture_path)
+
+
+@pytest.mark.parametrize('scale', [1, 3])
+def test_picture_names_its_rows_and_classes(tmp_path, scale):
+    bare = picture_of_scenes(tmp_path, scale, with_labels=False)
+    side = 32 * scale
+    assert bare.shape[:2] == (3 * side + 2 * GAP, 2 * side + GAP)
+    picture = picture_of_scenes(tmp_path, scale, with_labels=True)
+    height, width = bare.shape[:2]
+    # The labels only add a margin on the left, a strip below and, when the
+    # legend is wider than the scenes, white on the right.
+    margin = np.nonzero((picture[:height] != 255).any(axis=(0, 2)))[0][-1] \
+        + 1 - width
+    assert margin > 0 and picture.shape[0] > height
+    assert np.array_equal(picture[:height, margin:margin + width], bare)
+    assert (picture[:height, margin + width:] == 255).all()
+    assert (picture[height:, -2:] == 255).all()  # no name cut at the edge
+    left = picture[:height, :margin].min(axis=(1, 2))
+    for i in range(3):  # a name written in each row, none in the gaps
+        band = left[i * (side + GAP):i * (side + GAP) + side]
+        assert band.min() < 60
+        assert (left[i * (side + GAP) + side:(i + 1) *
+                     (side + GAP)] == 255).all()
+    # The legend: a swatch of every class's colour (no text on it) and the
+    # names in grey levels on white, with black among them.
+    legend = picture[height:].reshape(-1, 3).astype(int)
+    colours = [tuple(c[::-1]) for c in PALETTE if len(set(c)) > 1]  # BGR
+    assert len(colours) == len(CLASSES) - 1  # all but black (background)
+    found = [np.all(legend == c, axis=1) for c in colours]
+    for colour, where in zip(colours, found):
+        ys, xs = np.nonzero(where.reshape(picture[height:].shape[:2]))
+        assert len(ys) >= 9, colour
+        box = picture[height:][ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+        assert (box == colour).all(), colour  # a solid swatch
+    text = legend[~np.any(found, axis=0)]
+    assert (text == text[:, :1]).all()  # grey levels: black text, white
+    assert text.min() == 0
 
 
 @pytest.fixture(scope='module')

@@ -8,7 +8,7 @@ to ``robustness.json`` and writes ``robustness.{md,csv,png}`` and
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...utils.output import markdown_table, pyplot, write_report
+from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from .bootstrap import paired_bootstrap
 from .protocols import GROUPS
 from .store import CLEAN, ResultStore, cell_key
@@ -249,12 +249,21 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
     with_ce = any(v is not None for s in summary.values()
                   for v in s['CE'].values())
     panels = len(grids) + with_ce
+    side = 0.3 + 0.55 * len(cols)  # inches of one heatmap
+    titles = {n: wrap_label(n, int(14 * side)) for n in summary}
+    labels = {n: wrap_label(n, 40) for n in summary}
+    one_column = max(len(n) for n in summary) > 30
+    legend_lines = [label.count('\n') + 1 for label in labels.values()]
+    text_lines = 2 + max(t.count('\n') for t in titles.values()) + with_ce * (
+        sum(legend_lines) if one_column else max(legend_lines))
     fig, axes = plt.subplots(
         1,
         panels,
         squeeze=False,
-        figsize=(1.2 + 0.55 * len(cols) * len(grids) + 0.9 * panels +
-                 2.2 * with_ce, 1.4 + 0.32 * len(corruptions)))
+        layout='constrained',
+        width_ratios=[side] * len(grids) + [2.4] * with_ce,
+        figsize=(1.6 + side * len(grids) + 0.8 + 3.4 * with_ce,
+                 1.2 + 0.32 * len(corruptions) + 0.15 * text_lines))
     for k, (ax, (name, grid)) in enumerate(zip(axes[0], grids.items())):
         im = ax.imshow(
             grid, cmap='viridis', vmin=vmin, vmax=vmax, aspect='auto')
@@ -269,9 +278,9 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
                     fontsize=7,
                     color='w' if v < (vmin + vmax) / 2 else 'k')
         s = summary[name]
-        title = [f'{name}', f'P {_fmt(s["P"])}, mPC {_fmt(s["mPC"])}']
+        title = [titles[name], f'P {_fmt(s["P"])}, mPC {_fmt(s["mPC"])}']
         if s['baseline']:
-            title.append(f'mCE {_fmt(s["mCE"], ".3f")}')
+            title[-1] += f', mCE {_fmt(s["mCE"], ".3f")}'
         ax.set_title('\n'.join(title), fontsize=8)
         ax.set_xticks(range(len(cols)), cols, fontsize=7)
         ax.set_xlabel('severity', fontsize=7)
@@ -293,15 +302,24 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
                 np.arange(len(corruptions)) - 0.4 + (k + 0.5) * height,
                 ce,
                 height=height,
-                label=name)
+                label=labels[name])
         ax.axvline(1, color='0.4', lw=0.8, ls=':')
-        span = max(max(shown) - min(shown), 0.02)
-        ax.set_xlim(min(shown) - 0.3 * span, max(shown) + 0.3 * span)
+        ax.set_xlim(0, 1.08 * max(shown))  # a ratio: bars start at 0
         ax.set_yticks(range(len(corruptions)), corruptions, fontsize=7)
+        ax.tick_params(axis='x', labelsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f'CE (error / {s["baseline"]}\'s)', fontsize=7)
+        ax.set_xlabel(
+            f'CE (error / the baseline\'s; dotted: 1)\nbaseline: '
+            f'{wrap_label(s["baseline"], 40)}',
+            fontsize=7)
         ax.set_title('corruption error', fontsize=8)
-        ax.legend(fontsize=6)
+        fig.legend(
+            *ax.get_legend_handles_labels(),
+            loc='outside lower center',
+            ncols=1 if one_column else len(summary),
+            fontsize=7,
+            title='corruption error bars',
+            title_fontsize=7)
     return fig
 
 

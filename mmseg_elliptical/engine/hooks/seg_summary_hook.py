@@ -18,20 +18,35 @@ from mmseg.structures import SegDataSample
 from prettytable import PrettyTable
 
 GAP = 4  # white pixels between two scenes of the picture
+ROWS = ('image', 'ground\ntruth', 'prediction')  # the picture's rows
+FONT = cv2.FONT_HERSHEY_SIMPLEX  # mmseg's visualizer writes with it too
+FONT_SCALE = 0.45  # about 10 pixels high
 
 
 @HOOKS.register_module()
 class SegSummaryHook(Hook):
-    """Draw the first scenes' predictions after every validation (a column
-    per scene: image, ground truth, prediction) and print the per-class IoU
-    table at the end (docs/demo.md).
+    """Print the per-class IoU table and draw predictions at the end.
+
+    During every validation (and test) the hook keeps the model's outputs
+    for the first ``num_scenes`` images; after it, it draws them with the
+    runner's visualizer (mmseg's ``SegLocalVisualizer.add_datasample``, the
+    drawing of ``tools/test.py --show-dir``) into one picture, a column per
+    scene with the image on top, the ground truth in the middle and the
+    prediction at the bottom, saved as ``work_dir/out_file``. The image is the
+    one the model was given when it has the prediction's size (so a
+    corrupting transform shows), else the file at ``img_path``. When training
+    ends (or a test), it prints the last metrics as a table: the IoU of every
+    class when the evaluator returns ``IoU.<class>`` (as
+    :class:`PerClassIoUMetric` does), then mIoU, aAcc and mAcc, the picture's
+    path and the run time.
 
     Args:
         num_scenes (int): Scenes drawn (on rank 0).
-        scale (int): Nearest-neighbour upscaling of small images, so the
-            class names stay legible.
+        scale (int): Nearest-neighbour upscaling of small images.
         out_file (str): The picture, relative to the work dir.
-        with_labels (bool): Write the class names on the masks.
+        with_labels (bool): Name the rows and add a legend of the classes'
+            colours (the masks carry no text: mmseg's white names are
+            unreadable on light class colours).
     """
     priority = 'LOW'
 
@@ -137,15 +152,27 @@ class SegSummaryHook(Hook):
                     draw_gt=True,
                     draw_pred=True,
                     out_file=out,
-                    with_labels=self.with_labels)
+                    with_labels=False)
                 gt, pred = np.split(mmcv.imread(out), 2, axis=1)
                 column = [mmcv.rgb2bgr(img), gt, pred]
                 columns.append(_stack(column, axis=0))
+        picture = _stack(columns, axis=1)
+        if self.with_labels:
+            meta = visualizer.dataset_meta or {}
+            classes, palette = meta.get('classes') or (), \
+                meta.get('palette') or ()
+            shown = sorted({
+                int(c)
+                for _, s in kept
+                for seg in (s.gt_sem_seg, s.pred_sem_seg)
+                for c in seg.data.unique()
+                if int(c) < min(len(classes), len(palette))
+            })
+            picture = _labelled(picture, columns[0].shape[0] - 2 * GAP,
+                                [(classes[c], palette[c]) for c in shown])
         self._drawn = len(kept)
         self._picture = osp.join(runner.work_dir, self.out_file)
-        mmcv.imwrite(
-            _stack(columns, axis=1), self._picture,
-            [cv2.IMWRITE_PNG_COMPRESSION, 9])
+        mmcv.imwrite(picture, self._picture, [cv2.IMWRITE_PNG_COMPRESSION, 9])
 
     @master_only
     def report(self, runner, split: str) -> None:
@@ -178,8 +205,13 @@ class SegSummaryHook(Hook):
 
 def _image(batch_input: Optional[torch.Tensor],
            sample: SegDataSample) -> np.ndarray:
-    """The RGB image the model was given (so a corruption shows) when it has
-    the prediction's size, else the file at ``img_path``."""
+    """The RGB image the model was given, or else the file it came from.
+
+    The batch input (``C, H, W``, in the BGR order of mmcv's loader) is used
+    when it has the prediction's size, so a transform in the pipeline (e.g.
+    a corruption) shows; otherwise the file at ``img_path`` is read, as
+    mmseg's ``SegVisualizationHook`` does.
+    """
     shape = tuple(sample.pred_sem_seg.shape)
     if batch_input is not None and tuple(batch_input.shape[1:]) == shape:
         bgr = batch_input.detach().cpu().permute(1, 2, 0).numpy()
@@ -193,6 +225,50 @@ def _stack(images: List[np.ndarray], axis: int) -> np.ndarray:
     pad[axis] = (0, GAP)
     padded = [np.pad(im, pad, constant_values=255) for im in images[:-1]]
     return np.concatenate(padded + images[-1:], axis=axis)
+
+
+def _labelled(picture: np.ndarray, rows_height: int,
+              legend: List[Tuple[str, Sequence[int]]]) -> np.ndarray:
+    """``picture`` (BGR) with the row names in a white margin on its left
+    and, in a white strip below, the legend: per class a swatch of its colour
+    (RGB, framed in black) and its name in black."""
+    row = rows_height // len(ROWS)
+    (_, text_h), base = cv2.getTextSize('Ag', FONT, FONT_SCALE, 1)
+    line = text_h + base + 4
+    margin = 8 + max(
+        cv2.getTextSize(part, FONT, FONT_SCALE, 1)[0][0] for name in ROWS
+        for part in name.split('\n'))
+    side = np.full((picture.shape[0], margin, 3), 255, np.uint8)
+    for i, name in enumerate(ROWS):
+        parts = name.split('\n')
+        top = i * (row + GAP) + (row - len(parts) * line) // 2
+        for k, part in enumerate(parts):
+            cv2.putText(side, part, (4, top + k * line + text_h + 2), FONT,
+                        FONT_SCALE, (0, 0, 0), 1, cv2.LINE_AA)
+    widths = [
+        text_h + 6 + cv2.getTextSize(name, FONT, FONT_SCALE, 1)[0][0]
+        for name, _ in legend
+    ]
+    wider = max([0] + widths) + 8 - margin - picture.shape[1]
+    picture = np.pad(
+        np.concatenate([side, picture], axis=1),
+        ((0, 0), (0, max(wider, 0)), (0, 0)),
+        constant_values=255)
+    lines, x, entries = 1, 4, []
+    for (name, colour), width in zip(legend, widths):
+        if x > 4 and x + width + 4 > picture.shape[1]:
+            lines, x = lines + 1, 4
+        entries.append((name, colour, x, lines - 1))
+        x += width + 3 * text_h
+    bottom = np.full((lines * line + 8, picture.shape[1], 3), 255, np.uint8)
+    for name, colour, x, k in entries:
+        y = 6 + k * line
+        cv2.rectangle(bottom, (x, y), (x + text_h, y + text_h),
+                      tuple(int(c) for c in colour[::-1]), -1)
+        cv2.rectangle(bottom, (x, y), (x + text_h, y + text_h), (0, 0, 0), 1)
+        cv2.putText(bottom, name, (x + text_h + 6, y + text_h), FONT,
+                    FONT_SCALE, (0, 0, 0), 1, cv2.LINE_AA)
+    return np.concatenate([picture, bottom], axis=0)
 
 
 def _shown(path: str) -> str:
