@@ -517,7 +517,7 @@ def attack_curves(summary: Dict[str, Dict], norm: str):
                 marker='o',
                 markersize=3,
                 color='black' if series == 'worst case' else f'C{i}',
-                label=f'{name}: {series}')
+                label=wrap_label(f'{name}: {series}', 32))
     ax.set_xlabel(f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})')
     ax.set_ylabel('mIoU')
     ax.set_ylim(bottom=0)
