@@ -353,8 +353,8 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
     ):
         assert words in refused(capsys, tool.main, argv + extra), extra
     dot = demo_models[2:] + ['--adaptive', '--work-dir', str(tmp_path / 'w')]
-    assert 'argument --adaptive: model' in refused(capsys, tool.main, dot)
-    assert 'no elliptical layer' in refused(capsys, tool.main, dot)
+    assert 'argument --adaptive: no model has an elliptical layer' in \
+        refused(capsys, tool.main, dot)
     assert not osp.exists(tmp_path / 'w')
 
 
@@ -478,3 +478,26 @@ def test_attacks_on_mask_classification_models(path):
     attack = attacks.Attack(
         'segpgd', 'linf', 4, 2, 2., adaptive='elliptical-mask' in path)
     check_against_hand(model, batch, attack)
+
+
+def test_adaptive_against_a_dot_product_twin(demo_models, tmp_path):
+    """--adaptive on the twins: the elliptical model gets the adaptive
+    attack, the dot-product one (no m) the plain one, and the paired test
+    compares the two."""
+    tool = load_tool('analysis_tools/adversarial.py')
+    data = tool.main(demo_models + [
+        '--names', 'ell', 'dot', '--attacks', 'pgd', '--epsilons', '4',
+        '--steps', '1', '--step-size', '2', '--max-images', '2', '--adaptive',
+        '--resamples', '50', '--work-dir',
+        str(tmp_path)
+    ])
+    assert sorted(
+        data['models']['ell']['cells']) == ['clean', 'pgd-adaptive/linf/4/1']
+    assert sorted(data['models']['dot']['cells']) == ['clean', 'pgd/linf/4/1']
+    paired = data['summary']['ell']['paired']
+    want = rb.paired_bootstrap(
+        [rb.ImageAreas(*areas_of(tmp_path, 'ell', 'pgd-adaptive/linf/4/1'))],
+        [rb.ImageAreas(*areas_of(tmp_path, 'dot', 'pgd/linf/4/1'))], 50, 0)
+    assert paired['series']['pgd-adaptive/linf/1']['4'] == pytest.approx(want)
+    assert paired['worst']['4'] == pytest.approx(want)
+    assert any("dot's pgd attack" in n for n in paired['notes'])

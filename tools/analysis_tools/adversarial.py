@@ -8,7 +8,9 @@ rerun resumes. With ``--launcher pytorch`` (``tools/dist_adversarial.sh``) or
 across the processes and rank 0 writes. The report gives the mIoU per attack
 and eps, the per-image worst case over the attacks, the means over eps and,
 against ``--baseline``, a paired bootstrap over images. ``--adaptive`` lets
-the gradient flow through the relevance ``m`` too. Outputs (in
+the gradient flow through the relevance ``m`` too, in every model with
+elliptical layers (a model without them has no ``m``: its plain attack is
+the adaptive one). Outputs (in
 ``--work-dir``): ``adversarial.{json,md,csv,png}`` and ``areas/``.
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
@@ -47,7 +49,7 @@ def epsilon(text: str) -> float:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse and check the command line before any work; adds ``specs``
-    and ``attacks`` (the grid's :class:`~rb.Attack` cells)."""
+    and ``elliptical`` (whether each model has elliptical layers)."""
     presets = '; '.join(
         f'{k}: {p.description} ({p.passes()[0]} forward and {p.passes()[1]} '
         'backward passes per image and model)'
@@ -142,25 +144,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('argument --step-size: give the L2 step (0-1 scale); '
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
-    args.cells = attack_cells(args)
+    attack_cells(args, False)  # checks the cells
     args.specs = model_pairs(parser, args.models, args.names)
     names = [s.name for s in args.specs]
     args.baseline = args.baseline or (names[-1] if len(names) > 1 else None)
     if args.baseline not in names + [None]:
         parser.error(f'argument --baseline: {args.baseline!r} is none of the '
                      f'models {names} (see --names).')
-    if args.adaptive:
-        for spec in args.specs:
-            model = load_config(spec.config, args.cfg_options).model
-            if not rb.has_elliptical_layers(model):
-                parser.error(
-                    f'argument --adaptive: model {spec.name!r} has no '
-                    'elliptical layer, so there is no relevance m to '
-                    'differentiate through; drop --adaptive or that model.')
+    args.elliptical = {
+        spec.name:
+        rb.has_elliptical_layers(
+            load_config(spec.config, args.cfg_options).model)
+        for spec in args.specs
+    }
+    if args.adaptive and not any(args.elliptical.values()):
+        parser.error('argument --adaptive: no model has an elliptical layer '
+                     f'({", ".join(names)}), so there is no relevance m to '
+                     'differentiate through; drop --adaptive.')
     return args
 
 
-def attack_cells(args: argparse.Namespace) -> List[rb.Attack]:
+def attack_cells(args: argparse.Namespace, adaptive: bool) -> List[rb.Attack]:
     """The attack cells of the command line, FGSM once per eps."""
     cells = []
     for name in args.attacks:
@@ -168,7 +172,7 @@ def attack_cells(args: argparse.Namespace) -> List[rb.Attack]:
             for eps in args.epsilons:
                 step = args.step_size or args.step_ratio * eps or 1.
                 cell = rb.Attack(name, args.norm, eps, steps, step,
-                                 args.random_start, args.adaptive, args.labels,
+                                 args.random_start, adaptive, args.labels,
                                  args.seed)
                 if cell not in cells:
                     cells.append(cell)
@@ -196,8 +200,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     args = parse_args(argv)
     launch = start_launcher(launcher_of(args))
     try:
+        cells = {
+            spec.name: [(None, None)] +
+            attack_cells(args, args.adaptive and args.elliptical[spec.name])
+            for spec in args.specs
+        }
         store = rb.run_cells(
-            args.specs, [(None, None)] + args.cells,
+            args.specs,
+            cells,
             osp.join(args.work_dir, 'adversarial.json'),
             args.work_dir,
             seed=args.seed,

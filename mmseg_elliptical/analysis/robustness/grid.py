@@ -11,7 +11,7 @@ import os.path as osp
 import time
 import warnings
 from functools import partial
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 from mmengine.config import Config
 from mmengine.logging import print_log
@@ -164,7 +164,7 @@ def run_grid(specs: Sequence[ModelSpec],
 
 
 def run_cells(specs: Sequence[ModelSpec],
-              cells: Sequence[Cell],
+              cells: Union[Sequence[Cell], Dict[str, Sequence[Cell]]],
               path: str,
               work_dir: str,
               metric: str = 'mIoU',
@@ -180,7 +180,8 @@ def run_cells(specs: Sequence[ModelSpec],
     store at ``path`` does not hold yet; see :func:`run_grid`.
 
     Args:
-        cells (Sequence): See :class:`~.loop.CorruptionGridLoop`.
+        cells (Sequence | dict): See :class:`~.loop.CorruptionGridLoop`; a
+            dict gives each model (by name) its own cells.
         path (str): The store's JSON file.
         batch_size (int, optional): The test dataloader's batch size (the
             per-image results do not depend on it).
@@ -202,16 +203,22 @@ def run_cells(specs: Sequence[ModelSpec],
     if per_class:
         settings['per_class'] = True
     store = open_store(path, settings, specs)
+    per_model = cells if isinstance(cells, dict) else {
+        spec.name: cells
+        for spec in specs
+    }
     todo = {
-        spec.name:
-        [c for c in cells if store.get(spec.name, key_of(c)) is None]
+        spec.name: [
+            c for c in per_model[spec.name]
+            if store.get(spec.name, key_of(c)) is None
+        ]
         for spec in specs
     }
     pending = sum(len(t) for t in todo.values())
-    total = len(cells) * len(specs)
+    total = sum(len(per_model[spec.name]) for spec in specs)
     print_log(
-        f'{total} cells ({len(specs)} models x {len(cells)}), '
-        f'{total - pending} already done, {pending} to compute.',
+        f'{total} cells ({len(specs)} models), {total - pending} already '
+        f'done, {pending} to compute.',
         logger='current')
     bar = ProgressBar(pending) if pending and is_main_process() else None
     for spec in specs:

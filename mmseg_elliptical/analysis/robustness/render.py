@@ -374,6 +374,14 @@ def verdict(result: Dict) -> str:
             if result['zero_inside'] else '0 outside: a real difference')
 
 
+def baseline_key(store: ResultStore, baseline: str, key: str) -> str:
+    """The baseline's cell that ``key`` is compared with: the same, or the
+    plain attack where the baseline has no adaptive one (no ``m``)."""
+    if store.get(baseline, key) is None and '-adaptive/' in key:
+        return key.replace('-adaptive/', '/', 1)
+    return key
+
+
 def attack_summary(store: ResultStore,
                    names: Sequence[str],
                    baseline: Optional[str] = None,
@@ -414,12 +422,17 @@ def attack_summary(store: ResultStore,
 
         keys = attack_series(list(store.data['models'][name]['cells']))
         for series, eps in keys.items():
-            paired['series'][series] = {
-                f'{e:g}':
-                test([store.areas(name, k)], [store.areas(baseline, k)],
-                     f'{series} {e:g}')
-                for e, k in eps.items()
-            }
+            paired['series'][series] = {}
+            for e, k in eps.items():
+                other = baseline_key(store, baseline, k)
+                note = (f'{series} is compared with {baseline}\'s '
+                        f'{other.split("/")[0]} attack: without elliptical '
+                        'layers the two are one.')
+                if other != k and note not in paired['notes']:
+                    paired['notes'].append(note)
+                paired['series'][series][f'{e:g}'] = test(
+                    [store.areas(name, k)], [store.areas(baseline, other)],
+                    f'{series} {e:g}')
         for e, areas in s['worst_areas'].items():
             paired['worst'][e] = test([areas], [base['worst_areas'].get(e)],
                                       f'the worst case at eps {e}')
