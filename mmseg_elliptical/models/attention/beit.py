@@ -27,14 +27,14 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
     Same parameters (``qkv``, ``q_bias``, ``v_bias``,
     ``relative_position_bias_table``, ``proj``) and arguments as mmseg's
     class, plus ``elliptical``, ``relevance_reduction`` and
-    ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`).
+    ``relevance_eps`` (see :class:`~.utils.AttentionOptions`).
 
     The relative position bias reaches ``scaled_dot_product_attention`` as
     ``attn_mask``; PyTorch's CPU kernel runs without the N x N scores when
     the mask needs no gradient (inference); in training it falls back to its
     math kernel, which materialises them as mmseg's ``BEiTAttention`` does
     (or, for few tokens, the explicit path runs: see
-    :meth:`~.core.EllipticalAttentionMixin.fused_kernel`).
+    :meth:`~.policy.KernelPolicy.fused_kernel`).
     """
 
     def packed_qkv_bias(self) -> Optional[Tensor]:
@@ -47,7 +47,7 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
 
     def relative_position_bias(self) -> Optional[Tensor]:
         """The relative position bias ``[H, N, N]``
-        (:func:`~.core.relative_position_bias`), or None."""
+        (:func:`~.utils.relative_position_bias`), or None."""
         if self.relative_position_bias_table is None:
             return None
         return relative_position_bias(self.relative_position_bias_table,

@@ -53,7 +53,7 @@ class EllipticalWindowMSA(WindowMSA):
 
     def relative_position_bias(self) -> Tensor:
         """The relative position bias ``[H, Wt, Wt]``
-        (:func:`~.core.relative_position_bias`)."""
+        (:func:`~.utils.relative_position_bias`)."""
         return relative_position_bias(self.relative_position_bias_table,
                                       self.relative_position_index)
 
@@ -66,18 +66,18 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
     Same parameters (``w_msa.qkv``, ``w_msa.proj``,
     ``w_msa.relative_position_bias_table``) and arguments as mmseg's
     ``ShiftWindowMSA``, plus ``elliptical``, ``relevance_reduction`` and
-    ``relevance_eps`` (see :class:`~.core.EllipticalAttentionMixin`). The
+    ``relevance_eps`` (see :class:`~.utils.AttentionOptions`). The
     values it hands on and compares are in image layout,
     ``[B, H, h * w, d]`` over the real tokens of the ``h x w`` feature map,
     so consecutive blocks match whatever their shifts. ``qk_scale`` is
     honoured by both paths.
 
     The relative position bias plus shift mask reach
-    :meth:`~.core.EllipticalAttentionMixin.attend` as its bias and
-    ``window_mask`` (shifted blocks one window row per fused call, see
-    :meth:`attend_windows_of`). In inference PyTorch's CPU kernel then runs
-    without window x window scores; in training on the CPU (the bias needs a
-    gradient) the explicit path runs, as mmseg's ``WindowMSA`` does.
+    :meth:`~.core.EllipticalAttentionMixin.attend` as its bias (shifted
+    blocks one window row per fused call, see :meth:`attend_windows_of`).
+    In inference PyTorch's CPU kernel then runs without window x window
+    scores; in training on the CPU (the bias needs a gradient) the explicit
+    path runs, as mmseg's ``WindowMSA`` does.
     """
 
     @classmethod
@@ -238,17 +238,15 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
                                                               int]) -> Tensor:
         """:meth:`attend` over the windows of each image of the batch.
 
-        The explicit path adds the shift mask per window in one call
-        (``window_mask``). SDPA's fused CPU kernel needs a 4-D mask that
-        broadcasts through size-1 dimensions (not an expanded view), and
-        mmseg's shift mask differs between windows; but only the last window
-        row and column see the shift's seams, so every window row but the
-        last has the same ``[gw, Wt, Wt]`` masks. The fused path therefore
-        attends one window row per call with one of two ``[gw, H, Wt, Wt]``
-        biases, instead of a bias per window (as large as the scores at
-        batch 1). Under ``torch.export`` one call with the bias per window
-        follows the window count of the input size (the loop would unroll
-        into the traced count).
+        SDPA's fused CPU kernel needs a 4-D mask that broadcasts through
+        size-1 dimensions (not an expanded view), and mmseg's shift mask
+        differs between windows; but only the last window row and column see
+        the shift's seams, so every window row but the last has the same
+        ``[gw, Wt, Wt]`` masks. The fused path therefore attends one window
+        row per call with one of two ``[gw, H, Wt, Wt]`` biases, instead of a
+        bias per window (as large as the scores at batch 1). The explicit
+        path and ``torch.export`` (where the loop would unroll into the
+        traced window count) go through :func:`attend_with_window_mask`.
 
         Args:
             q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
@@ -262,9 +260,12 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         w_msa = self.w_msa
         options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
-        if mask is None or torch.compiler.is_exporting() or \
+        if mask is None:
+            return self.attend(q, k, v, m, bias, **options)
+        if torch.compiler.is_exporting() or \
                 not self.fused_kernel(q, k, bias, options['dropout_p']):
-            return self.attend(q, k, v, m, bias, window_mask=mask, **options)
+            return attend_with_window_mask(self, q, k, v, m, bias, mask,
+                                           **options)
         gh, gw = grid
         mask = mask[:, None].to(bias.dtype)
         inner, last = bias + mask[:gw], bias + mask[-gw:]
@@ -276,3 +277,46 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
                             None if m is None else m[rows],
                             last if row % gh == gh - 1 else inner, **options))
         return torch.cat(outs)
+
+
+def attend_with_window_mask(attn: EllipticalAttentionMixin,
+                            q: Tensor,
+                            k: Tensor,
+                            v: Tensor,
+                            m: Optional[Tensor],
+                            bias: Optional[Tensor],
+                            window_mask: Tensor,
+                            dropout_p: float = 0.,
+                            scale: Optional[float] = None) -> Tensor:
+    """``attn.attend`` with ``window_mask[w]`` added to the scores of window
+    ``w`` of every image.
+
+    SDPA gets the bias plus mask of every window (one call that follows the
+    window count of an exported graph); the explicit path sees the windows
+    of each image as one more batch dimension, which the bias plus mask
+    ``[nW, H, Wt, Wt]`` broadcasts over.
+
+    Args:
+        attn (EllipticalAttentionMixin): The attention.
+        q, k, v (Tensor): ``[B * nW, H, Wt, d]``, the windows of an image
+            consecutive.
+        m (Tensor, optional): ``[B * nW, H, 1, d]``.
+        bias (Tensor, optional): Bias broadcastable to ``[1, H, Wt, Wt]``.
+        window_mask (Tensor): ``[nW, Wt, Wt]`` additive mask.
+        dropout_p (float): Dropout on the probabilities (training only).
+        scale (float, optional): Score scale.
+
+    Returns:
+        Tensor: ``[B * nW, H, Wt, d]``.
+    """
+    mask = window_mask.to(q.dtype)[:, None]  # [nW, 1, Wt, Wt]
+    if bias is not None:
+        mask = mask + bias.to(q.dtype)
+    windows = mask.shape[0]
+    if attn.fused_kernel(q, k, mask, dropout_p):
+        images = q.shape[0] // windows
+        mask = mask.repeat(images, 1, 1, 1) if images > 1 else mask
+        return attn.attend(q, k, v, m, mask, dropout_p, scale)
+    q, k, v, m = (None if t is None else t.unflatten(0, (-1, windows))
+                  for t in (q, k, v, m))
+    return attn.attend(q, k, v, m, mask, dropout_p, scale).flatten(0, 1)
