@@ -2,14 +2,12 @@
 
 ``tools/analysis_tools/benchmark.py`` (with ``benchmark_layer.py`` and
 ``benchmark_overview.py``) is the command line; this package does the work:
-:mod:`.models` derives the variants of a config and builds what is measured
+:mod:`.variants` derives the variants of a config and builds what is measured
 of each (:class:`BenchForward`), :mod:`.timing` times them interleaved with
 ``torch.utils.benchmark``, :mod:`.memory` and :mod:`.flops` measure memory and
-complexity, :mod:`.runner` puts it together, :mod:`.render` renders it and
-:mod:`.layer` is the per-layer micro-benchmark.
+complexity, :mod:`.runner` puts it together and :mod:`.reporting` renders it.
 """
 from .flops import count_flops, count_params
-from .layer import layer_benchmark, layer_markdown
 from .memory import (cuda_peak_mb, saved_tensors_mb, step_peak_mb,
                      tensor_peak_mb)
 from .runner import MEMORY, BenchmarkOptions, ratios, run_benchmark
@@ -20,10 +18,9 @@ from .variants import (DEFAULT_ROLES, ROLES, BenchForward, BenchModel,
                        make_step)
 
 __all__ = [
-    'count_flops', 'count_params', 'layer_benchmark', 'layer_markdown',
-    'cuda_peak_mb', 'saved_tensors_mb', 'step_peak_mb', 'tensor_peak_mb',
-    'DEFAULT_ROLES', 'ROLES', 'BenchForward', 'BenchModel', 'build_model',
-    'config_variants', 'derive_variants', 'make_step', 'MEMORY',
-    'BenchmarkOptions', 'ratios', 'run_benchmark', 'RatioStats', 'make_timer',
-    'paired_ratio', 'run_interleaved', 'time_stats'
+    'count_flops', 'count_params', 'cuda_peak_mb', 'saved_tensors_mb',
+    'step_peak_mb', 'tensor_peak_mb', 'DEFAULT_ROLES', 'ROLES', 'BenchForward',
+    'BenchModel', 'build_model', 'config_variants', 'derive_variants',
+    'make_step', 'MEMORY', 'BenchmarkOptions', 'ratios', 'run_benchmark',
+    'RatioStats', 'make_timer', 'paired_ratio', 'run_interleaved', 'time_stats'
 ]
