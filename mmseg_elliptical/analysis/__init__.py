@@ -10,7 +10,7 @@ convert=True)`` converts mmseg's own model in place to its elliptical version
 in dot-product mode (it computes the same) when its probabilities are
 wanted. Each analysis has its module (:mod:`.collapse`, :mod:`.attention_maps`
 with :mod:`.tokens` and :mod:`.attention_figures`, :mod:`.robustness`,
-:mod:`.comparison`, :mod:`.compare_seeds`: what is read from training runs
+:mod:`.comparison`, :mod:`.seed_runs`: what is read from training runs
 over seeds); the tools under ``tools/analysis_tools/`` are their command
 lines.
 """
