@@ -1,14 +1,11 @@
-"""Elliptical Attention (Nielsen et al., NeurIPS 2024, arXiv 2406.13770).
-
-``q . k`` becomes ``(q * m) . k``, ``m`` weighing each head coordinate by how
-much the values move along it between two consecutive layers::
+"""Elliptical Attention (Nielsen et al., NeurIPS 2024, arXiv 2406.13770)::
 
     m_d = mean_n |v^l[n, d] - v^(l-1)[n, d]|      per image and head
     m   = m / max_d m_d                           (delta of the paper cancels)
     out = softmax((q * m) k^T / sqrt(d) + bias) v
 
-``m`` is a constant for autograd (but inside :func:`adaptive_relevance`), with
-no new parameters. Memory and kernel choices live in :mod:`.policy`.
+``m`` is a constant for autograd (not inside :func:`adaptive_relevance`).
+Memory and kernel choices: :mod:`.policy`.
 """
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Tuple
@@ -37,10 +34,10 @@ def differentiable_relevance(v: Tensor,
         overwrite (bool): Compute ``|v - v_prev|`` in ``v_prev``'s memory.
     """
     if v.shape != v_prev.shape:
-        raise ValueError(f'Elliptical attention compares values of the '
-                         f'same shape, got {tuple(v_prev.shape)} (previous) '
-                         f'and {tuple(v.shape)}: both layers must see the '
-                         'same tokens and heads.')
+        raise ValueError(
+            f'Values of shape {tuple(v.shape)} and previous values '
+            f'{tuple(v_prev.shape)}: elliptical attention needs the '
+            'same shape (the same tokens and heads).')
     diff = (v_prev.sub_(v) if overwrite else torch.sub(v, v_prev)).abs_()
     if reduction == 'mean':  # accumulates in fp32 without an fp32 copy
         m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
@@ -66,25 +63,16 @@ def adaptive_relevance() -> Iterator[None]:
     (adaptive attacks) by swapping :func:`relevance` and :func:`chained`."""
     global relevance, chained
     saved = relevance, chained
-    relevance, chained = differentiable_relevance, _identity
+    relevance, chained = differentiable_relevance, lambda v: v
     try:
         yield
     finally:
         relevance, chained = saved
 
 
-def _identity(v: Tensor) -> Tensor:
-    return v
-
-
 class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
     """The method of every elliptical attention kind: :meth:`project` gives
     q, k, v and ``m``, :meth:`attend` the output (fused or explicit)."""
-
-    def scores_elliptically(self) -> bool:
-        """Whether the current call scores with ``m``."""
-        call = self._chain_call
-        return self.elliptical and call is not None and call.v_prev is not None
 
     def project(
         self,
@@ -94,11 +82,16 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
         bias: Optional[Tensor],
         to_image: Optional[Callable[[Tensor], Tensor]] = None
     ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
-        """q, k, v ``[B', H, *, d]`` from tokens ``[B', N | M, C]`` and the
-        packed ``[3C, C]`` weight; ``m`` (None: dot-product scores) from v,
-        mapped by ``to_image`` to the layout the chain compares."""
+        """q, k, v ``[B', H, N | M, d]`` and ``m`` ``[B', H, 1, d]``.
+
+        Args:
+            x_q, x_kv (Tensor): Query and key/value tokens ``[B', N | M, C]``.
+            weight, bias (Tensor): Packed ``[3C, C]`` weight, ``[3C]`` bias.
+            to_image (callable, optional): v to the value chain's layout.
+        """
         H, C, call = self.num_heads, weight.shape[0] // 3, self._chain_call
-        elliptical = self.scores_elliptically()
+        elliptical = self.elliptical and call is not None \
+            and call.v_prev is not None
         own_gemm = elliptical and scaling(x_q.shape[1], x_kv.shape[1]).own_gemm
         if x_kv is x_q and not own_gemm:
             q, k, v = split_heads(F.linear(x_q, weight, bias), 3, H)
@@ -129,8 +122,15 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
                bias: Optional[Tensor] = None,
                dropout_p: float = 0.,
                scale: Optional[float] = None) -> Tensor:
-        """``softmax((q * m) k^T * scale + bias) v`` for q ``[..., N, d]``
-        and k, v ``[..., M, d]``; ``scale`` defaults to ``d ** -0.5``."""
+        """``softmax((q * m) k^T * scale + bias) v``, fused or explicit.
+
+        Args:
+            q, k, v (Tensor): ``[..., N, d]``; k and v ``[..., M, d]``.
+            m (Tensor, optional): ``[..., 1, d]``; None: dot-product scores.
+            bias (Tensor, optional): Additive, broadcast to ``[..., N, M]``.
+            dropout_p (float): On the probabilities, in training only.
+            scale (float, optional): Defaults to ``d ** -0.5``.
+        """
         dropout_p = dropout_p if self.training else 0.
         if bias is not None:
             bias = bias.to(q.dtype)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from oracles import naive_masked_attention, naive_relevance
 
 from mmseg_elliptical.models import EllipticalAttention
-from mmseg_elliptical.models.attention import policy
+from mmseg_elliptical.models.attention import core, policy
 from mmseg_elliptical.models.attention.core import relevance
 from mmseg_elliptical.models.attention.policy import (EXPLICIT_MAX_KEYS,
                                                       Scaling, scaling)
@@ -50,6 +50,37 @@ def test_relevance_overwrite_and_median():
     torch.testing.assert_close(
         relevance(v, v_prev, overwrite=True), naive_relevance(v, kept))
     torch.testing.assert_close(v_prev, (v - kept).abs())  # |v - v_prev|
+
+
+def test_adaptive_relevance_differentiates_through_m():
+    """Inside ``adaptive_relevance`` the gradient reaches the previous values
+    through ``m`` (as the oracle's) and the handed-on values keep their
+    graph; outside, ``m`` is a constant and the values are detached."""
+    attn = elliptical_vit_attention()
+    x = torch.randn(B, N, C)
+    v_prev = torch.randn(B, H, N, D, requires_grad=True)
+    w, b = attn.attn.in_proj_weight, attn.attn.in_proj_bias
+
+    def run():
+        with attn.chained(v_prev, keep=True) as call:
+            out = attn.attend(*attn.project(x, x, w, b))
+        return out, call.values
+
+    with core.adaptive_relevance():
+        out, values = run()
+    assert values.requires_grad
+    got, = torch.autograd.grad(out.square().sum(), v_prev)
+    q, k, v = (x @ w.T + b).view(B, N, 3, H, D).permute(2, 0, 3, 1, 4)
+    ref = naive_masked_attention(q, k, v, naive_relevance(v, v_prev))
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    want, = torch.autograd.grad(ref.square().sum(), v_prev)
+    assert want.abs().sum() > 0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert core.relevance is not core.differentiable_relevance
+    out, values = run()
+    assert not values.requires_grad
+    assert torch.autograd.grad(
+        out.square().sum(), v_prev, allow_unused=True) == (None, )
 
 
 # ------------------------------------------------------------------ scaling
