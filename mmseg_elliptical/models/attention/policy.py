@@ -3,7 +3,7 @@ k, which path runs, and what the value chain copies, overwrites or releases.
 
 Each rule is there because a CPU measurement showed that it pays
 (docs/benchmark.md: "Which kernel", "The inference path and the per-layer
-micro-benchmark")./
+micro-benchmark").
 """
 from typing import NamedTuple, Optional, Tuple
 
