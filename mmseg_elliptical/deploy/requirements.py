@@ -1,8 +1,8 @@
-"""The optional ONNX stack: what the deploy code imports, or what to install.
-"""
+"""The optional ONNX stack: what the deploy code imports, or what to install
+(not through mmengine's ``is_installed`` / ``requires_package``: docs/deploy.md
+says why)."""
 import importlib
 import importlib.util
-import sys
 from types import ModuleType
 from typing import Tuple
 
@@ -13,10 +13,8 @@ INSTALL_HINT = 'pip install -e ".[deploy]"  (onnx, onnxruntime, onnxscript)'
 
 
 def installed(name: str) -> bool:
-    """Whether ``import name`` would find a module (without importing it;
-    a ``None`` entry in ``sys.modules`` blocks the import)."""
-    if name in sys.modules:
-        return sys.modules[name] is not None
+    """Whether ``import name`` would find a module, without importing it (a
+    ``None`` entry in ``sys.modules`` blocks the import: not found)."""
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):

@@ -1,5 +1,5 @@
 """``tools/analysis_tools/compare_seeds.py``: each seed trained once,
-resumable, mean ± std; ``analysis/compare_seeds.py``: the history it reads
+resumable, mean ± std; ``analysis/seed_runs.py``: the history it reads
 and the statistics over seeds."""
 import json
 import os
@@ -12,8 +12,7 @@ from builders import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE
 from mmengine.config import Config
 from processes import load_tool
 
-from mmseg_elliptical.analysis.compare_seeds import (read_history,
-                                                     seed_statistics)
+from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
 
 
 @pytest.fixture(scope='module')

@@ -20,6 +20,7 @@ from saved_models import hand_miou
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.robustness.render import paired_lines
 from mmseg_elliptical.evaluation import PerClassIoUMetric
 from mmseg_elliptical.transforms import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                          EXTRA_CORRUPTIONS)
@@ -248,6 +249,31 @@ def test_paired_bootstrap_verdicts_and_errors():
         rb.paired_bootstrap(a, a[:1])
     with pytest.raises(ValueError, match='one shape'):
         rb.paired_bootstrap([a[0]], [rb.ImageAreas(*(x[:-1] for x in a[0]))])
+
+
+def test_paired_bootstrap_gives_no_verdict_below_30_images():
+    """Below 30 images the interval is reported but called not reliable,
+    also when it excludes 0; from 30 images on the verdict is given."""
+    rng = np.random.default_rng(4)
+    a = [random_areas(rng, 30, 5) for _ in range(2)]
+    better = [
+        rb.ImageAreas(np.maximum(x.intersect, x.union - 1), x.union) for x in a
+    ]
+    full = rb.paired_bootstrap(better, a, 300)
+    assert not full['zero_inside'] and full['reliable']
+    assert full['verdict'] == '0 outside: a real difference'
+    few = rb.paired_bootstrap(
+        *([rb.ImageAreas(*(x[:29] for x in c)) for c in m]
+          for m in (better, a)), 300)
+    assert few['images'] == 29 and not few['zero_inside']
+    assert not few['reliable']
+    assert few['verdict'].startswith('not reliable below 30 images')
+    summary = dict(
+        ell=dict(paired=dict(baseline='dot', clean=few, mPC=full, notes=[])))
+    clean, mpc = paired_lines(summary)
+    assert 'not reliable below 30 images' in clean
+    assert 'real difference' not in clean
+    assert 'a real difference' in mpc and 'not reliable' not in mpc
 
 
 def test_metric_keeps_the_areas_of_every_image():

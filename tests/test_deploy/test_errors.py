@@ -14,7 +14,9 @@ from processes import load_tool, refused
 
 from mmseg_elliptical.deploy import (ExportError, ONNXRuntimeSegmentor,
                                      build_segmentor, check_input, export_onnx,
-                                     ort_session)
+                                     missing_packages, ort_session,
+                                     require_deploy)
+from mmseg_elliptical.deploy.requirements import DEPLOY_PACKAGES, installed
 from mmseg_elliptical.utils import load_config
 
 SEGMENTER = osp.join(
@@ -178,6 +180,18 @@ def test_input_that_does_not_fit_the_graph_names_the_fix(dims, shape, match):
         check_input(dims, shape)
     check_input(dims,
                 [d if isinstance(d, int) else s for d, s in zip(dims, shape)])
+
+
+def test_a_blocked_import_counts_as_missing(monkeypatch):
+    """``sys.modules[name] = None`` (how the tests simulate a missing extra)
+    makes the package missing; a package that imports is not."""
+    monkeypatch.setitem(sys.modules, 'json', None)
+    assert not installed('json') and installed('os')
+    for name in DEPLOY_PACKAGES:
+        monkeypatch.setitem(sys.modules, name, None)
+        assert name in missing_packages()
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[deploy\]"'):
+        require_deploy('ONNX export')
 
 
 @pytest.mark.slow

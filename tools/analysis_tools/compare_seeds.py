@@ -14,7 +14,7 @@ interrupted one is resumed from its last checkpoint (``--resume``).
 
 Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.md`` (mean and standard deviation of the final metrics per model,
-:func:`~mmseg_elliptical.analysis.compare_seeds.seed_statistics`) and
+:func:`~mmseg_elliptical.analysis.seed_runs.seed_statistics`) and
 ``compare.png`` (validation mIoU over iterations).
 """
 import argparse
@@ -30,8 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mmengine.config import Config
 
-from mmseg_elliptical.analysis.compare_seeds import (read_history,
-                                                     seed_statistics)
+from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
 from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
                                     write_report)
 from mmseg_elliptical.utils.arguments import (CfgOptions, config_file, fail,

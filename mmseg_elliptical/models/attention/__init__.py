@@ -1,9 +1,9 @@
 from .beit import EllipticalBEiTAttention, EllipticalMAEAttention
-from .core import (EllipticalAttentionMixin, adaptive_relevance, relevance,
-                   scaling)
+from .core import EllipticalAttentionMixin, adaptive_relevance, relevance
 from .multihead import (EllipticalAttention,
                         EllipticalEfficientMultiheadAttention,
                         EllipticalGlobalSubsampledAttention)
+from .policy import scaling
 from .swin import EllipticalShiftWindowMSA, EllipticalWindowMSA
 from .utils import AttentionRecord, relative_position_bias
 

@@ -27,7 +27,8 @@ class EllipticalBEiTAttention(EllipticalAttentionMixin, BEiTAttention):
         return self.qkv.bias
 
     def relative_position_bias(self) -> Optional[Tensor]:
-        """The relative position bias ``[H, N, N]``, or None."""
+        """The relative position bias ``[H, N, N]``
+        (:func:`~.utils.relative_position_bias`), or None."""
         if self.relative_position_bias_table is None:
             return None
         return relative_position_bias(self.relative_position_bias_table,

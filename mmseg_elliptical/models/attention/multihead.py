@@ -12,7 +12,8 @@ from mmseg.registry import MODELS
 from torch import Tensor
 
 from ..conversion import ConversionError, register_elliptical_version
-from .core import EllipticalAttentionMixin, split_heads
+from .core import EllipticalAttentionMixin
+from .utils import split_heads
 
 
 @MODELS.register_module()

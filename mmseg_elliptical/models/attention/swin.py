@@ -31,7 +31,8 @@ class EllipticalWindowMSA(WindowMSA):
         return self.window_call(x, mask)
 
     def relative_position_bias(self) -> Tensor:
-        """The relative position bias ``[H, Wt, Wt]``."""
+        """The relative position bias ``[H, Wt, Wt]``
+        (:func:`~.utils.relative_position_bias`)."""
         return relative_position_bias(self.relative_position_bias_table,
                                       self.relative_position_index)
 
@@ -41,9 +42,9 @@ class EllipticalWindowMSA(WindowMSA):
 class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
     """Swin's (shifted) window attention with elliptical scores.
 
-    mmseg's ``ShiftWindowMSA`` arguments and parameters, plus those of
-    :class:`~.core.EllipticalAttentionMixin`. The values it hands on are in
-    image layout, ``[B, H, h * w, d]``.
+    mmseg's ``ShiftWindowMSA`` arguments and parameters, plus
+    :class:`~.utils.AttentionOptions`. The values it hands on are in image
+    layout, ``[B, H, h * w, d]`` (docs/models.md).
     """
 
     @classmethod
@@ -168,7 +169,8 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
 
         The fused path attends one window row per call: all rows but the
         last share one ``[gw, H, Wt, Wt]`` bias, and SDPA's CPU kernel needs
-        a broadcastable mask (docs/models.md).
+        a broadcastable mask (docs/models.md); the explicit path and
+        ``torch.export`` go through :func:`attend_with_window_mask`.
 
         Args:
             q, k, v (Tensor): ``[B * nW, H, Wt, d]``, windows row-major.
@@ -179,9 +181,12 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
         """
         w_msa = self.w_msa
         options = dict(dropout_p=w_msa.attn_drop.p, scale=w_msa.scale)
-        if mask is None or torch.compiler.is_exporting() or \
+        if mask is None:
+            return self.attend(q, k, v, m, bias, **options)
+        if torch.compiler.is_exporting() or \
                 not self.fused_kernel(q, k, bias, options['dropout_p']):
-            return self.attend(q, k, v, m, bias, window_mask=mask, **options)
+            return attend_with_window_mask(self, q, k, v, m, bias, mask,
+                                           **options)
         gh, gw = grid
         mask = mask[:, None].to(bias.dtype)
         inner, last = bias + mask[:gw], bias + mask[-gw:]
@@ -193,3 +198,46 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
                             None if m is None else m[rows],
                             last if row % gh == gh - 1 else inner, **options))
         return torch.cat(outs)
+
+
+def attend_with_window_mask(attn: EllipticalAttentionMixin,
+                            q: Tensor,
+                            k: Tensor,
+                            v: Tensor,
+                            m: Optional[Tensor],
+                            bias: Optional[Tensor],
+                            window_mask: Tensor,
+                            dropout_p: float = 0.,
+                            scale: Optional[float] = None) -> Tensor:
+    """``attn.attend`` with ``window_mask[w]`` added to the scores of window
+    ``w`` of every image.
+
+    SDPA gets the bias plus mask of every window (one call that follows the
+    window count of an exported graph); the explicit path sees the windows
+    of each image as one more batch dimension, which the bias plus mask
+    ``[nW, H, Wt, Wt]`` broadcasts over.
+
+    Args:
+        attn (EllipticalAttentionMixin): The attention.
+        q, k, v (Tensor): ``[B * nW, H, Wt, d]``, the windows of an image
+            consecutive.
+        m (Tensor, optional): ``[B * nW, H, 1, d]``.
+        bias (Tensor, optional): Bias broadcastable to ``[1, H, Wt, Wt]``.
+        window_mask (Tensor): ``[nW, Wt, Wt]`` additive mask.
+        dropout_p (float): Dropout on the probabilities (training only).
+        scale (float, optional): Score scale.
+
+    Returns:
+        Tensor: ``[B * nW, H, Wt, d]``.
+    """
+    mask = window_mask.to(q.dtype)[:, None]  # [nW, 1, Wt, Wt]
+    if bias is not None:
+        mask = mask + bias.to(q.dtype)
+    windows = mask.shape[0]
+    if attn.fused_kernel(q, k, mask, dropout_p):
+        images = q.shape[0] // windows
+        mask = mask.repeat(images, 1, 1, 1) if images > 1 else mask
+        return attn.attend(q, k, v, m, mask, dropout_p, scale)
+    q, k, v, m = (None if t is None else t.unflatten(0, (-1, windows))
+                  for t in (q, k, v, m))
+    return attn.attend(q, k, v, m, mask, dropout_p, scale).flatten(0, 1)

@@ -1,9 +1,19 @@
-"""What the attention kinds share besides the method: relative position
-biases and the record of what an attention computed."""
+"""What the attention kinds share besides the method: their options, the
+record of what an attention computed, head splitting and relative position
+biases."""
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional, Tuple
 
 from torch import Tensor
+
+from ..checks import check_estimator_args
+
+
+def split_heads(x: Tensor, parts: int, num_heads: int) -> Tuple[Tensor, ...]:
+    """Split ``[B, N, parts * C]`` into ``parts`` tensors ``[B, H, N, d]``."""
+    B, N, C = x.shape
+    x = x.view(B, N, parts, num_heads, C // (parts * num_heads))
+    return x.permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def relative_position_bias(table: Tensor, index: Tensor) -> Tensor:
@@ -33,6 +43,70 @@ class AttentionRecord:
     to_cpu: bool = False
 
     def keep(self, what: str, tensor: Tensor) -> None:
-        """Append a detached ``tensor`` to the list ``what``."""
+        """Append a detached ``tensor`` to the list ``what``; a 5-D one
+        (Swin's windows per image) with its batch dimensions flattened."""
         tensor = tensor.detach()
+        if tensor.dim() == 5:
+            tensor = tensor.flatten(0, 1)
         getattr(self, what).append(tensor.cpu() if self.to_cpu else tensor)
+
+
+def _ignore(what: str, tensor: Tensor) -> None:
+    """What an attention records without an :class:`AttentionRecord`."""
+
+
+class AttentionOptions:
+    """The options of an elliptical attention, mixed in before the mmseg /
+    mmcv class, whose arguments it passes on.
+
+    Args:
+        elliptical (bool): Score with ``m`` when the previous layer's values
+            are given; False: dot-product scores, values still handed on.
+        relevance_reduction (str): ``'mean'`` or ``'median'`` over tokens.
+        relevance_eps (float): Guard of the max-normalisation.
+
+    Attributes:
+        fused_attn (bool): False: always the explicit path.
+        attention_record (AttentionRecord, optional): When set, each call
+            keeps ``m`` and (explicit path) the probabilities in it through
+            ``self.record``.
+    """
+    OWN_ARGS = ('elliptical', 'relevance_reduction', 'relevance_eps')
+
+    def __init__(self,
+                 *args,
+                 elliptical: bool = True,
+                 relevance_reduction: str = 'mean',
+                 relevance_eps: float = 1e-6,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.init_elliptical(elliptical, relevance_reduction, relevance_eps)
+
+    def init_elliptical(self,
+                        elliptical: bool = True,
+                        relevance_reduction: str = 'mean',
+                        relevance_eps: float = 1e-6) -> None:
+        """Set the options; takes the class's own arguments
+        (:attr:`OWN_ARGS`), as every ``init_elliptical`` does."""
+        self.relevance_eps = check_estimator_args(relevance_reduction,
+                                                  relevance_eps)
+        self.relevance_reduction = relevance_reduction
+        self.elliptical = bool(elliptical)
+        self.fused_attn = True
+        self.attention_record = None
+        self._chain_call = None
+
+    @property
+    def attention_record(self) -> Optional[AttentionRecord]:
+        return getattr(self.record, '__self__', None)
+
+    @attention_record.setter
+    def attention_record(self, record: Optional[AttentionRecord]) -> None:
+        self.record = _ignore if record is None else record.keep
+
+    def extra_repr(self) -> str:
+        parent = super().extra_repr()
+        mine = (f'elliptical={self.elliptical}, relevance_reduction='
+                f'{self.relevance_reduction!r}, relevance_eps='
+                f'{self.relevance_eps}, fused_attn={self.fused_attn}')
+        return f'{parent}, {mine}' if parent else mine

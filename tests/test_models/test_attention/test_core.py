@@ -1,6 +1,6 @@
-"""``attention/core.py``: the estimator ``m`` (``relevance``), where ``m``
-meets q or k (``scaling``), which path runs (``fused_kernel``) and the
-attention itself (``attend``, Swin's ``window_mask`` included), against
+"""``attention/core.py`` and ``policy.py``: the estimator ``m``
+(``relevance``), where ``m`` meets q or k (``scaling``), which path runs
+(``fused_kernel``) and the attention itself (``attend``), against
 ``oracles``."""
 import pytest
 import torch
@@ -8,9 +8,10 @@ import torch.nn.functional as F
 from oracles import naive_masked_attention, naive_relevance
 
 from mmseg_elliptical.models import EllipticalAttention
-from mmseg_elliptical.models.attention import core
-from mmseg_elliptical.models.attention.core import (EXPLICIT_MAX_KEYS, Scaling,
-                                                    relevance, scaling)
+from mmseg_elliptical.models.attention import core, policy
+from mmseg_elliptical.models.attention.core import relevance
+from mmseg_elliptical.models.attention.policy import (EXPLICIT_MAX_KEYS,
+                                                      Scaling, scaling)
 
 B, N, H, D = 2, 24, 3, 8
 C = H * D
@@ -49,6 +50,37 @@ def test_relevance_overwrite_and_median():
     torch.testing.assert_close(
         relevance(v, v_prev, overwrite=True), naive_relevance(v, kept))
     torch.testing.assert_close(v_prev, (v - kept).abs())  # |v - v_prev|
+
+
+def test_adaptive_relevance_differentiates_through_m():
+    """Inside ``adaptive_relevance`` the gradient reaches the previous values
+    through ``m`` (as the oracle's) and the handed-on values keep their
+    graph; outside, ``m`` is a constant and the values are detached."""
+    attn = elliptical_vit_attention()
+    x = torch.randn(B, N, C)
+    v_prev = torch.randn(B, H, N, D, requires_grad=True)
+    w, b = attn.attn.in_proj_weight, attn.attn.in_proj_bias
+
+    def run():
+        with attn.chained(v_prev, keep=True) as call:
+            out = attn.attend(*attn.project(x, x, w, b))
+        return out, call.values
+
+    with core.adaptive_relevance():
+        out, values = run()
+    assert values.requires_grad
+    got, = torch.autograd.grad(out.square().sum(), v_prev)
+    q, k, v = (x @ w.T + b).view(B, N, 3, H, D).permute(2, 0, 3, 1, 4)
+    ref = naive_masked_attention(q, k, v, naive_relevance(v, v_prev))
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    want, = torch.autograd.grad(ref.square().sum(), v_prev)
+    assert want.abs().sum() > 0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert core.relevance is not core.differentiable_relevance
+    out, values = run()
+    assert not values.requires_grad
+    assert torch.autograd.grad(
+        out.square().sum(), v_prev, allow_unused=True) == (None, )
 
 
 # ------------------------------------------------------------------ scaling
@@ -220,74 +252,6 @@ def test_attend_runs_the_chosen_path(keys, monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-# ----------------------------------------------- attend with a window mask
-
-
-def window_inputs(images: int, windows: int, bias: bool):
-    """q, k, v of ``images * windows`` windows of 9 tokens, m, a relative
-    position bias ``[1, H, 9, 9]`` and a 0 / -100 mask per window."""
-    gen = torch.Generator().manual_seed(0)
-    rows, T = images * windows, 9
-    q, k, v = (torch.randn(rows, H, T, D, generator=gen) for _ in 'qkv')
-    m = torch.rand(rows, H, 1, D, generator=gen)
-    b = torch.randn(1, H, T, T, generator=gen) if bias else None
-    groups = torch.randint(0, 3, (windows, T), generator=gen)
-    mask = torch.where(groups[:, :, None] == groups[:, None, :], 0., -100.)
-    return q, k, v, m, b, mask
-
-
-@pytest.mark.parametrize('fused', [True, False])
-@pytest.mark.parametrize('grad', [True, False])
-@pytest.mark.parametrize('images', [1, 2])
-@pytest.mark.parametrize('bias', [True, False])
-def test_attend_with_window_mask_matches_naive(fused, grad, images, bias,
-                                               monkeypatch):
-    """Swin's shift mask through ``window_mask``: the fused and the explicit
-    path add ``mask[w]`` to window ``w`` of every image, as the oracle."""
-    sdpa, calls = F.scaled_dot_product_attention, []
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs['attn_mask'].shape)
-        return sdpa(*args, **kwargs)
-
-    monkeypatch.setattr(F, 'scaled_dot_product_attention', spy)
-    attn = elliptical_vit_attention().train()
-    attn.fused_attn = fused
-    windows = 4
-    q, k, v, m, b, mask = window_inputs(images, windows, bias)
-    if grad and b is not None:
-        b.requires_grad_()
-    leaves = [t.requires_grad_() for t in (q, k, v)] if grad else []
-    with torch.set_grad_enabled(grad):
-        out = attn.attend(q.clone(), k.clone(), v, m, b, window_mask=mask)
-        uses_sdpa = attn.fused_kernel(q, k, b, 0.)
-    assert len(calls) == int(uses_sdpa)
-    if uses_sdpa:  # one mask per window of every image, bias included
-        assert calls[0] == (images * windows, 1 if b is None else H, 9, 9)
-    ref = naive_masked_attention(q, k, v, m, b, window_mask=mask)
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    if grad:
-        leaves += [b] if b is not None else []
-        got = torch.autograd.grad(out.square().sum(), leaves)
-        expected = torch.autograd.grad(ref.square().sum(), leaves)
-        for a, e in zip(got, expected):
-            torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
-
-
-def test_attend_window_mask_is_per_window():
-    """A mask that differs between windows changes only those windows."""
-    attn = elliptical_vit_attention()
-    q, k, v, m, b, mask = window_inputs(2, 4, True)
-    with torch.no_grad():
-        plain = attn.attend(q.clone(), k.clone(), v, m, b)
-        mask[1] = 0.  # window 1 of each image unmasked
-        out = attn.attend(q.clone(), k.clone(), v, m, b, window_mask=mask)
-    unmasked = torch.tensor([1, 5])
-    torch.testing.assert_close(out[unmasked], plain[unmasked])
-    others = torch.tensor([0, 2, 3, 4, 6, 7])
-    assert not torch.allclose(out[others], plain[others], atol=1e-3)
-
-
 def test_explicit_max_keys_is_what_fused_kernel_reads(monkeypatch):
     """The threshold is read at call time (the Swin test forces SDPA's
     math kernel by lowering it)."""
@@ -295,5 +259,5 @@ def test_explicit_max_keys_is_what_fused_kernel_reads(monkeypatch):
     q, k = torch.zeros(1, H, 4, D), torch.zeros(1, H, 16, D)
     bias = torch.zeros(1, H, 4, 16, requires_grad=True)
     assert not attn.fused_kernel(q, k, bias, 0.)
-    monkeypatch.setattr(core, 'EXPLICIT_MAX_KEYS', 8)
+    monkeypatch.setattr(policy, 'EXPLICIT_MAX_KEYS', 8)
     assert attn.fused_kernel(q, k, bias, 0.)

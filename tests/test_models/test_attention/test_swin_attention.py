@@ -5,14 +5,16 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from checks import check_attention_dropout
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
-from oracles import naive_window_attention
+from oracles import naive_masked_attention, naive_window_attention
 from spies import ShapeSpy
 
 from mmseg_elliptical.models import AttentionRecord, to_elliptical
 from mmseg_elliptical.models.attention import (EllipticalShiftWindowMSA,
                                                EllipticalWindowMSA)
+from mmseg_elliptical.models.attention.swin import attend_with_window_mask
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -188,6 +190,77 @@ def test_fused_inference_materialises_no_window_scores(batch, shift):
         with ShapeSpy() as spy:
             call(ours, x, v_prev)
         assert window_square_tensors(spy.shapes, batch * NW, HEADS, T)
+
+
+# Swin's shift mask through attend_with_window_mask.
+
+
+def window_inputs(images: int, windows: int, bias: bool):
+    """q, k, v of ``images * windows`` windows of 9 tokens, m, a relative
+    position bias ``[1, HEADS, 9, 9]`` and a 0 / -100 mask per window."""
+    gen = torch.Generator().manual_seed(0)
+    rows, T = images * windows, 9
+    q, k, v = (torch.randn(rows, HEADS, T, D, generator=gen) for _ in 'qkv')
+    m = torch.rand(rows, HEADS, 1, D, generator=gen)
+    b = torch.randn(1, HEADS, T, T, generator=gen) if bias else None
+    groups = torch.randint(0, 3, (windows, T), generator=gen)
+    mask = torch.where(groups[:, :, None] == groups[:, None, :], 0., -100.)
+    return q, k, v, m, b, mask
+
+
+@pytest.mark.parametrize('fused', [True, False])
+@pytest.mark.parametrize('grad', [True, False])
+@pytest.mark.parametrize('images', [1, 2])
+@pytest.mark.parametrize('bias', [True, False])
+def test_attend_with_window_mask_matches_naive(fused, grad, images, bias,
+                                               monkeypatch):
+    """Swin's shift mask through ``attend_with_window_mask``: the fused and
+    the explicit path add ``mask[w]`` to window ``w`` of every image, as the
+    oracle."""
+    sdpa, calls = F.scaled_dot_product_attention, []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs['attn_mask'].shape)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', spy)
+    attn = build_attention().train()
+    attn.fused_attn = fused
+    windows = 4
+    q, k, v, m, b, mask = window_inputs(images, windows, bias)
+    if grad and b is not None:
+        b.requires_grad_()
+    leaves = [t.requires_grad_() for t in (q, k, v)] if grad else []
+    with torch.set_grad_enabled(grad):
+        out = attend_with_window_mask(attn, q.clone(), k.clone(), v, m, b,
+                                      mask)
+        uses_sdpa = attn.fused_kernel(q, k, b, 0.)
+    assert len(calls) == int(uses_sdpa)
+    if uses_sdpa:  # one mask per window of every image, bias included
+        assert calls[0] == (images * windows, 1 if b is None else HEADS, 9, 9)
+    ref = naive_masked_attention(q, k, v, m, b, window_mask=mask)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    if grad:
+        leaves += [b] if b is not None else []
+        got = torch.autograd.grad(out.square().sum(), leaves)
+        expected = torch.autograd.grad(ref.square().sum(), leaves)
+        for a, e in zip(got, expected):
+            torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+
+
+def test_attend_window_mask_is_per_window():
+    """A mask that differs between windows changes only those windows."""
+    attn = build_attention()
+    q, k, v, m, b, mask = window_inputs(2, 4, True)
+    with torch.no_grad():
+        plain = attn.attend(q.clone(), k.clone(), v, m, b)
+        mask[1] = 0.  # window 1 of each image unmasked
+        out = attend_with_window_mask(attn, q.clone(), k.clone(), v, m, b,
+                                      mask)
+    unmasked = torch.tensor([1, 5])
+    torch.testing.assert_close(out[unmasked], plain[unmasked])
+    others = torch.tensor([0, 2, 3, 4, 6, 7])
+    assert not torch.allclose(out[others], plain[others], atol=1e-3)
 
 
 # Swin's window helpers, rewritten so that an exported graph follows the input

@@ -12,7 +12,7 @@ from mmseg.models.backbones import SwinTransformer
 from oracles import naive_swin_forward
 
 from mmseg_elliptical.models import EllipticalSwinTransformer
-from mmseg_elliptical.models.attention import core
+from mmseg_elliptical.models.attention import policy
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -76,7 +76,7 @@ def test_elliptical_forward_matches_naive(layers, size):
 def test_output_and_gradients_whichever_path_runs(monkeypatch):
     """The blocks' output (and in training the gradients) is the same on
     every path: fused (SDPA, one window row per call) and explicit (the
-    shift mask through ``attend``'s ``window_mask``), without grad and in
+    shift mask through ``attend_with_window_mask``), without grad and in
     training, where the CPU picks the explicit path unless there are more
     keys than ``EXPLICIT_MAX_KEYS`` (lowered here to force SDPA)."""
     sdpa, calls = F.scaled_dot_product_attention, []
@@ -90,8 +90,8 @@ def test_output_and_gradients_whichever_path_runs(monkeypatch):
     randomise(model)
     x = torch.randn(2, 3, *IMAGE)
 
-    def run(fused, train, max_keys=core.EXPLICIT_MAX_KEYS):
-        monkeypatch.setattr(core, 'EXPLICIT_MAX_KEYS', max_keys)
+    def run(fused, train, max_keys=policy.EXPLICIT_MAX_KEYS):
+        monkeypatch.setattr(policy, 'EXPLICIT_MAX_KEYS', max_keys)
         set_fused(model, fused)
         model.train(train)
         model.zero_grad()
