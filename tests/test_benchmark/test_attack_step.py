@@ -9,7 +9,8 @@ from builders import (BACKBONES, BENCH_TINY, ROOT, TINY_MODELS,
                       tiny_family_variants)
 
 from mmseg_elliptical.benchmark import runner as runner_module
-from mmseg_elliptical.benchmark.runner import BenchmarkOptions, run_benchmark
+from mmseg_elliptical.benchmark.runner import (BenchmarkOptions, run_benchmark,
+                                               runner_of)
 from mmseg_elliptical.benchmark.timing import paired_ratio
 from mmseg_elliptical.benchmark.variants import (ATTACK_MODES, build_model,
                                                  derive_variants, make_step,
@@ -96,6 +97,21 @@ def test_attack_steps_of_the_elliptical_segmenter_head():
         'head', config, cfg.model.to_dict(), whole_model=True)
     grads = attack_gradients(specs, torch.randn(2, 3, 32, 32))
     check_adaptive_only_where_elliptical(grads)
+
+
+@pytest.mark.slow  # torch.compile
+def test_compiled_attack_steps_follow_the_switch():
+    """Compiled, each step runs the graph of its own mode, in any order (the
+    switch swaps module globals, which dynamo guards)."""
+    spec = tiny_family_variants('vit', ('elliptical', ), whole_model=True)[0]
+    model = build_model(spec)
+    x = torch.randn(1, 3, 32, 32)
+    compiled = runner_of(model, BenchmarkOptions(compile='eager'))
+    eager = [make_step(model, x, m)() for m in ATTACK_MODES]
+    for mode in (*ATTACK_MODES, 'attack'):
+        torch.testing.assert_close(
+            make_step(model, x, mode, runner=compiled)(),
+            eager[ATTACK_MODES.index(mode)])
 
 
 def test_unknown_mode_is_refused():
