@@ -11,8 +11,10 @@
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
 # other configs and options), make speed (docs/benchmark.md's speed table: every
 # backbone family at 512, one benchmark run each, on one thread, and the
-# Mask2Former Swin-T segmentor with mmseg's and the elliptical decoder; about
-# 45 min; each run's report in work_dirs/speed/NAME/, the table in
+# Mask2Former Swin-T segmentor with mmseg's and the elliptical decoder, with
+# the attack steps in the eager runs; about 45 min before the attack steps,
+# which add about as much again (estimated from ViT-T, not timed end to end);
+# each run's report in work_dirs/speed/NAME/, the table in
 # work_dirs/speed/overview.md), make report (both demo checkpoints side by
 # side: accuracy per class, robustness, collapse, attention, speed; trains a
 # missing one first; what is measured already is kept; work_dirs/report/),
@@ -96,27 +98,31 @@ benchmark: setup
 	$(PY) tools/analysis_tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark
 
 SPEED := OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark.py --sizes 512 --memory tensors
+# The attack steps (forward and backward to the input, plain and adaptive) of
+# the eager runs; the attack tool runs eager, so the compiled runs skip them.
+ATTACK := --attack-sizes 512
 VIT_T := configs/segmenter/segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py
 M2F_T := configs/mask2former/mask2former_elliptical-swin-t
 SPEED_RUNS := vit-t_b1 vit-t_b4 vit-t_b1_compile vit-t_b4_compile mit-b0 pcpvt-s swin-t beit-b \
 	m2f-swin-t
 
 speed: setup
-	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --saved-tensors --out-dir work_dirs/speed/vit-t_b1
-	$(SPEED) $(VIT_T) --names vit-t --batch-size 4 --rounds 10 --saved-tensors --out-dir work_dirs/speed/vit-t_b4
+	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --saved-tensors $(ATTACK) --out-dir work_dirs/speed/vit-t_b1
+	$(SPEED) $(VIT_T) --names vit-t --batch-size 4 --rounds 10 --saved-tensors $(ATTACK) \
+		--out-dir work_dirs/speed/vit-t_b4
 	$(SPEED) $(VIT_T) --names vit-t --rounds 20 --compile --out-dir work_dirs/speed/vit-t_b1_compile
 	$(SPEED) $(VIT_T) --names vit-t --batch-size 4 --rounds 10 --compile --out-dir work_dirs/speed/vit-t_b4_compile
 	$(SPEED) configs/segformer/segformer_elliptical-mit-b0_8xb2-160k_ade20k-512x512.py \
-		--names mit-b0 --rounds 20 --saved-tensors --out-dir work_dirs/speed/mit-b0
+		--names mit-b0 --rounds 20 --saved-tensors $(ATTACK) --out-dir work_dirs/speed/mit-b0
 	$(SPEED) configs/twins/twins_elliptical-pcpvt-s_uperhead_8xb4-160k_ade20k-512x512.py \
-		--names pcpvt-s --rounds 12 --saved-tensors --out-dir work_dirs/speed/pcpvt-s
+		--names pcpvt-s --rounds 12 --saved-tensors $(ATTACK) --out-dir work_dirs/speed/pcpvt-s
 	$(SPEED) configs/swin/elliptical-swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py \
-		--names swin-t --rounds 8 --saved-tensors --out-dir work_dirs/speed/swin-t
+		--names swin-t --rounds 8 --saved-tensors $(ATTACK) --out-dir work_dirs/speed/swin-t
 	$(SPEED) configs/beit/elliptical-beit-base_upernet_8xb2-160k_ade20k-640x640.py \
-		--names beit-b --rounds 6 --saved-tensors --cfg-options model.backbone.img_size=512 \
+		--names beit-b --rounds 6 --saved-tensors $(ATTACK) --cfg-options model.backbone.img_size=512 \
 		--out-dir work_dirs/speed/beit-b
 	$(SPEED) $(M2F_T)_8xb2-160k_ade20k-512x512.py $(M2F_T)_elliptical-mask_8xb2-160k_ade20k-512x512.py \
-		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 3 --saved-tensors \
+		--names m2f-swin-t m2f-swin-t+decoder --whole-model --rounds 3 --saved-tensors $(ATTACK) \
 		--out-dir work_dirs/speed/m2f-swin-t
 	OMP_NUM_THREADS=1 $(PY) tools/analysis_tools/benchmark_layer.py --rounds 60 --min-run-time 0.2 --out-dir work_dirs/speed/layer
 	$(PY) tools/analysis_tools/benchmark_overview.py --out-dir work_dirs/speed \

@@ -566,6 +566,29 @@ def tiny_variants(
     return derive_variants('vit', config, cfg.model.to_dict(), roles, **kwargs)
 
 
+def tiny_family_variants(family: str,
+                         roles=('elliptical', 'fused-dot', 'mmseg-dot'),
+                         whole_model: bool = False,
+                         **overrides):
+    """The benchmark's variants of a segmentor around the tiny ``family``
+    backbone of :data:`TINY_MODELS` (mmseg's ``FCNHead`` on its last feature
+    map); ``overrides`` change the backbone's arguments."""
+    from mmseg_elliptical.benchmark.variants import derive_variants
+    tiny = TINY_MODELS[family]
+    model = dict(
+        type='EncoderDecoder',
+        backbone=dict(tiny.args, type=tiny.cls.__name__, **overrides),
+        decode_head=dict(
+            type='FCNHead',
+            in_channels=tiny.channels,
+            in_index=-1,
+            channels=8,
+            num_convs=1,
+            concat_input=False,
+            num_classes=5))
+    return derive_variants(family, f'{family}.py', model, roles, whole_model)
+
+
 def onnx_graph(path: str,
                classes: int = 4,
                op: str = 'Conv',

@@ -3,7 +3,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..utils.output import markdown_table, pyplot
 
-MODE_NAMES = {'infer': 'inference', 'train': 'training step'}
+MODE_NAMES = {
+    'infer': 'inference',
+    'train': 'training step',
+    'attack': 'attack step',
+    'attack-adaptive': 'adaptive attack step'
+}
 RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
                   'median_ms', 'iqr_ms', 'images_per_s', 'peak_mem_mb',
                   'memory_measure', 'saved_mb')
@@ -55,9 +60,27 @@ def runtime_table(report: Dict) -> str:
                                                                 left=1))
 
 
+def adaptive_table(report: Dict) -> str:
+    """Markdown: adaptive / plain attack step per model and size (empty
+    without attack rows)."""
+    rows = [[
+        r['model'], r['size'], r['time'],
+        f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory']
+    ] for r in report.get('adaptive_ratios', [])]
+    if not rows:
+        return ''
+    return (
+        '**adaptive attack step** / attack step of the same model (the '
+        'extra cost of the gradient through m)\n\n' + markdown_table(
+            ['model', 'size', 'time', 'time IQR', 'peak memory'], rows,
+            left=1))
+
+
 def overview_table(reports: Sequence[Dict]) -> str:
     """Markdown: one row per (run, config, size, baseline) with the time
-    and peak memory ratios of inference and the training step.
+    and peak memory ratios of inference, the training step and (when a run
+    has them) the attack steps; then adaptive / plain attack step per run
+    and model.
 
     Args:
         reports (Sequence[dict]): Each run's ``benchmark.json``.
@@ -68,7 +91,12 @@ def overview_table(reports: Sequence[Dict]) -> str:
             return '-'
         return f"{r['time']:.3f} ({r['time_q1']:.3f}-{r['time_q3']:.3f})"
 
-    rows = []
+    modes = ['infer', 'train'] + [
+        m for m in ('attack', 'attack-adaptive') if any(r['mode'] == m
+                                                        for rep in reports
+                                                        for r in rep['ratios'])
+    ]
+    rows, adaptive = [], []
     for report in reports:
         opts = report['meta']['options']
         run = f"batch {opts['batch_size']}" + (', compiled'
@@ -78,20 +106,25 @@ def overview_table(reports: Sequence[Dict]) -> str:
             for r in report['ratios']
         }
         for family, size, baseline in dict.fromkeys(k[:3] for k in ratios):
-            infer = ratios.get((family, size, baseline, 'infer'))
-            train = ratios.get((family, size, baseline, 'train'))
-            rows.append([
-                f'{family} at {size}, {run}', baseline,
-                time(infer),
-                time(train), None if infer is None else infer['memory'],
-                None if train is None else train['memory']
-            ])
-    return markdown_table([
-        'backbone', 'elliptical /', 'time inference', 'time training step',
-        'peak memory inference', 'peak memory training step'
-    ],
-                          rows,
-                          left=2)
+            found = [ratios.get((family, size, baseline, m)) for m in modes]
+            rows.append([f'{family} at {size}, {run}', baseline] +
+                        [time(r) for r in found] +
+                        [None if r is None else r['memory'] for r in found])
+        adaptive += [[
+            f"{r['family']} at {r['size']}, {run}", r['model'],
+            time(r), r['memory']
+        ] for r in report.get('adaptive_ratios', [])]
+    table = markdown_table(
+        ['backbone', 'elliptical /'] +
+        [f'time {MODE_NAMES[m]}'
+         for m in modes] + [f'peak memory {MODE_NAMES[m]}' for m in modes],
+        rows,
+        left=2)
+    if not adaptive:
+        return table
+    return table + '\n\nAdaptive attack step / attack step (the extra ' \
+        'cost of the gradient through m):\n\n' + markdown_table(
+            ['backbone', 'model', 'time', 'peak memory'], adaptive, left=2)
 
 
 def markdown(report: Dict) -> str:
@@ -120,6 +153,8 @@ def markdown(report: Dict) -> str:
         lines += [summary_tables(report), '']
     if report.get('runtime_ratios'):
         lines += [runtime_table(report), '']
+    if report.get('adaptive_ratios'):
+        lines += [adaptive_table(report), '']
     flops_sizes = sorted(
         {int(s)
          for m in report['models']
@@ -159,7 +194,12 @@ def csv_table(report: Dict) -> Tuple[List[str], List[List]]:
 def figure(report: Dict):
     """Median time and peak memory against the input size, per model."""
     fig, axes = pyplot().subplots(1, 2, figsize=(11, 4.2))
-    styles = {'infer': '-o', 'train': '--s'}
+    styles = {
+        'infer': '-o',
+        'train': '--s',
+        'attack': ':^',
+        'attack-adaptive': '-.v'
+    }
     for i, m in enumerate(report['models']):
         for mode, style in styles.items():
             rows = [

@@ -13,7 +13,8 @@ from .memory import saved_tensors_mb, step_peak_mb
 from .onnx import ROLE as ONNX_ROLE
 from .onnx import onnx_name, onnxruntime_step, runtime_ratios
 from .timing import make_timer, paired_ratio, run_interleaved, time_stats
-from .variants import BenchForward, BenchModel, build_model, make_step
+from .variants import (ATTACK_MODES, MODES, BenchForward, BenchModel,
+                       build_model, make_step)
 
 MEMORY = ('tensors', 'none')
 
@@ -25,6 +26,8 @@ class BenchmarkOptions:
     Attributes:
         sizes (list[int]): Square input sizes of inference.
         train_sizes (list[int]): Sizes at which a training step is measured.
+        attack_sizes (list[int]): Sizes at which both attack steps are
+            measured, in the same rounds.
         batch_size (int): Images per step.
         rounds (int): Interleaved timing rounds.
         min_run_time (float): Timed seconds per model and round (0: one run).
@@ -43,6 +46,7 @@ class BenchmarkOptions:
     """
     sizes: List[int] = field(default_factory=lambda: [512])
     train_sizes: List[int] = field(default_factory=lambda: [512])
+    attack_sizes: List[int] = field(default_factory=list)
     batch_size: int = 1
     rounds: int = 10
     min_run_time: float = 0.
@@ -58,10 +62,12 @@ class BenchmarkOptions:
     seed: int = 0
     onnxruntime: bool = False
 
-    def groups(self) -> List[Tuple[int, str]]:
-        """The (size, mode) pairs measured, in order."""
-        return [(s, m) for s in self.sizes for m in ('infer', 'train')
-                if m == 'infer' or s in self.train_sizes]
+    def groups(self) -> List[Tuple[int, Tuple[str, ...]]]:
+        """The (size, modes) timed together, in order."""
+        wanted = dict(train=self.train_sizes, attack=self.attack_sizes)
+        return [(s, g) for s in self.sizes
+                for g in (('infer', ), ('train', ), ATTACK_MODES)
+                if g[0] == 'infer' or s in wanted[g[0]]]
 
 
 def runner_of(model: BenchForward, options: BenchmarkOptions) -> Callable:
@@ -89,40 +95,44 @@ def _complexity(spec: BenchModel, model: BenchForward,
         uncounted_ops=uncounted)
 
 
+def _timed_name(name: str, mode: str) -> str:
+    return f'{name} ({mode})' if mode in ATTACK_MODES else name
+
+
 def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],
-                   runners: Sequence[Callable], size: int, mode: str,
-                   options: BenchmarkOptions,
+                   runners: Sequence[Callable], size: int,
+                   modes: Tuple[str, ...], options: BenchmarkOptions,
                    on_step: Optional[Callable]) -> List[Dict]:
-    """Time and measure every model at one (size, mode)."""
+    """Time and measure every model at one size in each of ``modes``,
+    interleaved in the same rounds."""
     x = torch.randn(options.batch_size, 3, size, size, device=options.device)
-    steps = [
-        make_step(m, x, mode, options.amp, r) for m, r in zip(models, runners)
-    ]
+    runs = [(s, m, mode, make_step(m, x, mode, options.amp, r))
+            for mode in modes for s, m, r in zip(specs, models, runners)]
+    infer = modes == ('infer', )
     onnx = {
         s.name: onnxruntime_step(m, x, options.threads)
         for s, m in zip(specs, models)
-        if options.onnxruntime and mode == 'infer' and s.role in ('elliptical',
-                                                                  'model')
+        if options.onnxruntime and infer and s.role in ('elliptical', 'model')
     }
-    for step in [*steps, *onnx.values()]:
+    for step in [*(r[-1] for r in runs), *onnx.values()]:
         for _ in range(options.warmup):
             step()
     timers = {
-        s.name:
+        _timed_name(s.name, mode):
         make_timer(step, f'{size}x{size} {mode}', s.family, s.role,
                    torch.get_num_threads(), options.clock)
-        for s, step in zip(specs, steps)
+        for s, _, mode, step in runs
     }
     timers.update({
         onnx_name(name):
-        make_timer(step, f'{size}x{size} {mode}', name, ONNX_ROLE,
+        make_timer(step, f'{size}x{size} infer', name, ONNX_ROLE,
                    torch.get_num_threads(), options.clock)
         for name, step in onnx.items()
     })
     rounds = run_interleaved(timers, options.rounds, options.min_run_time,
                              options.seed, on_step)
     group = []
-    for spec, model, step in zip(specs, models, steps):
+    for spec, model, mode, step in runs:
         row = dict(
             model=spec.name,
             family=spec.family,
@@ -130,7 +140,8 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],
             size=size,
             mode=mode,
             batch_size=options.batch_size,
-            **time_stats(rounds[spec.name], options.batch_size),
+            **time_stats(rounds[_timed_name(spec.name, mode)],
+                         options.batch_size),
             peak_mem_mb=None,
             memory_measure=None,
             saved_mb=None)
@@ -153,7 +164,7 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],
                 family=by_name[name].family,
                 role=ONNX_ROLE,
                 size=size,
-                mode=mode,
+                mode='infer',
                 batch_size=options.batch_size,
                 **time_stats(rounds[onnx_name(name)], options.batch_size),
                 peak_mem_mb=None,
@@ -176,8 +187,8 @@ def run_benchmark(specs: Sequence[BenchModel],
         on_step (callable, optional): Called after each timed block.
 
     Returns:
-        dict: ``meta``, ``models``, ``results`` (per model, size and mode)
-        and ``ratios``.
+        dict: ``meta``, ``models``, ``results`` (per model, size and mode),
+        ``ratios``, ``runtime_ratios`` and ``adaptive_ratios``.
     """
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -185,10 +196,12 @@ def run_benchmark(specs: Sequence[BenchModel],
     if options.memory not in MEMORY:
         raise ValueError(f'memory={options.memory!r} must be one of '
                          f'{MEMORY}.')
-    unknown = sorted(set(options.train_sizes) - set(options.sizes))
-    if unknown:
-        raise ValueError(f'train sizes {unknown} are not among the sizes '
-                         f'{options.sizes}.')
+    for kind in ('train', 'attack'):
+        unknown = sorted(
+            set(getattr(options, f'{kind}_sizes')) - set(options.sizes))
+        if unknown:
+            raise ValueError(f'{kind} sizes {unknown} are not among the '
+                             f'sizes {options.sizes}.')
     threads = options.threads or torch.get_num_threads()
     with set_torch_threads(threads):
         models = [build_model(s, options.device, options.seed) for s in specs]
@@ -197,8 +210,8 @@ def run_benchmark(specs: Sequence[BenchModel],
         ]
         runners = [runner_of(m, options) for m in models]
         results = []
-        for size, mode in options.groups():
-            results += _measure_group(specs, models, runners, size, mode,
+        for size, modes in options.groups():
+            results += _measure_group(specs, models, runners, size, modes,
                                       options, on_step)
         del models, runners
     meta = dict(
@@ -214,7 +227,8 @@ def run_benchmark(specs: Sequence[BenchModel],
         models=complexity,
         results=results,
         ratios=ratios(specs, results),
-        runtime_ratios=runtime_ratios(results))
+        runtime_ratios=runtime_ratios(results),
+        adaptive_ratios=adaptive_ratios(results))
 
 
 def device_name(device: str) -> str:
@@ -234,7 +248,8 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
         for base in (s for s in specs
                      if s.family == subject.family and s is not subject):
             for size, mode in sorted({(r['size'], r['mode'])
-                                      for r in results}):
+                                      for r in results},
+                                     key=lambda k: (k[0], MODES.index(k[1]))):
                 a = table[(subject.name, size, mode)]
                 b = table[(base.name, size, mode)]
                 time = paired_ratio(a['round_ms'], b['round_ms'])
@@ -253,6 +268,32 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
                     memory=memory,
                     saved=_ratio(a['saved_mb'], b['saved_mb']))
                 rows.append(row)
+    return rows
+
+
+def adaptive_ratios(results: Sequence[Dict]) -> List[Dict]:
+    """Adaptive / plain attack step of each model and size: the extra cost
+    of differentiating through ``m``, time paired per round (both steps are
+    timed in the same rounds), peak memory one ratio."""
+    plain = {
+        (r['model'], r['size']): r
+        for r in results if r['mode'] == 'attack'
+    }
+    rows = []
+    for r in (r for r in results if r['mode'] == 'attack-adaptive'):
+        base = plain[(r['model'], r['size'])]
+        time = paired_ratio(r['round_ms'], base['round_ms'])
+        rows.append(
+            dict(
+                family=r['family'],
+                model=r['model'],
+                role=r['role'],
+                size=r['size'],
+                time=time.median,
+                time_q1=time.q1,
+                time_q3=time.q3,
+                rounds=time.rounds,
+                memory=_ratio(r['peak_mem_mb'], base['peak_mem_mb'])))
     return rows
 
 

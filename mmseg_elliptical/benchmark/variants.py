@@ -1,6 +1,7 @@
 """The benchmarked models: variants derived from a config (:data:`ROLES`,
 docs/benchmark.md), built and stepped."""
 import copy
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
@@ -8,14 +9,16 @@ import torch
 import torch.nn as nn
 
 from ..models import (EllipticalAttentionMixin, EllipticalTransformerMixin,
-                      elliptical_version)
+                      adaptive_relevance, elliptical_version)
 from ..models.conversion import ELLIPTICAL_VERSIONS
 from ..models.transformer import PARTS
 from ..utils import load_config, model_names
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
-MODES = ('infer', 'train')
+#: The attack steps: forward and backward to the input, plain or through m.
+ATTACK_MODES = ('attack', 'attack-adaptive')
+MODES = ('infer', 'train') + ATTACK_MODES
 
 
 @dataclass
@@ -258,18 +261,24 @@ def make_step(model: BenchForward,
               x: torch.Tensor,
               mode: str,
               amp: bool = False,
-              runner: Optional[Callable] = None) -> Callable[[], None]:
-    """A callable running one inference or one training step (and setting
-    the model's mode).
+              runner: Optional[Callable] = None) -> Callable:
+    """A callable running one step of ``mode`` (and setting the model's
+    mode).
 
     Args:
         model (BenchForward): The module.
         x (Tensor): Input batch.
-        mode (str): ``'infer'`` (``no_grad``) or ``'train'`` (forward and
-            backward of the output sum, no optimizer).
+        mode (str): ``'infer'`` (``no_grad``), ``'train'`` (forward and
+            backward of the output sum, no optimizer), ``'attack'`` (eval
+            mode, the gradient of the output sum w.r.t. the input only: one
+            step of an attack) or ``'attack-adaptive'`` (the same inside
+            :func:`~mmseg_elliptical.models.adaptive_relevance`).
         amp (bool): bf16 autocast on ``x``'s device.
         runner (callable, optional): What runs the forward, e.g. the
             compiled model; defaults to ``model``.
+
+    Returns:
+        callable: The step; an attack step returns the input's gradient.
     """
     if mode not in MODES:
         raise ValueError(f'mode={mode!r} must be one of {MODES}.')
@@ -287,4 +296,13 @@ def make_step(model: BenchForward,
             loss = output_sum(runner(x))
         loss.backward()
 
-    return infer if mode == 'infer' else train
+    image = x.detach().requires_grad_(True)
+    through_m = adaptive_relevance if mode == 'attack-adaptive' \
+        else nullcontext
+
+    def attack() -> torch.Tensor:
+        with torch.enable_grad(), through_m(), autocast:
+            loss = output_sum(runner(image))
+        return torch.autograd.grad(loss, image)[0]
+
+    return dict(infer=infer, train=train).get(mode, attack)

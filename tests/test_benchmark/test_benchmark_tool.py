@@ -96,6 +96,64 @@ def test_cli_outputs(tool, tmp_path):
     assert by_key[(f'{family} at 32, batch 1', 'fused-dot')][3] == '-'
 
 
+def test_cli_attack_steps(tool, tmp_path):
+    """``--attack-sizes``: both attack steps' rows, ratios and adaptive /
+    plain in the JSON, markdown, CSV and overview; the plain attack step is
+    judged, the adaptive one reported."""
+    out = tmp_path / 'bench'
+    report = tool.main([
+        BENCH_VIT_T, '--sizes', '32', '64', '--train-sizes', '--attack-sizes',
+        '64', '--rounds', '2', '--flops-sizes', '--out-dir',
+        str(out), *BENCH_TINY_ARGS
+    ])
+    assert sorted({(r['size'], r['mode'])
+                   for r in report['results']}) == [(32, 'infer'),
+                                                    (64, 'attack'),
+                                                    (64, 'attack-adaptive'),
+                                                    (64, 'infer')]
+    judged = {(r['role'], r['mode']): r for r in report['ratios']}
+    assert judged[('fused-dot', 'attack')]['time_target'] == '<= 1.03'
+    assert judged[('mmseg-dot', 'attack')]['time_target'] == '< 1'
+    assert judged[('fused-dot', 'attack-adaptive')]['time_target'] is None
+    assert judged[('fused-dot', 'attack-adaptive')]['memory_verdict'] is None
+    adaptive = report['adaptive_ratios']
+    assert [r['model']
+            for r in adaptive] == ['elliptical', 'fused-dot', 'mmseg-dot']
+    md = _cells((out / 'benchmark.md').read_text())
+    assert '| fused-dot | 64 | attack step |' in md
+    assert '| mmseg-dot | 64 | adaptive attack step |' in md
+    assert '**adaptive attack step** / attack step' in md
+    assert f"| elliptical | 64 | {adaptive[0]['time']:.3f} |" in md
+    csv = (out / 'benchmark.csv').read_text()
+    assert ',64,attack-adaptive,' in csv
+    text = load_tool('analysis_tools/benchmark_overview.py').main(
+        [str(out), '--out-dir', str(tmp_path)])
+    table, rest = text.split('\n\nAdaptive attack step / attack step')
+    header, *rows = [[c.strip() for c in line.strip('|').split('|')]
+                     for line in table.splitlines() if line.startswith('|')]
+    assert header[2:] == [
+        f'{q} {step}' for q in ('time', 'peak memory')
+        for step in ('inference', 'training step', 'attack step',
+                     'adaptive attack step')
+    ]
+    by_key = {(r[0], r[1]): r for r in rows[1:]}
+    family = report['ratios'][0]['family']
+    row = by_key[(f'{family} at 64, batch 1', 'mmseg-dot')]
+    assert row[3] == '-'  # no training step
+    ratio = judged[('mmseg-dot', 'attack-adaptive')]
+    assert row[5] == (f"{ratio['time']:.3f} ({ratio['time_q1']:.3f}-"
+                      f"{ratio['time_q3']:.3f})")
+    assert float(row[9]) == pytest.approx(ratio['memory'], abs=5e-4)
+    assert by_key[(f'{family} at 32, batch 1', 'fused-dot')][4] == '-'
+    lines = _cells(rest).splitlines()
+    assert (
+        f"| {family} at 64, batch 1 | fused-dot | {adaptive[1]['time']:.3f} "
+        f"({adaptive[1]['time_q1']:.3f}-{adaptive[1]['time_q3']:.3f}) | "
+        f"{adaptive[1]['memory']:.3f} |") in lines
+    with pytest.raises(SystemExit):  # not among --sizes
+        tool.parse_args(['--sizes', '32', '--attack-sizes', '64'])
+
+
 @pytest.mark.slow  # torch.compile
 def test_cli_two_configs_compiled_and_layer(tool, tmp_path):
     from torch._dynamo.utils import counters

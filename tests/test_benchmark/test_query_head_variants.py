@@ -1,13 +1,15 @@
 """The benchmark's variants of the Mask2Former / MaskFormer configs, whose
-heads need the data samples to run as ``mode='tensor'`` does."""
+heads need the data samples to run as ``mode='tensor'`` does; their attack
+steps."""
 import os.path as osp
 
 import pytest
 import torch
 from builders import ROOT
 
-from mmseg_elliptical.benchmark.variants import (BenchForward, build_model,
-                                                 derive_variants, make_step)
+from mmseg_elliptical.benchmark.variants import (ATTACK_MODES, BenchForward,
+                                                 build_model, derive_variants,
+                                                 make_step)
 from mmseg_elliptical.utils.config import load_config
 
 pytest.importorskip('mmdet')
@@ -84,3 +86,24 @@ def test_variants_run_the_head_on_made_samples(kind):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(
         outs['elliptical'][0], outs['fused-dot'][0], atol=1e-4)
+
+
+@pytest.mark.parametrize('kind', sorted(CONFIGS))
+def test_attack_steps_through_the_decoder(kind):
+    """The attack steps with a dot-product backbone: the input gradient
+    only, and the adaptive one differs only through the elliptical decoder.
+    """
+    path, model_cfg = tiny(kind)
+    model_cfg['backbone']['elliptical_layers'] = []
+    specs = derive_variants(kind, path, model_cfg, whole_model=True)
+    x = torch.randn(1, 3, 64, 64)
+    for spec in specs:
+        model = build_model(spec)
+        plain, adaptive = (make_step(model, x, m)() for m in ATTACK_MODES)
+        assert not model.training and plain.shape == x.shape
+        assert plain.abs().sum() > 0
+        assert all(p.grad is None for p in model.parameters())
+        if spec.role == 'elliptical':
+            assert (adaptive - plain).abs().max() > 1e-3 * plain.abs().max()
+        else:
+            torch.testing.assert_close(adaptive, plain, rtol=0, atol=0)
