@@ -41,6 +41,17 @@ def shown_heads(results: Dict[str, Dict], layers: Sequence[int],
 def plot_attention(image: np.ndarray, results: Dict[str, Dict],
                    point: Sequence[int], layers: List[int], heads: List[int],
                    mean_heads: bool, path: str) -> None:
+    """Save :func:`attention_figure` as ``path``."""
+    save_figure(
+        attention_figure(image, results, point, layers, heads, mean_heads),
+        path,
+        dpi=100,
+        compact=True)
+
+
+def attention_figure(image: np.ndarray, results: Dict[str, Dict],
+                     point: Sequence[int], layers: List[int], heads: List[int],
+                     mean_heads: bool):
     """Grid: rows are models, columns the image then (layer, head) maps.
 
     Each map is scaled to its own maximum; the title gives the layer, its
@@ -93,18 +104,27 @@ def plot_attention(image: np.ndarray, results: Dict[str, Dict],
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout(pad=0.3)
-    save_figure(fig, path, dpi=100, compact=True)
+    return fig
 
 
 def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
-    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer.
+    """Save :func:`relevance_figure` as ``path``.
 
     Returns:
         bool: False (nothing written) when no model is elliptical.
     """
+    fig = relevance_figure(results, part)
+    if fig is not None:
+        save_figure(fig, path, dpi=100)
+    return fig is not None
+
+
+def relevance_figure(results: Dict[str, Dict], part: str):
+    """Heatmaps of ``m`` (heads x coordinates) per elliptical layer; None
+    when no model is elliptical."""
     ell = {n: r['relevance'] for n, r in results.items() if r['relevance']}
     if not ell:
-        return False
+        return None
     plt = pyplot()
     rows = max(len(v) for v in ell.values())
     fig, axes = plt.subplots(
@@ -135,5 +155,4 @@ def plot_relevance(results: Dict[str, Dict], path: str, part: str) -> bool:
         for r in range(len(rel), rows):
             axes[r][c].axis('off')
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label='m')
-    save_figure(fig, path, dpi=100)
-    return True
+    return fig

@@ -12,6 +12,7 @@ import os
 import os.path as osp
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 from prettytable import PrettyTable, TableStyle
 
 Rows = Sequence[Sequence[Any]]
@@ -67,6 +68,15 @@ def pyplot():
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     return plt
+
+
+def figure_array(fig) -> np.ndarray:
+    """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``; closes
+    it."""
+    fig.canvas.draw()
+    array = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    pyplot().close(fig)
+    return array
 
 
 def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
