@@ -11,7 +11,8 @@ import sys
 
 import pytest
 import torch
-from builders import DEMO_DOT, DEMO_ELLIPTICAL, tiny_config
+from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, ROOT,
+                      sync_bn_to_bn, tiny_config, tiny_query_head)
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 from processes import free_port, run_command
@@ -295,3 +296,92 @@ def test_measure_leaves_the_model_and_the_random_state(demo_root, tmp_path,
     torch.set_rng_state(states[2])
     hook.measure(runner, 3, images=True)
     assert [f() for f in rng] == expected
+
+
+def measured(cfg, tmp_path, hook: dict) -> tuple:
+    """Build the runner of ``cfg`` with ``hook``, measure once at step 1
+    (with images) and save the weights: ``(scalars, [config,
+    checkpoint])``."""
+    from mmengine.runner.checkpoint import save_checkpoint
+
+    from mmseg_elliptical.datasets.demo_shapes import CLASSES, PALETTE
+    from mmseg_elliptical.engine.hooks import EllipticalEvidenceHook
+    cfg.custom_hooks = [hook]
+    cfg.visualizer.name = f'family_{tmp_path.name}'
+    runner = Runner.from_cfg(cfg)
+    evidence = [
+        h for h in runner.hooks if isinstance(h, EllipticalEvidenceHook)
+    ][0]
+    evidence.before_run(runner)
+    evidence.measure(runner, 1, images=True)
+    paths = [str(tmp_path / 'model.py'), str(tmp_path / 'model.pth')]
+    cfg.dump(paths[0])
+    save_checkpoint(
+        dict(
+            state_dict=runner.model.state_dict(),
+            meta=dict(dataset_meta=dict(classes=CLASSES, palette=PALETTE))),
+        paths[1])
+    return runner.message_hub.get_info('elliptical_evidence'), paths
+
+
+def check_tool_numbers(scalars: dict, paths: list, part: str,
+                       images: int) -> None:
+    """The logged collapse and m statistics are the offline tool's."""
+    offline = measure_collapse(
+        ModelSpec('tool', *paths),
+        split='val',
+        part=part,
+        max_images=images,
+        progress=False)
+    n = len(offline['cosine'])
+    width = len(str(n - 1))
+    for i in range(n):
+        layer = f'{part}/L{i:0{width}d}'
+        assert scalars[f'collapse/{layer}'] == offline['cosine'][i]
+        assert f'entropy/{layer}' in scalars
+        for key in ('mean', 'min', 'effective', 'spread'):
+            assert scalars.get(f'm_{key}/{layer}') == \
+                offline[f'relevance_{key}'][i], (key, i)
+    assert len(scalars) == 2 * n + 4 * sum(v is not None
+                                           for v in offline['relevance_mean'])
+
+
+@pytest.mark.parametrize('family', BACKBONES)
+def test_every_family(demo_root, tmp_path, family) -> None:
+    cfg = family_config(family, demo_root, str(tmp_path))
+    hook = dict(type='EllipticalEvidenceHook', num_images=2, point=(5, 60))
+    scalars, paths = measured(cfg, tmp_path, hook)
+    check_tool_numbers(scalars, paths, 'backbone', 2)
+    images = os.listdir(
+        glob.glob(str(tmp_path / '*' / 'vis_data'))[0] + '/vis_image')
+    assert {'evidence_attention_backbone_1.png',
+            'evidence_m_backbone_1.png'} <= set(images)
+
+
+@pytest.mark.skipif(not HAS_MMDET, reason='needs mmdet (the extra)')
+def test_mask2former_decoder(demo_root, tmp_path) -> None:
+    from mmseg_elliptical.utils import load_config
+    path = osp.join(
+        ROOT, 'configs', 'mask2former',
+        'mask2former_elliptical-swin-t_elliptical-mask_8xb2-160k_'
+        'ade20k-512x512.py')
+    cfg = tiny_config(DEMO_DOT, demo_root, str(tmp_path))
+    model = load_config(path).model
+    model.pretrained = None
+    model.data_preprocessor = cfg.model.data_preprocessor
+    model.backbone.embed_dims //= 4
+    model.backbone.pop('init_cfg', None)
+    model.backbone.pretrain_img_size = 64
+    widths = [model.backbone.embed_dims * 2**i for i in range(4)]
+    tiny_query_head(model.decode_head, widths, num_queries=8, num_points=64)
+    model.decode_head.num_classes = 5
+    model.decode_head.loss_cls.class_weight = [1.0] * 5 + [0.1]
+    cfg.model = sync_bn_to_bn(model)
+    hook = dict(
+        type='EllipticalEvidenceHook', num_images=2, part='decode_head')
+    scalars, paths = measured(cfg, tmp_path, hook)
+    check_tool_numbers(scalars, paths, 'decode_head', 2)
+    images = os.listdir(
+        glob.glob(str(tmp_path / '*' / 'vis_data'))[0] + '/vis_image')
+    assert 'evidence_m_decode_head_1.png' in images  # no grid: no map
+    assert 'evidence_attention_decode_head_1.png' not in images

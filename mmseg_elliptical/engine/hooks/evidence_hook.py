@@ -2,6 +2,7 @@
 and pictures, to every backend of the runner's visualizer."""
 import copy
 import random
+import time
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional, Sequence
 
@@ -129,6 +130,8 @@ class EllipticalEvidenceHook(Hook):
         self.heads = heads
         self.batches: List[dict] = []
         self._last_step: Optional[int] = None
+        #: Seconds spent measuring so far (what the hook costs a run).
+        self.seconds = 0.0
 
     def before_run(self, runner) -> None:
         """Check the probe set, the point and the part; load the probe."""
@@ -185,6 +188,7 @@ class EllipticalEvidenceHook(Hook):
         if not is_main_process() or step == self._last_step:
             return
         self._last_step = step
+        start = time.perf_counter()
         model = runner.model.module if is_model_wrapper(runner.model) \
             else runner.model
         with kept_rng(), kept_modes(model), torch.no_grad():
@@ -203,6 +207,7 @@ class EllipticalEvidenceHook(Hook):
             runner.message_hub.update_info('elliptical_evidence', scalars)
             if images:
                 self.draw(runner, probe, outputs, step)
+        self.seconds += time.perf_counter() - start
 
     def scalars(self, collapse: Dict,
                 entropy: List[Optional[float]]) -> Dict[str, float]:
