@@ -70,13 +70,15 @@ def pyplot():
     return plt
 
 
-def figure_array(fig) -> np.ndarray:
-    """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``; closes
-    it."""
-    fig.canvas.draw()
-    array = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+def figure_array(fig, dpi: int = 100) -> np.ndarray:
+    """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
+    its content as :func:`save_figure` saves it; closes it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=dpi, bbox_inches='tight')
     pyplot().close(fig)
-    return array
+    buffer.seek(0)
+    rgba = pyplot().imread(buffer)
+    return (rgba[..., :3] * 255).round().astype(np.uint8)
 
 
 def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
