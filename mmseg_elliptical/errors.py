@@ -8,7 +8,7 @@ keeps its traceback, which then points at a bug.
 
 
 class ConfigError(ValueError):
-    """A model argument the plugin refuses."""
+    """A model or hook argument the plugin refuses."""
 
 
 class InputError(ValueError):
