@@ -141,6 +141,31 @@ DROPOUT = {
 }
 
 
+def test_schedule_of_scalars_and_images(demo_root, tmp_path,
+                                        monkeypatch) -> None:
+    from mmseg_elliptical.engine.hooks import EllipticalEvidenceHook
+    calls = []
+    monkeypatch.setattr(
+        EllipticalEvidenceHook,
+        'measure',
+        lambda self, runner, step, images=False: calls.append((step, images)))
+    cfg = hooked_config(
+        DEMO_ELLIPTICAL,
+        demo_root,
+        str(tmp_path),
+        dict(HOOK, interval=2, image_interval=3),
+        **{
+            'train_cfg.max_iters': 6,
+            'train_cfg.val_interval': 4
+        },
+        experiment_name=f'schedule_{tmp_path.name}')
+    Runner.from_cfg(cfg).train()
+    # every 2 (scalars), every 3 (with images), after validating at 4 and
+    # at the end (measure() skips a step it has measured)
+    assert calls == [(2, False), (3, True), (4, False), (4, False), (6, True),
+                     (6, False)]
+
+
 @pytest.mark.slow
 def test_weights_bitwise_equal_with_and_without_the_hook(demo_root,
                                                          tmp_path) -> None:

@@ -174,9 +174,9 @@ class EllipticalEvidenceHook(Hook):
                          batch_idx: int,
                          data_batch=None,
                          outputs=None) -> None:
-        if self.every_n_train_iters(runner, self.interval):
-            images = self.image_interval is not None and \
-                self.every_n_train_iters(runner, self.image_interval)
+        images = self.image_interval is not None and \
+            self.every_n_train_iters(runner, self.image_interval)
+        if images or self.every_n_train_iters(runner, self.interval):
             self.measure(runner, runner.iter + 1, images)
 
     def after_val_epoch(self, runner, metrics=None) -> None:
