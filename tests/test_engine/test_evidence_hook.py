@@ -410,3 +410,17 @@ def test_mask2former_decoder(demo_root, tmp_path) -> None:
         glob.glob(str(tmp_path / '*' / 'vis_data'))[0] + '/vis_image')
     assert 'evidence_m_decode_head_1.png' in images  # no grid: no map
     assert 'evidence_attention_decode_head_1.png' not in images
+
+
+def test_segmenter_head_layers(demo_root, tmp_path) -> None:
+    # mmseg's own head (measured on a converted copy), tokens on the
+    # backbone's grid: maps as well as collapse.
+    cfg = tiny_config(DEMO_ELLIPTICAL, demo_root, str(tmp_path))
+    hook = dict(
+        type='EllipticalEvidenceHook', num_images=2, part='decode_head')
+    scalars, paths = measured(cfg, tmp_path, hook)
+    check_tool_numbers(scalars, paths, 'decode_head', 2)
+    assert 'collapse/decode_head/L1' in scalars
+    images = os.listdir(
+        glob.glob(str(tmp_path / '*' / 'vis_data'))[0] + '/vis_image')
+    assert 'evidence_attention_decode_head_1.png' in images
