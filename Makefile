@@ -5,7 +5,9 @@
 #   make test   check the code style (make lint), then run the test suite
 # The inner loop: make test-fast (the tests not marked slow: no subprocess,
 # torchrun, export, torch.compile or end-to-end training; no lint).
-# More: make demo-dot (the dot-product twin), make compare (both twins on 3
+# More: make demo-dot (the dot-product twin), make demo-tb (both twins with
+# their evidence live in TensorBoard: collapse, m, attention; then it prints
+# the tensorboard command), make compare (both twins on 3
 # seeds: mean and standard deviation of mIoU, and a plot of mIoU over
 # iterations; runs that finished before are kept), make benchmark (the ViT-T
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
@@ -37,8 +39,8 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
-.PHONY: setup demo demo-dot compare export lint test test-fast benchmark speed \
-	report
+.PHONY: setup demo demo-dot demo-tb compare export lint test test-fast benchmark \
+	speed report
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -48,6 +50,15 @@ demo: setup
 
 demo-dot: setup
 	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_DOT_CONFIG) --work-dir work_dirs/demo_dot
+
+# Both twins with EllipticalEvidenceHook and TensorBoard, into one log dir.
+DEMO_TB_DIR ?= work_dirs/demo_tb
+demo-tb: setup
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_CONFIG:.py=_tensorboard.py) \
+		--work-dir $(DEMO_TB_DIR)/elliptical
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_DOT_CONFIG:.py=_tensorboard.py) \
+		--work-dir $(DEMO_TB_DIR)/dot-product
+	@echo "Evidence of both twins: $(VENV)/bin/tensorboard --logdir $(DEMO_TB_DIR)"
 
 compare: setup
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \

@@ -3,7 +3,7 @@ tools end with one line and status 2 on any of :data:`INPUT_ERRORS`."""
 
 
 class ConfigError(ValueError):
-    """A model argument the plugin refuses."""
+    """A model or hook argument the plugin refuses."""
 
 
 class InputError(ValueError):

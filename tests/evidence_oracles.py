@@ -3,6 +3,7 @@ slide inference, the drawing of predictions, token similarity, Swin's
 window slots, the robustness summary and the paired bootstrap, written out
 with loops and textbook formulas (``oracles.py`` holds the method and the
 models)."""
+import math
 from typing import Dict, Sequence
 
 import numpy as np
@@ -159,3 +160,34 @@ def bootstrap_by_hand(a, b, resamples: int, seed: int) -> Dict:
     full = np.arange(n)
     low, high = np.percentile(diffs, [2.5, 97.5])
     return dict(difference=stat(a, full) - stat(b, full), low=low, high=high)
+
+
+# ------------------------------------------------- m and attention entropy
+
+
+def relevance_statistics_by_hand(m: torch.Tensor) -> Dict[str, list]:
+    """Per sample of ``m [B, H, 1, d]``: mean and min over every value, and
+    the mean over heads of ``(sum m)^2 / (d sum m^2)``, with loops."""
+    out = dict(mean=[], min=[], effective=[])
+    for sample in m.double().tolist():
+        values = [v for head in sample for v in head[0]]
+        out['mean'].append(sum(values) / len(values))
+        out['min'].append(min(values))
+        eff = [
+            sum(h[0])**2 / (len(h[0]) * sum(v * v for v in h[0]))
+            for h in sample
+        ]
+        out['effective'].append(sum(eff) / len(eff))
+    return out
+
+
+def entropy_by_hand(probs: torch.Tensor) -> list:
+    """Per batch entry of ``probs [B, H, N, M]``: the mean over heads and
+    rows of ``-sum p ln p`` (0 ln 0 = 0), with loops."""
+    out = []
+    for sample in probs.double().tolist():
+        rows = [row for head in sample for row in head]
+        out.append(
+            sum(-sum(p * math.log(p) for p in row if p > 0)
+                for row in rows) / len(rows))
+    return out

@@ -63,4 +63,7 @@ default_hooks = dict(
         type='CheckpointHook', by_epoch=False, interval=500, max_keep_ckpts=2))
 # Ends the run with the per-class IoU table and a picture of predictions.
 custom_hooks = [dict(type='SegSummaryHook', num_scenes=6)]
+# Live evidence (docs/evidence.md): add dict(type='EllipticalEvidenceHook')
+# to custom_hooks; and for TensorBoard (pip install -e .[tensorboard]):
+# visualizer = dict(vis_backends=[dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')])  # noqa: E501
 randomness = dict(seed=0)

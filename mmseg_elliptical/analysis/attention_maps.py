@@ -126,10 +126,33 @@ def model_attention(spec: ModelSpec,
     from mmseg.apis import init_model
     cfg = load_config(spec.config, cfg_options)
     model = init_model(cfg, spec.checkpoint, device=device)
+    return attention_of(model, cfg, image, point, layers, part, spec.name)
+
+
+@torch.no_grad()
+def attention_of(model: nn.Module,
+                 cfg,
+                 image: str,
+                 point: Sequence[int],
+                 layers: Optional[Sequence[int]] = None,
+                 part: str = 'backbone',
+                 name: str = 'model') -> Dict:
+    """:func:`model_attention` on a built segmentor (in eval mode).
+
+    Args:
+        model (nn.Module): The segmentor; mmseg's own part is converted in
+            place (see :func:`~.layers.transformer_layers`).
+        cfg (Config): Its config (the test pipeline).
+        image, point, layers, part: As :func:`model_attention`.
+        name (str): The model's name in errors. Defaults to ``'model'``.
+
+    Returns:
+        dict: As :func:`model_attention`.
+    """
     found = transformer_layers(model, part, convert=True)
     layers = sorted(set(layers)) if layers else default_layers(
         len(found.layers))
-    check_map_layers(found, layers, spec.name)
+    check_map_layers(found, layers, name)
     inputs, meta = prepare_image(model, cfg, image)
     try:
         xy = input_point(point, meta['ori_shape'], meta['img_shape'])
@@ -160,7 +183,7 @@ def model_attention(spec: ModelSpec,
             continue
         if len(record.probs) != 1:
             raise ValueError(
-                f'{spec.name}: layer {i} attended {len(record.probs)} times '
+                f'{name}: layer {i} attended {len(record.probs)} times '
                 'in one forward of the model; expected once.')
         grid, stride = _grid(found, i, record, backbone)
         query = query_token(xy, box, stride, grid)

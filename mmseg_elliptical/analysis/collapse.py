@@ -11,8 +11,17 @@ from ..utils.config import ModelSpec, load_config, split_loader
 from ..utils.output import markdown_table, pyplot, wrap_label, write_report
 from .layers import TransformerLayers, transformer_layers
 from .loaders import subset_loader_cfg
-from .measures import mean_pairwise_cosine, relevance_spread
+from .measures import (mean_pairwise_cosine, relevance_spread,
+                       relevance_statistics)
 from .recorder import LayerRecorder
+
+#: Per-image statistics of ``m`` (:class:`CollapseMeter`) and the names of
+#: their per-layer results (the minimum of ``m_min``, the mean of the rest).
+RELEVANCE_KEYS = dict(
+    spread='relevance_spread',
+    m_mean='relevance_mean',
+    m_min='relevance_min',
+    m_effective='relevance_effective')
 
 
 def inference_mode(test_cfg: Optional[Dict]) -> str:
@@ -36,7 +45,9 @@ class CollapseMeter:
 
     def __init__(self, found: TransformerLayers) -> None:
         self.found = found
-        #: Per image, per layer: ``cosine``, ``spread``, ``tokens``.
+        #: One entry per image, in the order collected: per layer the
+        #: ``cosine``, ``spread`` and ``m_mean`` / ``m_min`` /
+        #: ``m_effective`` of each forward and the counted ``tokens``.
         self.images: List[Dict] = []
         relevance = all(
             isinstance(found.attention(i), EllipticalAttentionMixin)
@@ -64,21 +75,34 @@ class CollapseMeter:
                 while len(batch) < len(cos):
                     batch.append(
                         dict(
-                            cosine=[[] for _ in range(n)],
-                            spread=[[] for _ in range(n)],
-                            tokens=[0] * n))
+                            tokens=[0] * n,
+                            **{
+                                k: [[] for _ in range(n)]
+                                for k in ('cosine', *RELEVANCE_KEYS)
+                            }))
                 for image, value in zip(batch, cos):
                     image['cosine'][i].append(value)
                     image['tokens'][i] = counted.shape[1]
             for m in record.relevance:
-                for image, value in zip(batch, relevance_spread(m).tolist()):
-                    image['spread'][i].append(value)
+                stats = relevance_statistics(m)
+                stats = dict(
+                    spread=relevance_spread(m),
+                    **{
+                        f'm_{k}': v
+                        for k, v in stats.items()
+                    })
+                for key, values in stats.items():
+                    for image, value in zip(batch, values.tolist()):
+                        image[key][i].append(value)
         self.images += batch
         self.recorder.clear()
 
     def result(self, images: Optional[List[Dict]] = None) -> Dict:
-        """Per layer ``cosine``, ``cosine_std``, ``relevance_spread`` (None
-        for dot-product layers), ``stage`` and ``tokens``, and ``samples``.
+        """Per layer ``cosine`` and ``cosine_std`` (over samples: every
+        forward of every image), ``relevance_spread``, ``relevance_mean``,
+        ``relevance_min`` (the minimum over samples) and
+        ``relevance_effective`` (each None for dot-product layers), ``stage``
+        and ``tokens`` (counted tokens of the last image), and ``samples``.
 
         Args:
             images (list[dict], optional): Defaults to :attr:`images`.
@@ -89,18 +113,21 @@ class CollapseMeter:
         out = dict(
             cosine=[],
             cosine_std=[],
-            relevance_spread=[],
+            **{key: []
+               for key in RELEVANCE_KEYS.values()},
             stage=list(self.found.stages),
             tokens=list(images[-1]['tokens']))
-        for i in range(len(self.found.layers)):
+        n = len(self.found.layers)
+        for i in range(n):
             cos = torch.tensor([v for im in images for v in im['cosine'][i]],
                                dtype=torch.float64)
-            spread = [v for im in images for v in im['spread'][i]]
             out['cosine'].append(cos.mean().item())
             out['cosine_std'].append(cos.std(correction=0).item())
-            out['relevance_spread'].append(
-                torch.tensor(spread, dtype=torch.float64).mean().item(
-                ) if spread else None)
+            for key, name in RELEVANCE_KEYS.items():
+                values = torch.tensor([v for im in images for v in im[key][i]],
+                                      dtype=torch.float64)
+                reduce = values.min if key == 'm_min' else values.mean
+                out[name].append(reduce().item() if len(values) else None)
         out['samples'] = sum(len(im['cosine'][0]) for im in images)
         return out
 

@@ -5,13 +5,14 @@ from ..utils.files import check_checkpoint
 from .checkpoint import (load_from_local, mmengine_safe_globals,
                          register_checkpoint_loader,
                          unregister_checkpoint_loader)
-from .hooks import SegSummaryHook
+from .hooks import EllipticalEvidenceHook, SegSummaryHook
 from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
                      start_launcher)
 
 __all__ = [
     'CheckpointError', 'check_checkpoint', 'load_from_local',
     'mmengine_safe_globals', 'register_checkpoint_loader',
-    'unregister_checkpoint_loader', 'SegSummaryHook', 'end_process_group',
-    'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
+    'unregister_checkpoint_loader', 'EllipticalEvidenceHook', 'SegSummaryHook',
+    'end_process_group', 'prepare_cpu_launch', 'run_mmseg_tool',
+    'start_launcher'
 ]

@@ -8,6 +8,7 @@ import os.path as osp
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 from prettytable import PrettyTable, TableStyle
 
 Rows = Sequence[Sequence[Any]]
@@ -75,6 +76,15 @@ def wrap_label(name: str, width: int) -> str:
             else:
                 lines[-1], piece = piece[:width], piece[width:]
     return '\n'.join(line.rstrip() for line in lines if line)
+def figure_array(fig, dpi: int = 100) -> np.ndarray:
+    """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
+    its content as :func:`save_figure` saves it; closes it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=dpi, bbox_inches='tight')
+    pyplot().close(fig)
+    buffer.seek(0)
+    rgba = pyplot().imread(buffer)
+    return (rgba[..., :3] * 255).round().astype(np.uint8)
 
 
 def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:

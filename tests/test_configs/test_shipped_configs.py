@@ -232,3 +232,16 @@ def test_registry_error_without_the_plugin() -> None:
         text = doc.read()
     assert 'is not in the mmseg::model registry' in text
     assert 'Failed to import custom modules' in text
+
+
+@pytest.mark.parametrize('path', [DEMO_ELLIPTICAL, DEMO_DOT])
+def test_demo_tensorboard_configs_add_only_the_hook_and_backend(path):
+    twin = flatten(Config.fromfile(path).to_dict())
+    tb_cfg = Config.fromfile(path[:-3] + '_tensorboard.py')
+    tb = flatten(tb_cfg.to_dict())
+    changed = {k for k in twin.keys() | tb.keys() if twin.get(k) != tb.get(k)}
+    assert changed == {'custom_hooks', 'visualizer.vis_backends'}
+    assert [h['type'] for h in tb_cfg.custom_hooks
+            ] == ['SegSummaryHook', 'EllipticalEvidenceHook']
+    assert [b['type'] for b in tb_cfg.visualizer.vis_backends
+            ] == ['LocalVisBackend', 'TensorboardVisBackend']

@@ -9,13 +9,13 @@
 #   PYTHON      interpreter used to create the venv (default: python3)
 #   WHEELHOUSE  optional folder of prebuilt wheels (e.g. ../shared/wheels holding
 #               mmcv-2.1.0 built for torch 2.13.0); passed to pip as --find-links
-#   EXTRAS      package extras to install (default: tests,robustness,lint,mmdet,deploy)
+#   EXTRAS      package extras to install (default: tests,robustness,lint,mmdet,deploy,tensorboard)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
-EXTRAS="${EXTRAS:-tests,robustness,lint,mmdet,deploy}"
+EXTRAS="${EXTRAS:-tests,robustness,lint,mmdet,deploy,tensorboard}"
 
 FIND_LINKS=()
 if [ -n "${WHEELHOUSE:-}" ]; then

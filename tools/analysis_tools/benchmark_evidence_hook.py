@@ -1,0 +1,93 @@
+"""What EllipticalEvidenceHook costs a training run: the run without and
+with it, side by side.
+
+Trains CONFIG twice in this process, first without the hook, then with it
+(its defaults, or ``--interval`` / ``--image-interval`` / ``--num-images``),
+each in its own work dir under ``--work-dir``, and prints the wall time of
+each run, their ratio, and the seconds spent inside the hook over the
+hooked run's time (the hook's own share, which another process competing
+for the cores does not blur).
+
+Example (the demo, see docs/evidence.md)::
+
+    OMP_NUM_THREADS=1 python tools/analysis_tools/benchmark_evidence_hook.py \\
+        configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
+"""  # noqa: E501
+import argparse
+import os.path as osp
+import time
+from typing import Dict, Optional, Sequence
+
+import mmseg_elliptical  # noqa: F401 (registers the plugin)
+from mmseg_elliptical.engine import EllipticalEvidenceHook
+from mmseg_elliptical.utils import load_config, markdown_table
+from mmseg_elliptical.utils.arguments import (add_cfg_options, config_file,
+                                              positive_int, tool_main)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse the command line."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('config', type=config_file)
+    p.add_argument('--interval', type=positive_int)
+    p.add_argument('--image-interval', type=positive_int)
+    p.add_argument('--num-images', type=positive_int)
+    p.add_argument('--work-dir', default='work_dirs/benchmark_evidence_hook')
+    add_cfg_options(p)
+    return p.parse_args(argv)
+
+
+def train(args: argparse.Namespace, hook: Optional[Dict], name: str) -> tuple:
+    """Train once; return ``(seconds, seconds inside the hook or None)``."""
+    from mmengine.runner import Runner
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.work_dir = osp.join(args.work_dir, name)
+    cfg.experiment_name = f'benchmark_evidence_hook_{name}'
+    cfg.visualizer.name = cfg.experiment_name  # a new one, not the last
+    cfg.custom_hooks = [
+        h for h in cfg.get('custom_hooks', [])
+        if h['type'] != 'EllipticalEvidenceHook'
+    ] + ([hook] if hook else [])
+    runner = Runner.from_cfg(cfg)
+    start = time.perf_counter()
+    runner.train()
+    seconds = time.perf_counter() - start
+    inside = [
+        h.seconds for h in runner.hooks
+        if isinstance(h, EllipticalEvidenceHook)
+    ]
+    return seconds, inside[0] if inside else None
+
+
+@tool_main
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
+    """Run both trainings and print the table; return its numbers."""
+    args = parse_args(argv)
+    hook = dict(type='EllipticalEvidenceHook')
+    for key in ('interval', 'image_interval', 'num_images'):
+        if getattr(args, key) is not None:
+            hook[key] = getattr(args, key)
+    without, _ = train(args, None, 'without_hook')
+    with_hook, inside = train(args, hook, 'with_hook')
+    out = dict(
+        without=without,
+        with_hook=with_hook,
+        ratio=with_hook / without,
+        inside=inside,
+        share=inside / (with_hook - inside))
+    print(
+        markdown_table([
+            'training', 'without the hook (s)', 'with the hook (s)',
+            'with / without', 'inside the hook (s)',
+            'inside / the rest of the run'
+        ], [[
+            osp.basename(args.config), f'{without:.1f}', f'{with_hook:.1f}',
+            f'{out["ratio"]:.3f}', f'{inside:.2f}',
+            f'{100 * out["share"]:.2f} %'
+        ]]))
+    print(f'Hook: {hook}')
+    return out
+
+
+if __name__ == '__main__':
+    main()
