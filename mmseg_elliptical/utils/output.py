@@ -76,6 +76,8 @@ def wrap_label(name: str, width: int) -> str:
             else:
                 lines[-1], piece = piece[:width], piece[width:]
     return '\n'.join(line.rstrip() for line in lines if line)
+
+
 def figure_array(fig, dpi: int = 100) -> np.ndarray:
     """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
     its content as :func:`save_figure` saves it; closes it."""
