@@ -64,6 +64,18 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
         assert collapse['cosine'][1] == pytest.approx(cos, abs=1e-6)
         assert collapse['samples'] == samples == 2
         assert sorted(data['attention']['models'][name]['layers']) == [1, 2]
+        # The adversarial section: the quick preset, adaptive too where
+        # there is m; its clean cell is the accuracy section's.
+        attacked = data['adversarial'][name]
+        assert attacked['clean'] == acc['mIoU']
+        series = ['pgd/linf/5', 'segpgd/linf/5']
+        if name == 'ell':
+            series = [
+                'pgd-adaptive/linf/5', *series[:1], 'segpgd-adaptive/linf/5',
+                series[1]
+            ]
+        assert list(attacked['series']) == series
+        assert sorted(attacked['worst']) == ['1', '4']
         for mode in ('infer', 'train'):
             row = data['speed'][name][mode]
             assert len(row['round_ms']) == 3 and row['median_ms'] > 0
@@ -80,8 +92,8 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
     assert rows[2].startswith('| ell | ')
     assert rows[2].split(' | ')[5].startswith(f'{ratio:.3f} (')
     assert rows[3].split(' | ')[5:7] == ['1.000 (1.000-1.000)', '1.000']
-    for section in ('## Accuracy', '## Robustness', '## Representation',
-                    '## Attention', '## Speed'):
+    for section in ('## Accuracy', '## Robustness', '## Adversarial',
+                    '## Representation', '## Attention', '## Speed'):
         assert section in md
     paired = data['robustness']['ell']['paired']
     assert paired['baseline'] == 'dot' and paired['clean']['images'] == 2
@@ -89,8 +101,9 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
     assert (f'- ell - dot, clean mIoU: {paired["clean"]["difference"]:+.2f}'
             in md)
     assert '| model | P (mIoU) | mPC | rPC | mCE (against dot) | rmCE |' in md
-    for name in ('report.md', 'report.json', 'robustness.png', 'collapse.png',
-                 'attention.png', 'attention_relevance.png'):
+    for name in ('report.md', 'report.json', 'robustness.png',
+                 'adversarial.png', 'collapse.png', 'attention.png',
+                 'attention_relevance.png'):
         assert osp.getsize(osp.join(work, name)) > 0
     saved = json.loads(open(osp.join(work, 'report.json')).read())
 
@@ -101,7 +114,7 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sections, 'model_attention', forbidden('attention'))
     monkeypatch.setattr(benchmark, 'run_benchmark', forbidden('speed'))
     again = tool.main(argv)
-    for key in ('accuracy', 'robustness', 'collapse', 'speed'):
+    for key in ('accuracy', 'robustness', 'adversarial', 'collapse', 'speed'):
         assert json.loads(json.dumps(again[key])) == saved[key]
 
     # One model's speed missing: both are measured again, together.

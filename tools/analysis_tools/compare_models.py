@@ -116,6 +116,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         type=int,
         default=0,
         help='seed of the paired bootstrap (default 0)')
+    p.add_argument(
+        '--attack-protocol',
+        choices=list(rb.ATTACK_PROTOCOLS),
+        default='quick',
+        help='attacks of the adversarial section (default: quick)')
+    p.add_argument(
+        '--no-adaptive',
+        action='store_true',
+        help='leave out the adaptive attack through m')
     p.add_argument('--work-dir', default='work_dirs/report')
     p.add_argument('--device', type=device, default='cpu')
     p.add_argument(
@@ -162,7 +171,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         resamples=args.resamples,
         bootstrap_seed=args.bootstrap_seed,
         cfg_options=args.cfg_options or {},
-        device=args.device)
+        device=args.device,
+        attack_protocol=args.attack_protocol,
+        adaptive=not args.no_adaptive)
     options.launch = start_launcher(launcher_of(args))
     try:
         data = compare_models(

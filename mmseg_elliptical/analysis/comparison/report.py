@@ -92,6 +92,14 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         resamples=options.resamples,
         seed=options.bootstrap_seed)
     collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
+    adversarial = rb.write_attack_report(
+        parts['adversarial'],
+        names,
+        work_dir,
+        baseline_of(specs, options),
+        resamples=options.resamples,
+        seed=options.bootstrap_seed)
+    preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
     speed = parts['speed']
     meta = next(iter(speed.values()))['meta']
     image, point = parts['query']
@@ -111,7 +119,12 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         'docs/evidence.md). The intervals: a paired bootstrap over the '
         'images.', '', robustness, '',
         '![mIoU per corruption and severity](robustness.png)', '',
-        f'## Representation collapse ({options.part})', '',
+        f'## Adversarial robustness ({options.attack_protocol} preset: '
+        f'{preset.description}'
+        f'{"; adaptive: through m too" if options.adaptive else ""})', '',
+        adversarial.split('\n',
+                          2)[2], '', '![mIoU against eps](adversarial.png)',
+        '', f'## Representation collapse ({options.part})', '',
         'Mean pairwise cosine of the tokens each layer outputs (forward '
         'order across stages; cls token and class embeddings left out), '
         'and the spread of `m` in elliptical layers.', '', collapse,
@@ -185,6 +198,7 @@ def report_data(specs: Sequence[ModelSpec], options: ReportOptions,
         accuracy={n: cells[n]['clean']
                   for n in names},
         robustness=store.data['summary'],
+        adversarial=parts['adversarial'].data['summary'],
         collapse=parts['collapse'],
         attention=dict(
             image=parts['query'][0], point=parts['query'][1],
@@ -228,6 +242,8 @@ def compare_models(specs: Sequence[ModelSpec],
     parts: Dict[str, object] = {}
     parts['robustness'] = sections.accuracy_and_robustness(
         specs, options, work_dir, quiet)
+    parts['adversarial'] = sections.adversarial(specs, options, work_dir,
+                                                quiet)
     parts['collapse'] = sections.collapse(specs, options, work_dir)
     if not is_main_process():
         return None
@@ -246,8 +262,8 @@ def compare_models(specs: Sequence[ModelSpec],
 
 def report_files(work_dir: str) -> List[str]:
     """The report's files, for the tool to print."""
-    names = ('report.md', 'report.json', 'robustness.png', 'collapse.png',
-             'attention.png', 'attention_relevance.png')
+    names = ('report.md', 'report.json', 'robustness.png', 'adversarial.png',
+             'collapse.png', 'attention.png', 'attention_relevance.png')
     return [
         osp.join(work_dir, n) for n in names
         if osp.exists(osp.join(work_dir, n))

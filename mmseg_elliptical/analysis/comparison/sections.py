@@ -41,6 +41,9 @@ class ReportOptions:
         cfg_options (dict): Overrides of every config.
         device (str): Device.
         launch (dict): The runners' launcher options.
+        attack_protocol (str): The adversarial section's preset
+            (:data:`~..robustness.ATTACK_PROTOCOLS`).
+        adaptive (bool): Also attack the elliptical models through ``m``.
     """
     corruptions: List[str] = field(
         default_factory=lambda: list(DEFAULT_CORRUPTIONS))
@@ -61,6 +64,8 @@ class ReportOptions:
     cfg_options: Dict = field(default_factory=dict)
     device: str = 'cpu'
     launch: Dict = field(default_factory=dict)
+    attack_protocol: str = 'quick'
+    adaptive: bool = True
 
 
 def store_of(work_dir: str,
@@ -110,6 +115,59 @@ def accuracy_and_robustness(specs: Sequence[ModelSpec],
         quiet=quiet,
         per_class=True,
         launch_options=options.launch)
+
+
+def attack_cells(options: ReportOptions, adaptive: bool) -> List:
+    """The attack cells of the report's preset (clean first)."""
+    preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
+    cells = [(None, None)]
+    for name in preset.attacks:
+        for eps in preset.epsilons:
+            step = preset.step_size or preset.step_ratio * eps
+            cells.append(
+                rb.Attack(
+                    name,
+                    preset.norm,
+                    eps,
+                    preset.steps,
+                    step,
+                    labels=preset.labels,
+                    adaptive=adaptive))
+    return cells
+
+
+def adversarial(specs: Sequence[ModelSpec],
+                options: ReportOptions,
+                work_dir: str,
+                quiet: bool = True) -> rb.ResultStore:
+    """Every model under the preset's attacks and, with ``adaptive``, the
+    elliptical ones under the same attacks through ``m``
+    (:func:`~..robustness.grid.run_cells`)."""
+    cells = {}
+    for spec in specs:
+        elliptical = rb.has_elliptical_layers(
+            load_config(spec.config, options.cfg_options).model)
+        cells[spec.name] = attack_cells(options, False)
+        if options.adaptive and elliptical:
+            cells[spec.name] += attack_cells(options, True)[1:]
+    preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
+    return rb.run_cells(
+        specs,
+        cells,
+        osp.join(work_dir, 'cells', 'adversarial.json'),
+        osp.join(work_dir, 'cells'),
+        max_images=options.max_images,
+        cfg_options=options.cfg_options,
+        quiet=quiet,
+        per_class=True,
+        launch_options=options.launch,
+        settings=dict(
+            threat='attack',
+            norm=preset.norm,
+            step_size=preset.step_size,
+            step_ratio=preset.step_ratio,
+            random_start=False,
+            labels=preset.labels))
 
 
 def collapse(specs: Sequence[ModelSpec], options: ReportOptions,
