@@ -20,6 +20,8 @@
 # work_dirs/speed/overview.md), make report (both demo checkpoints side by
 # side: accuracy per class, robustness, collapse, attention, speed; trains a
 # missing one first; what is measured already is kept; work_dirs/report/),
+# make adversarial (both demo checkpoints under PGD and SegPGD, the elliptical
+# one also through m; the paired verdict; work_dirs/adversarial/),
 # make export (make demo's checkpoint, trained first if missing, exported to
 # ONNX, verified against PyTorch and tested with onnxruntime: its mIoU must
 # equal PyTorch's within 0.01).
@@ -40,7 +42,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
 .PHONY: setup demo demo-dot demo-tb compare export lint test test-fast benchmark \
-	speed report
+	speed report adversarial
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
@@ -80,6 +82,14 @@ $(DEMO_CKPT):
 
 $(DEMO_DOT_CKPT):
 	$(MAKE) demo-dot
+
+ADVERSARIAL_ARGS ?= --protocol quick --adaptive
+
+adversarial: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
+	$(DEMO_ENV) $(PY) tools/analysis_tools/adversarial.py \
+		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
+		--names elliptical dot-product --baseline dot-product $(ADVERSARIAL_ARGS) \
+		--work-dir work_dirs/adversarial
 
 export: setup $(DEMO_CKPT)
 	$(DEMO_ENV) $(PY) tools/deployment/pytorch2onnx.py $(DEMO_CONFIG) --checkpoint $(DEMO_CKPT) \
