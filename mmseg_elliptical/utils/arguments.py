@@ -181,6 +181,16 @@ def add_cfg_options(parser: argparse.ArgumentParser,
         help=f'override settings of {what}, as in tools/test.py')
 
 
+def add_allow_partial(parser: argparse.ArgumentParser) -> None:
+    """``--allow-partial``: load a checkpoint that does not fit the config's
+    model (what fits; the report says so), instead of refusing it."""
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='load a checkpoint whose weights do not all fit the model '
+        '(the rest stays random; the report says so) instead of refusing it')
+
+
 def add_launcher(parser: argparse.ArgumentParser) -> None:
     """``--launcher none|pytorch|slurm`` and torch.distributed.launch's
     ``--local-rank``, as in mmseg's ``tools/test.py``."""

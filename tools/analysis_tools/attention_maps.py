@@ -32,8 +32,10 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                        plot_relevance, shown_heads,
                                        shown_layers)
+from mmseg_elliptical.engine import check_models_fit
 from mmseg_elliptical.models import PARTS
-from mmseg_elliptical.utils.arguments import (add_cfg_options, device,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, device,
                                               image_file, model_pairs,
                                               non_negative_int, tool_main)
 
@@ -86,6 +88,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='m figure (default: <out stem>_relevance.png next to --out)')
     parser.add_argument('--device', type=device, default='cpu')
     add_cfg_options(parser)
+    add_allow_partial(parser)
     args = parser.parse_args(argv)
     height, width = cv2.imread(args.image).shape[:2]
     x, y = args.point
@@ -101,6 +104,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
+    check_models_fit(args.specs, args.cfg_options, args.allow_partial)
     results = {
         s.name:
         model_attention(s, args.image, args.point, args.layers, args.part,

@@ -25,9 +25,11 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
-from mmseg_elliptical.engine import end_process_group, start_launcher
+from mmseg_elliptical.engine import (check_models_fit, end_process_group,
+                                     note_partial_loads, start_launcher)
 from mmseg_elliptical.models import PARTS
-from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, add_launcher,
                                               device, launcher_of, model_pairs,
                                               positive_int, tool_main)
 
@@ -60,6 +62,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--out-dir', default='work_dirs/collapse')
     parser.add_argument('--device', type=device, default='cpu')
     add_cfg_options(parser)
+    add_allow_partial(parser)
     add_launcher(parser)
     args = parser.parse_args(argv)
     args.specs = model_pairs(parser, args.models, args.names)
@@ -72,6 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     0; None on the other processes)."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
+    notes = check_models_fit(args.specs, args.cfg_options, args.allow_partial)
     start_launcher(launcher_of(args))
     try:
         results = {}
@@ -86,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
             return None
         os.makedirs(args.out_dir, exist_ok=True)
         text = write_collapse_report(results, args.out_dir, args.part)
-        print(text)
+        print(text + note_partial_loads(f'{args.out_dir}/collapse.md', notes))
         print(f'Results in {args.out_dir}/collapse.{{json,md,csv,png}}')
     finally:
         end_process_group()
