@@ -6,7 +6,7 @@ from .checkpoint import (load_from_local, mmengine_safe_globals,
                          register_checkpoint_loader,
                          unregister_checkpoint_loader)
 from .fit import (WeightsFit, check_models_fit, check_weights_fit,
-                  note_partial_loads, weights_fit)
+                  fitting_models, note_partial_loads, weights_fit)
 from .hooks import SegSummaryHook
 from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
                      start_launcher)
@@ -15,7 +15,7 @@ __all__ = [
     'CheckpointError', 'check_checkpoint', 'load_from_local',
     'mmengine_safe_globals', 'register_checkpoint_loader',
     'unregister_checkpoint_loader', 'WeightsFit', 'check_models_fit',
-    'check_weights_fit', 'note_partial_loads', 'weights_fit', 'SegSummaryHook',
-    'end_process_group', 'prepare_cpu_launch', 'run_mmseg_tool',
-    'start_launcher'
+    'check_weights_fit', 'fitting_models', 'note_partial_loads', 'weights_fit',
+    'SegSummaryHook', 'end_process_group', 'prepare_cpu_launch',
+    'run_mmseg_tool', 'start_launcher'
 ]

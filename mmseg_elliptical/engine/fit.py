@@ -7,6 +7,7 @@ initialised, and the tool goes on measuring a random model. The plugin's
 tools refuse such a pair instead (:func:`check_weights_fit`), unless the
 user asks for a partial load.
 """
+import argparse
 import copy
 import logging
 import re
@@ -161,3 +162,20 @@ def note_partial_loads(report: str, notes: Sequence[str]) -> str:
     with open(report, 'a') as f:
         f.write(text)
     return text
+
+
+def fitting_models(parser: argparse.ArgumentParser,
+                   specs: Sequence,
+                   cfg_options: Optional[Dict] = None,
+                   allow_partial: bool = False) -> List[str]:
+    """:func:`check_models_fit` as a tool's last argument check: a
+    checkpoint that does not fit is a command-line error (so
+    ``tools/check_args.py`` stops a launch before torchrun).
+
+    Returns:
+        list[str]: The notes of the partial loads.
+    """
+    try:
+        return check_models_fit(specs, cfg_options, allow_partial)
+    except CheckpointError as e:
+        parser.error(f'argument CONFIG CHECKPOINT: {e}')

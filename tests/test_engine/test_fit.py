@@ -1,41 +1,21 @@
 """``engine/fit.py``: a checkpoint whose weights do not fit the config's
 model is refused by every tool that takes one, before any work, unless
-``--allow-partial``; then the report says so."""
+``--allow-partial``; then the report says so. (``other_vit``: conftest.)"""
 import json
 import os.path as osp
 import re
 
 import pytest
 import torch
-from builders import DEMO_DOT, demo_config, onnx_graph
+from builders import onnx_graph
 from processes import load_tool, refused
-from saved_models import load_model, save_model
+from saved_models import load_model
 
 from mmseg_elliptical.deploy import missing_packages
 from mmseg_elliptical.engine import check_weights_fit, weights_fit
 from mmseg_elliptical.errors import CheckpointError
 
 pytestmark = pytest.mark.usefixtures('single_thread')
-
-
-@pytest.fixture(scope='module')
-def other_vit(demo_root, tmp_path_factory) -> str:
-    """The checkpoint of another ViT: 4 layers of 64 dims and 4 heads, not
-    the demo models' 3 of 48 and 3."""
-    tmp = tmp_path_factory.mktemp('other_vit')
-    cfg = demo_config(DEMO_DOT, demo_root, str(tmp / 'wd'))
-    dims = ('backbone.embed_dims', 'decode_head.in_channels',
-            'decode_head.channels', 'decode_head.embed_dims')
-    cfg.merge_from_dict({
-        'model.backbone.num_layers': 4,
-        'model.backbone.num_heads': 4,
-        'model.decode_head.num_heads': 4,
-        **{
-            f'model.{k}': 64
-            for k in dims
-        }
-    })
-    return save_model(cfg, str(tmp / 'other.py'))[1]
 
 
 def torch_verdict(model: torch.nn.Module, state: dict) -> tuple:

@@ -32,7 +32,7 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                        plot_relevance, shown_heads,
                                        shown_layers)
-from mmseg_elliptical.engine import check_models_fit
+from mmseg_elliptical.engine import fitting_models
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, device,
@@ -97,6 +97,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'{width} x {height} image {args.image} (x is the '
                      f'column, 0..{width - 1}; y the row, 0..{height - 1}).')
     args.specs = model_pairs(parser, args.models, args.names)
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -104,7 +106,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
-    check_models_fit(args.specs, args.cfg_options, args.allow_partial)
     results = {
         s.name:
         model_attention(s, args.image, args.point, args.layers, args.part,

@@ -25,7 +25,7 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
-from mmseg_elliptical.engine import (check_models_fit, end_process_group,
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
                                      note_partial_loads, start_launcher)
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
@@ -66,6 +66,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_launcher(parser)
     args = parser.parse_args(argv)
     args.specs = model_pairs(parser, args.models, args.names)
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -75,7 +77,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     0; None on the other processes)."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    notes = check_models_fit(args.specs, args.cfg_options, args.allow_partial)
     start_launcher(launcher_of(args))
     try:
         results = {}
@@ -90,7 +91,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
             return None
         os.makedirs(args.out_dir, exist_ok=True)
         text = write_collapse_report(results, args.out_dir, args.part)
-        print(text + note_partial_loads(f'{args.out_dir}/collapse.md', notes))
+        print(text +
+              note_partial_loads(f'{args.out_dir}/collapse.md', args.notes))
         print(f'Results in {args.out_dir}/collapse.{{json,md,csv,png}}')
     finally:
         end_process_group()

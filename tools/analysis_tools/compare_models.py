@@ -30,7 +30,7 @@ from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.comparison import (DEFAULT_CORRUPTIONS,
                                                   ReportOptions,
                                                   compare_models, report_files)
-from mmseg_elliptical.engine import (check_models_fit, end_process_group,
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
                                      note_partial_loads, start_launcher)
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
@@ -140,6 +140,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.baseline is not None and args.baseline not in names:
         p.error(f'argument --baseline: {args.baseline!r} is none of the '
                 f'models {names} (see --names).')
+    args.notes = fitting_models(p, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -148,7 +150,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
     """Write the report; return its JSON data (None on the processes but
     rank 0)."""
     args = parse_args(argv)
-    notes = check_models_fit(args.specs, args.cfg_options, args.allow_partial)
     options = ReportOptions(
         corruptions=args.corruptions,
         severities=args.severities,
@@ -175,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         end_process_group()
     if data is None:  # not rank 0
         return None
-    note_partial_loads(f'{args.work_dir}/report.md', notes)
+    note_partial_loads(f'{args.work_dir}/report.md', args.notes)
     with open(f'{args.work_dir}/report.md') as f:
         print(f.read())
     print(f'Report in {args.work_dir} ({data["seconds"]} s): ' +

@@ -27,7 +27,7 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import (check_models_fit, end_process_group,
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
                                      note_partial_loads, start_launcher)
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
@@ -121,6 +121,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.baseline not in names + [None]:
         parser.error(f'argument --baseline: {args.baseline!r} is none of the '
                      f'models {names} (see --names).')
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -129,7 +131,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    notes = check_models_fit(args.specs, args.cfg_options, args.allow_partial)
     launch = start_launcher(launcher_of(args))
     try:
         store = rb.run_grid(
@@ -150,8 +151,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 args.severities, args.metric, args.work_dir, args.baseline,
                 metrics if len(metrics) > 1 else (), args.resamples,
                 args.bootstrap_seed)
-            print(text +
-                  note_partial_loads(f'{args.work_dir}/robustness.md', notes))
+            print(text + note_partial_loads(f'{args.work_dir}/robustness.md',
+                                            args.notes))
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')
     finally:
         end_process_group()
