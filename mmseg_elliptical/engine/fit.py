@@ -16,8 +16,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..utils.config import load_config
+from ..utils.registry import registry_error
 
 
 class WeightsFit(NamedTuple):
@@ -106,10 +107,17 @@ def check_weights_fit(config: str,
     Raises:
         CheckpointError: The weights do not fit and ``allow_partial`` is
             False.
+        ConfigError: The model cannot be built as configured.
     """
     from mmseg.apis import init_model
     cfg = load_config(config, copy.deepcopy(cfg_options), no_pretrained=True)
-    model_state = init_model(cfg, None, device='cpu').state_dict()
+    try:
+        model_state = init_model(cfg, None, device='cpu').state_dict()
+    except KeyError as error:  # an unknown type: one line
+        config_error = registry_error(error)
+        if config_error is None:
+            raise
+        raise config_error from None
     fit = weights_fit(
         model_state,
         checkpoint_state(
@@ -169,8 +177,9 @@ def fitting_models(parser: argparse.ArgumentParser,
                    cfg_options: Optional[Dict] = None,
                    allow_partial: bool = False) -> List[str]:
     """:func:`check_models_fit` as a tool's last argument check: a
-    checkpoint that does not fit is a command-line error (so
-    ``tools/check_args.py`` stops a launch before torchrun).
+    checkpoint that does not fit, or a model that cannot be built, is a
+    command-line error (so ``tools/check_args.py`` stops a launch before
+    torchrun).
 
     Returns:
         list[str]: The notes of the partial loads.
@@ -179,3 +188,5 @@ def fitting_models(parser: argparse.ArgumentParser,
         return check_models_fit(specs, cfg_options, allow_partial)
     except CheckpointError as e:
         parser.error(f'argument CONFIG CHECKPOINT: {e}')
+    except ConfigError as e:
+        parser.error(str(e))

@@ -36,9 +36,11 @@ import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
 
-from ..utils import mmseg_tool_path
+from ..errors import ConfigError
+from ..utils import load_config, mmseg_tool_path
 from ..utils.arguments import (CfgOptions, checkpoint_file, config_file, fail,
                                input_errors)
+from ..utils.registry import check_model_types, registry_error
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` for a CPU
 #: module), as a config and as ``--cfg-options``.
@@ -185,6 +187,11 @@ def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
             check(getattr(parsed, dest))
         except argparse.ArgumentTypeError as e:
             fail(f'argument {dest}: {e}')
+    try:
+        check_model_types(
+            load_config(parsed.config, getattr(parsed, 'cfg_options', None)))
+    except ConfigError as e:
+        fail(f'{parsed.config}: {e}')
 
 
 def run_mmseg_tool(name: str) -> None:
@@ -206,5 +213,10 @@ def run_mmseg_tool(name: str) -> None:
         runpy.run_path(mmseg_tool_path(name), run_name='__main__')
     except input_errors() as error:
         fail(str(error))
+    except KeyError as error:
+        config_error = registry_error(error)
+        if config_error is None:
+            raise
+        fail(str(config_error))
     finally:
         end_process_group()

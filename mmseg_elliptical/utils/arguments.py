@@ -19,6 +19,7 @@ from mmengine.config import DictAction
 from ..errors import INPUT_ERRORS, CheckpointError, ExportError
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
+from .registry import registry_error
 
 
 def input_errors() -> Tuple[type, ...]:
@@ -35,8 +36,9 @@ def fail(message: str) -> None:
 
 
 def tool_main(main: Callable) -> Callable:
-    """Decorate a tool's ``main(argv)``: the plugin's input errors end it
-    with :func:`fail`."""
+    """Decorate a tool's ``main(argv)``: the plugin's input errors and an
+    unknown config ``type`` (:func:`~.registry.registry_error`) end it with
+    :func:`fail`."""
 
     @functools.wraps(main)
     def run(argv: Sequence[str] = None):
@@ -44,6 +46,11 @@ def tool_main(main: Callable) -> Callable:
             return main(argv)
         except input_errors() as error:
             fail(str(error))
+        except KeyError as error:
+            config_error = registry_error(error)
+            if config_error is None:
+                raise
+            fail(str(config_error))
 
     return run
 
