@@ -20,6 +20,7 @@ from saved_models import hand_miou
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.robustness.render import paired_lines
 from mmseg_elliptical.evaluation import PerClassIoUMetric
 from mmseg_elliptical.transforms import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                          EXTRA_CORRUPTIONS)
@@ -248,6 +249,35 @@ def test_paired_bootstrap_verdicts_and_errors():
         rb.paired_bootstrap(a, a[:1])
     with pytest.raises(ValueError, match='one shape'):
         rb.paired_bootstrap([a[0]], [rb.ImageAreas(*(x[:-1] for x in a[0]))])
+
+
+@pytest.mark.parametrize('images, expected', [
+    (8, 'no verdict: 8 images are too few for a reliable interval'),
+    (29, 'no verdict: 29 images'),
+    (30, '0 outside: a real difference'),
+])
+def test_the_paired_test_gives_a_verdict_from_30_images(images, expected):
+    rng = np.random.default_rng(2)
+    a = [random_areas(rng, images, 5)]
+    # Better on every image: 0 lies outside the interval at any size.
+    better = [
+        rb.ImageAreas(np.maximum(x.intersect, x.union - 1), x.union) for x in a
+    ]
+    got = rb.paired_bootstrap(better, a, 300)
+    assert not got['zero_inside'] and got['verdict'].startswith(expected)
+    summary = {
+        'ell': {
+            'paired': {
+                'baseline': 'dot',
+                'notes': [],
+                'clean': got,
+                'mPC': None
+            }
+        }
+    }
+    line, = paired_lines(summary)
+    assert expected in line and ('a real difference' in line) == (images
+                                                                  >= 30), line
 
 
 def test_metric_keeps_the_areas_of_every_image():

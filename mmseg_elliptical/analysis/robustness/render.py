@@ -90,12 +90,10 @@ def paired_lines(summary: Dict[str, Dict]) -> List[str]:
             r = paired[what]
             if r is None:
                 continue
-            verdict = ('0 inside: no evidence of a difference'
-                       if r['zero_inside'] else '0 outside: a real difference')
             lines.append(
                 f'- {name} - {paired["baseline"]}, {what} mIoU: '
                 f'{r["difference"]:+.2f} (95 % interval {r["low"]:+.2f} to '
-                f'{r["high"]:+.2f}; {verdict}). Paired bootstrap over '
+                f'{r["high"]:+.2f}; {r["verdict"]}). Paired bootstrap over '
                 f'{r["images"]} images, {r["resamples"]} resamples, seed '
                 f'{r["seed"]}.')
         lines += [f'- {n}' for n in paired['notes']]
