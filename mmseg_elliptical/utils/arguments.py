@@ -188,6 +188,19 @@ def add_cfg_options(parser: argparse.ArgumentParser,
         help=f'override settings of {what}, as in tools/test.py')
 
 
+def add_work_dir(parser: argparse.ArgumentParser,
+                 default: str,
+                 old: Sequence[str] = ('--out-dir', )) -> None:
+    """``--work-dir DIR``, mmseg's name of a tool's output folder (the
+    ``old`` spellings stay as aliases)."""
+    parser.add_argument(
+        '--work-dir',
+        *old,
+        dest='work_dir',
+        default=default,
+        help=f'output folder (default {default})')
+
+
 def add_allow_partial(parser: argparse.ArgumentParser) -> None:
     """``--allow-partial``: load a checkpoint that does not fit the config's
     model (what fits; the report says so), instead of refusing it."""

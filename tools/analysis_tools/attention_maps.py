@@ -35,8 +35,8 @@ from mmseg_elliptical.analysis import (model_attention, plot_attention,
 from mmseg_elliptical.engine import fitting_models
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
-                                              add_cfg_options, device,
-                                              image_file, model_pairs,
+                                              add_cfg_options, add_work_dir,
+                                              device, image_file, model_pairs,
                                               non_negative_int, tool_main)
 
 
@@ -78,10 +78,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='add a column with the mean over heads')
     parser.add_argument('--part', default='backbone', choices=PARTS)
     parser.add_argument('--names', nargs='+', help='model names')
+    add_work_dir(parser, 'work_dirs/attention', old=())
     parser.add_argument(
         '--out',
-        default='work_dirs/attention/attention.png',
-        help='attention figure')
+        help='attention figure (default: attention.png in --work-dir)')
     parser.add_argument(
         '--relevance-out',
         default=None,
@@ -106,6 +106,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
+    args.out = args.out or osp.join(args.work_dir, 'attention.png')
     results = {
         s.name:
         model_attention(s, args.image, args.point, args.layers, args.part,
