@@ -121,7 +121,8 @@ def check_weights_fit(config: str,
     fit = weights_fit(
         model_state,
         checkpoint_state(
-            CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')))
+            CheckpointLoader.load_checkpoint(
+                checkpoint, map_location='cpu', logger='silent')))
     if fit.exact:
         return None
     if allow_partial:

@@ -125,9 +125,24 @@ def start_launcher(launcher: str,
         from mmengine.dist import init_dist
         if not dist.is_initialized():
             init_dist(launcher)
+        quiet_other_ranks(dist.get_rank())
         return {'launcher': launcher}
     prepare_cpu_launch(['--launcher', launcher], cuda=False)
+    quiet_other_ranks(dist.get_rank())
     return {'launcher': launcher, 'model_wrapper_cfg': dict(CPU_WRAPPER)}
+
+
+def quiet_other_ranks(rank: int) -> None:
+    """Let only rank 0 print INFO and WARNING lines: mmengine does so for
+    the loggers created after the process group, this for those created
+    before it (at import, or by the tool)."""
+    if rank == 0:
+        return
+    from mmengine.logging import MMLogger
+    for logger in MMLogger._instance_dict.values():
+        for handler in logger.handlers:
+            if type(handler) is logging.StreamHandler:
+                handler.setLevel(logging.ERROR)
 
 
 def end_process_group() -> None:

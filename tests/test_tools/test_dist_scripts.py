@@ -303,3 +303,26 @@ def test_the_launch_scripts_say_which_python_they_use(tmp_path, python, venv,
                        3] == ['-m', 'torch.distributed.run'], out
         else:
             assert ran == [] and shown in out, out
+
+
+def test_only_rank_0_prints_info_lines(demo_models, tmp_path) -> None:
+    pytest.importorskip('imagecorruptions')
+    proc = run_command([
+        'bash', 'tools/dist_robustness.sh', '2', *demo_models, '--corruptions',
+        'gaussian_noise', '--severities', '1', '--max-images', '2',
+        '--work-dir',
+        str(tmp_path)
+    ],
+                       env=dict(
+                           os.environ,
+                           PYTHON=sys.executable,
+                           PORT=str(free_port()),
+                           OMP_NUM_THREADS='1',
+                           MMSEG_ELLIPTICAL_SKIP_CHECK='1'))
+    log = proc.stdout + proc.stderr
+    info = [
+        line.split(' - INFO - ', 1)[1] for line in log.splitlines()
+        if ' - INFO - ' in line
+    ]
+    assert any('cells (2 models x 2)' in line for line in info), log[-3000:]
+    assert len(info) == len(set(info)), info
