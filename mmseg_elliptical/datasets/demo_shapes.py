@@ -115,8 +115,13 @@ def generate_demo_shapes(data_root: str,
         if found != meta:
             raise ValueError(
                 f'{data_root} holds demo data generated with {found}, not '
-                f'{meta}: delete the folder to regenerate it, or point '
-                'data_root elsewhere.')
+                f'{meta}. Keep it (results and checkpoints were measured on '
+                'it) and either use it as it is (generate=None in the '
+                'dataset, e.g. --cfg-options '
+                'train_dataloader.dataset.generate=None '
+                'val_dataloader.dataset.generate=None '
+                'test_dataloader.dataset.generate=None), or generate the new '
+                'data in another folder (data_root).')
         return
     if osp.exists(data_root) and os.listdir(data_root):
         raise FileExistsError(
