@@ -21,6 +21,7 @@ from typing import Dict
 
 import cv2
 import numpy as np
+from mmengine.logging import print_log
 from mmseg.datasets import BaseSegDataset
 from mmseg.registry import DATASETS
 
@@ -127,6 +128,12 @@ def generate_demo_shapes(data_root: str,
         raise FileExistsError(
             f'{data_root} exists but holds no demo meta.json: it is not the '
             'demo dataset. Point data_root at an empty or new folder.')
+    relative = '' if osp.isabs(data_root) else ', relative to the working ' \
+        'directory'
+    print_log(
+        f'Generating the demo scenes in {osp.abspath(data_root)} (data_root '
+        f'{data_root}{relative}).',
+        logger='current')
     parent = osp.dirname(osp.abspath(data_root))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix='.demo_shapes-', dir=parent)
