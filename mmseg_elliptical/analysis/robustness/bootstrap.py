@@ -13,10 +13,6 @@ from typing import Dict, NamedTuple, Sequence
 
 import numpy as np
 
-#: Fewer images give no verdict: a percentile interval over a handful of
-#: images is too narrow to be trusted (docs/evidence.md).
-MIN_VERDICT_IMAGES = 30
-
 
 class ImageAreas(NamedTuple):
     """Per-image areas of one cell, in pixels (mmseg's
@@ -76,8 +72,8 @@ def paired_bootstrap(a: Sequence[ImageAreas],
 
     Returns:
         dict: ``difference`` (on all images), ``low`` and ``high`` (the
-        interval), ``zero_inside``, ``verdict`` (:func:`verdict`),
-        ``level``, ``resamples``, ``seed``, ``images`` and ``cells``.
+        interval), ``zero_inside``, ``level``, ``resamples``, ``seed``,
+        ``images`` and ``cells``.
     """
     if not a or len(a) != len(b):
         raise ValueError(f'paired_bootstrap needs the same cells of both '
@@ -99,25 +95,13 @@ def paired_bootstrap(a: Sequence[ImageAreas],
     ones = np.ones((1, images))
     difference = float((_mean_miou(a, ones) - _mean_miou(b, ones))[0])
     low, high = np.nanpercentile(diffs, [50 * (1 - level), 50 * (1 + level)])
-    zero_inside = bool(low <= 0 <= high)
     return dict(
         difference=difference,
         low=float(low),
         high=float(high),
-        zero_inside=zero_inside,
-        verdict=verdict(zero_inside, images),
+        zero_inside=bool(low <= 0 <= high),
         level=level,
         resamples=resamples,
         seed=seed,
         images=images,
         cells=len(a))
-
-
-def verdict(zero_inside: bool, images: int) -> str:
-    """What the interval says, or why it says nothing (fewer than
-    :data:`MIN_VERDICT_IMAGES` images)."""
-    if images < MIN_VERDICT_IMAGES:
-        return (f'no verdict: {images} images are too few for a reliable '
-                f'interval (it needs {MIN_VERDICT_IMAGES} or more)')
-    return ('0 inside: no evidence of a difference'
-            if zero_inside else '0 outside: a real difference')

@@ -93,7 +93,7 @@ def paired_lines(summary: Dict[str, Dict]) -> List[str]:
             lines.append(
                 f'- {name} - {paired["baseline"]}, {what} mIoU: '
                 f'{r["difference"]:+.2f} (95 % interval {r["low"]:+.2f} to '
-                f'{r["high"]:+.2f}; {r["verdict"]}). Paired bootstrap over '
+                f'{r["high"]:+.2f}; {verdict(r)}). Paired bootstrap over '
                 f'{r["images"]} images, {r["resamples"]} resamples, seed '
                 f'{r["seed"]}.')
         lines += [f'- {n}' for n in paired['notes']]
@@ -339,3 +339,16 @@ def write_robustness_report(store: ResultStore,
         'robustness_summary',
         table=summary_rows(summary, corruptions))
     return text
+
+
+#: Fewer images than this give a bootstrap interval but no verdict.
+MIN_VERDICT_IMAGES = 30
+
+
+def verdict(result: Dict) -> str:
+    """The words of a paired bootstrap's result."""
+    if result['images'] < MIN_VERDICT_IMAGES:
+        return (f'no verdict: {result["images"]} images are too few for a '
+                f'reliable interval (at least {MIN_VERDICT_IMAGES})')
+    return ('0 inside: no evidence of a difference'
+            if result['zero_inside'] else '0 outside: a real difference')
