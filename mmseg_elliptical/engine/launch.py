@@ -125,10 +125,10 @@ def start_launcher(launcher: str,
         from mmengine.dist import init_dist
         if not dist.is_initialized():
             init_dist(launcher)
-        quiet_other_ranks(dist.get_rank())
+        quiet_other_ranks(int(os.environ.get('RANK', '0')))
         return {'launcher': launcher}
     prepare_cpu_launch(['--launcher', launcher], cuda=False)
-    quiet_other_ranks(dist.get_rank())
+    quiet_other_ranks(int(os.environ.get('RANK', '0')))
     return {'launcher': launcher, 'model_wrapper_cfg': dict(CPU_WRAPPER)}
 
 
