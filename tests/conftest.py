@@ -57,6 +57,26 @@ def demo_models(demo_root, tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def other_vit(demo_root, tmp_path_factory) -> str:
+    """The checkpoint of another ViT than :func:`demo_models`' (4 layers of
+    64 dims and 4 heads, not 3 of 48 and 3): one that does not fit them."""
+    tmp = tmp_path_factory.mktemp('other_vit')
+    cfg = builders.demo_config(builders.DEMO_DOT, demo_root, str(tmp / 'wd'))
+    dims = ('backbone.embed_dims', 'decode_head.in_channels',
+            'decode_head.channels', 'decode_head.embed_dims')
+    cfg.merge_from_dict({
+        'model.backbone.num_layers': 4,
+        'model.backbone.num_heads': 4,
+        'model.decode_head.num_heads': 4,
+        **{
+            f'model.{k}': 64
+            for k in dims
+        }
+    })
+    return saved_models.save_model(cfg, str(tmp / 'other.py'))[1]
+
+
+@pytest.fixture(scope='session')
 def family_models(demo_root, tmp_path_factory):
     """``{family: [config, checkpoint]}`` of every tiny backbone."""
     tmp = tmp_path_factory.mktemp('family_models')

@@ -3,7 +3,8 @@
 # with torchrun and --launcher pytorch; dist_train.sh and dist_test.sh call it:
 #   tools/dist_launch.sh TOOL NPROC [TOOL args...]
 # (TOOL: train.py, test.py, analysis_tools/robustness.py, ...)
-# Env: NNODES, NODE_RANK, PORT, MASTER_ADDR as in mmseg's dist_*.sh; PYTHON.
+# Env: NNODES, NODE_RANK, PORT, MASTER_ADDR as in mmseg's dist_*.sh; PYTHON
+# (default: the project's .venv/bin/python if there, else python).
 # Without CUDA the processes use the gloo backend on the CPU. torchrun
 # replaces this shell (exec), so a signal sent to the job (kill, a scheduler)
 # reaches torchrun, which stops its workers.
@@ -18,14 +19,26 @@ case "$NPROC" in
     exit 2 ;;
 esac
 
+# The interpreter: $PYTHON if set, else the project's .venv (make demo's),
+# else python; said on stderr.
+if [ -n "${PYTHON:-}" ]; then
+  FROM="\$PYTHON"
+elif [ -x "$ROOT/.venv/bin/python" ]; then
+  PYTHON="$ROOT/.venv/bin/python"
+  FROM="the project's .venv"
+else
+  PYTHON=python
+  FROM="no $ROOT/.venv; set PYTHON to choose"
+fi
+echo "$(basename "$0"): using $PYTHON ($FROM)" >&2
 export PYTHONPATH="$ROOT":${PYTHONPATH:-}
 # The command line checked once, here, before NPROC processes start (a bad
 # argument: the tool's one-line error and status 2, no torchrun traceback);
 # MMSEG_ELLIPTICAL_SKIP_CHECK=1 skips it.
 if [ "${MMSEG_ELLIPTICAL_SKIP_CHECK:-0}" != 1 ]; then
-  "${PYTHON:-python}" "$ROOT/tools/check_args.py" "$TOOL" --launcher pytorch "${@:3}"
+  "$PYTHON" "$ROOT/tools/check_args.py" "$TOOL" --launcher pytorch "${@:3}"
 fi
-exec "${PYTHON:-python}" -m torch.distributed.run \
+exec "$PYTHON" -m torch.distributed.run \
     --nnodes="${NNODES:-1}" \
     --node_rank="${NODE_RANK:-0}" \
     --master_addr="${MASTER_ADDR:-127.0.0.1}" \

@@ -3,7 +3,8 @@
 # --launcher slurm; slurm_train.sh and slurm_test.sh call it:
 #   tools/slurm_launch.sh TOOL PARTITION JOB_NAME [TOOL args...]
 # Env: GPUS (total, default 4), GPUS_PER_NODE (4), CPUS_PER_TASK (5),
-# SRUN_ARGS (extra srun flags), PYTHON (python), as in mmseg's slurm_*.sh.
+# SRUN_ARGS (extra srun flags), PYTHON (default: the project's
+# .venv/bin/python if there, else python), as in mmseg's slurm_*.sh.
 # mmengine's slurm launcher needs CUDA devices.
 set -euo pipefail
 set -x
@@ -14,8 +15,20 @@ GPUS=${GPUS:-4}
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
-# shellcheck disable=SC2086  # SRUN_ARGS holds several flags
+# The interpreter: $PYTHON if set, else the project's .venv (make demo's),
+# else python; said on stderr.
+if [ -n "${PYTHON:-}" ]; then
+  FROM="\$PYTHON"
+elif [ -x "$ROOT/.venv/bin/python" ]; then
+  PYTHON="$ROOT/.venv/bin/python"
+  FROM="the project's .venv"
+else
+  PYTHON=python
+  FROM="no $ROOT/.venv; set PYTHON to choose"
+fi
+echo "$(basename "$0"): using $PYTHON ($FROM)" >&2
 export PYTHONPATH="$ROOT":${PYTHONPATH:-}
+# shellcheck disable=SC2086  # SRUN_ARGS holds several flags
 exec srun -p "$PARTITION" \
     --job-name="$JOB_NAME" \
     --gres=gpu:"$GPUS_PER_NODE" \
@@ -24,4 +37,4 @@ exec srun -p "$PARTITION" \
     --cpus-per-task="${CPUS_PER_TASK:-5}" \
     --kill-on-bad-exit=1 \
     ${SRUN_ARGS:-} \
-    "${PYTHON:-python}" -u "$ROOT/tools/$TOOL" --launcher=slurm "${@:4}"
+    "$PYTHON" -u "$ROOT/tools/$TOOL" --launcher=slurm "${@:4}"

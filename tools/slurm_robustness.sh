@@ -5,7 +5,7 @@
 #       [CONFIG CHECKPOINT ...] [tools/analysis_tools/robustness.py args...]
 # mmseg's slurm_test.sh for tools/analysis_tools/robustness.py, with
 # --launcher slurm. Env: GPUS (total, default 4), GPUS_PER_NODE (4),
-# CPUS_PER_TASK (5), SRUN_ARGS (extra srun flags), PYTHON (python).
+# CPUS_PER_TASK (5), SRUN_ARGS (extra srun flags), PYTHON (see slurm_launch.sh).
 # mmengine's slurm launcher needs CUDA devices. A rerun resumes.
 set -euo pipefail
 if [ $# -lt 4 ]; then

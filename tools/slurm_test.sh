@@ -3,7 +3,7 @@
 #   tools/slurm_test.sh PARTITION JOB_NAME CONFIG CHECKPOINT [tools/test.py args...]
 # mmseg's own slurm_test.sh, calling our tools/test.py (plugin loaded) with
 # --launcher slurm. Env: GPUS (total, default 4), GPUS_PER_NODE (4),
-# CPUS_PER_TASK (5), SRUN_ARGS (extra srun flags), PYTHON (python).
+# CPUS_PER_TASK (5), SRUN_ARGS (extra srun flags), PYTHON (see slurm_launch.sh).
 # mmengine's slurm launcher needs CUDA devices.
 set -euo pipefail
 if [ $# -lt 4 ]; then

@@ -13,6 +13,7 @@ from typing import Dict
 
 import cv2
 import numpy as np
+from mmengine.logging import print_log
 from mmseg.datasets import BaseSegDataset
 from mmseg.registry import DATASETS
 
@@ -102,13 +103,24 @@ def generate_demo_shapes(data_root: str,
         if found != meta:
             raise ValueError(
                 f'{data_root} holds demo data generated with {found}, not '
-                f'{meta}: delete the folder to regenerate it, or point '
-                'data_root elsewhere.')
+                f'{meta}. Keep it (results and checkpoints were measured on '
+                'it) and either use it as it is (generate=None in the '
+                'dataset, e.g. --cfg-options '
+                'train_dataloader.dataset.generate=None '
+                'val_dataloader.dataset.generate=None '
+                'test_dataloader.dataset.generate=None), or generate the new '
+                'data in another folder (data_root).')
         return
     if osp.exists(data_root) and os.listdir(data_root):
         raise FileExistsError(
             f'{data_root} exists but holds no demo meta.json: it is not the '
             'demo dataset. Point data_root at an empty or new folder.')
+    relative = '' if osp.isabs(data_root) else ', relative to the working ' \
+        'directory'
+    print_log(
+        f'Generating the demo scenes in {osp.abspath(data_root)} (data_root '
+        f'{data_root}{relative}).',
+        logger='current')
     parent = osp.dirname(osp.abspath(data_root))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix='.demo_shapes-', dir=parent)

@@ -5,6 +5,8 @@ from ..utils.files import check_checkpoint
 from .checkpoint import (load_from_local, mmengine_safe_globals,
                          register_checkpoint_loader,
                          unregister_checkpoint_loader)
+from .fit import (WeightsFit, check_models_fit, check_weights_fit,
+                  fitting_models, note_partial_loads, weights_fit)
 from .hooks import EllipticalEvidenceHook, SegSummaryHook
 from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
                      start_launcher)
@@ -12,7 +14,8 @@ from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
 __all__ = [
     'CheckpointError', 'check_checkpoint', 'load_from_local',
     'mmengine_safe_globals', 'register_checkpoint_loader',
-    'unregister_checkpoint_loader', 'EllipticalEvidenceHook', 'SegSummaryHook',
-    'end_process_group', 'prepare_cpu_launch', 'run_mmseg_tool',
-    'start_launcher'
+    'unregister_checkpoint_loader', 'WeightsFit', 'check_models_fit',
+    'check_weights_fit', 'fitting_models', 'note_partial_loads', 'weights_fit',
+    'EllipticalEvidenceHook', 'SegSummaryHook', 'end_process_group',
+    'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
 ]

@@ -75,7 +75,7 @@ def register_checkpoint_loader() -> bool:
     _mmengine_loader = current
     CheckpointLoader.register_scheme(
         prefixes='', loader=load_from_local, force=True)
-    if not _logged:
+    if not _logged and os.environ.get('RANK', '0') == '0':  # rank 0 only
         _logged = True
         print_log(
             'mmseg_elliptical: local checkpoints now load through mmengine\'s '

@@ -12,9 +12,11 @@ import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
 
-from ..utils import mmseg_tool_path
+from ..errors import ConfigError
+from ..utils import load_config, mmseg_tool_path
 from ..utils.arguments import (CfgOptions, checkpoint_file, config_file, fail,
                                input_errors)
+from ..utils.registry import check_model_types, registry_error
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` there).
 CPU_WRAPPER = dict(
@@ -92,9 +94,24 @@ def start_launcher(launcher: str,
         from mmengine.dist import init_dist
         if not dist.is_initialized():
             init_dist(launcher)
+        quiet_other_ranks(int(os.environ.get('RANK', '0')))
         return {'launcher': launcher}
     prepare_cpu_launch(['--launcher', launcher], cuda=False)
+    quiet_other_ranks(int(os.environ.get('RANK', '0')))
     return {'launcher': launcher, 'model_wrapper_cfg': dict(CPU_WRAPPER)}
+
+
+def quiet_other_ranks(rank: int) -> None:
+    """Let only rank 0 print INFO and WARNING lines: mmengine does so for
+    the loggers created after the process group, this for those created
+    before it (at import, or by the tool)."""
+    if rank == 0:
+        return
+    from mmengine.logging import MMLogger
+    for logger in MMLogger._instance_dict.values():
+        for handler in logger.handlers:
+            if type(handler) is logging.StreamHandler:
+                handler.setLevel(logging.ERROR)
 
 
 def end_process_group() -> None:
@@ -147,6 +164,11 @@ def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
             check(getattr(parsed, dest))
         except argparse.ArgumentTypeError as e:
             fail(f'argument {dest}: {e}')
+    try:
+        check_model_types(
+            load_config(parsed.config, getattr(parsed, 'cfg_options', None)))
+    except ConfigError as e:
+        fail(f'{parsed.config}: {e}')
 
 
 def run_mmseg_tool(name: str) -> None:
@@ -158,5 +180,10 @@ def run_mmseg_tool(name: str) -> None:
         runpy.run_path(mmseg_tool_path(name), run_name='__main__')
     except input_errors() as error:
         fail(str(error))
+    except KeyError as error:
+        config_error = registry_error(error)
+        if config_error is None:
+            raise
+        fail(str(config_error))
     finally:
         end_process_group()

@@ -13,6 +13,7 @@ from mmengine.config import DictAction
 from ..errors import INPUT_ERRORS, CheckpointError, ExportError
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
+from .registry import registry_error
 
 
 def input_errors() -> Tuple[type, ...]:
@@ -29,8 +30,9 @@ def fail(message: str) -> None:
 
 
 def tool_main(main: Callable) -> Callable:
-    """Decorate a tool's ``main(argv)``: the plugin's input errors end it
-    with :func:`fail`."""
+    """Decorate a tool's ``main(argv)``: the plugin's input errors and an
+    unknown config ``type`` (:func:`~.registry.registry_error`) end it with
+    :func:`fail`."""
 
     @functools.wraps(main)
     def run(argv: Sequence[str] = None):
@@ -38,6 +40,11 @@ def tool_main(main: Callable) -> Callable:
             return main(argv)
         except input_errors() as error:
             fail(str(error))
+        except KeyError as error:
+            config_error = registry_error(error)
+            if config_error is None:
+                raise
+            fail(str(config_error))
 
     return run
 
@@ -173,6 +180,29 @@ def add_cfg_options(parser: argparse.ArgumentParser,
         action=CfgOptions,
         metavar='KEY=VALUE',
         help=f'override settings of {what}, as in tools/test.py')
+
+
+def add_work_dir(parser: argparse.ArgumentParser,
+                 default: str,
+                 old: Sequence[str] = ('--out-dir', )) -> None:
+    """``--work-dir DIR``, mmseg's name of a tool's output folder (the
+    ``old`` spellings stay as aliases)."""
+    parser.add_argument(
+        '--work-dir',
+        *old,
+        dest='work_dir',
+        default=default,
+        help=f'output folder (default {default})')
+
+
+def add_allow_partial(parser: argparse.ArgumentParser) -> None:
+    """``--allow-partial``: load a checkpoint that does not fit the config's
+    model (what fits; the report says so), instead of refusing it."""
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='load a checkpoint whose weights do not all fit the model '
+        '(the rest stays random; the report says so) instead of refusing it')
 
 
 def add_launcher(parser: argparse.ArgumentParser) -> None:

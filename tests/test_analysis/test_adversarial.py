@@ -274,7 +274,7 @@ def test_grid_summary_against_an_independent_computation(attack_run):
                                0)
     assert paired['worst_mean'] == pytest.approx(want)
     text = (work / 'adversarial.md').read_text()
-    assert 'no verdict: 3 images are too few' in text
+    assert 'not reliable below 30 images (3)' in text
     assert 'ell - dot, worst case, eps 4:' in text
 
 

@@ -1,5 +1,6 @@
 """``datasets/demo_shapes.py``: the generated demo dataset: layout,
 determinism, loading through mmseg."""
+import argparse
 import json
 import os
 import os.path as osp
@@ -7,7 +8,8 @@ import os.path as osp
 import cv2
 import numpy as np
 import pytest
-from builders import TINY_GENERATE
+from builders import DEMO_DOT, TINY_GENERATE
+from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 from mmseg.registry import DATASETS
 
@@ -159,13 +161,29 @@ def test_stale_version_is_refused(tmp_path):
     root.mkdir()
     (root / 'meta.json').write_text(
         json.dumps(dict(TINY_GENERATE, version=VERSION - 1)))
-    with pytest.raises(ValueError, match='delete the folder'):
+    with pytest.raises(ValueError, match='use it as it is'):
         generate_demo_shapes(str(root), **TINY_GENERATE)
 
 
 def test_mismatched_or_foreign_folder(demo_root, tmp_path):
-    with pytest.raises(ValueError, match='delete the folder'):
+    with pytest.raises(ValueError) as error:
         generate_demo_shapes(demo_root, num_train=99)
+    # The fixes keep the data the demo checkpoints were measured on.
+    text = str(error.value)
+    assert 'delete' not in text and 'generate=None' in text, text
+    assert 'another folder (data_root)' in text, text
+    cfg = Config.fromfile(DEMO_DOT)
+    options = text.split('--cfg-options ')[1].split(')')[0].split()
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    cfg.merge_from_dict(
+        parser.parse_args(['--cfg-options', *options]).cfg_options)
+    init_default_scope('mmseg')
+    for loader in ('train', 'val', 'test'):
+        dataset = cfg[f'{loader}_dataloader'].dataset
+        assert dataset.generate is None
+        dataset.data_root = demo_root
+        assert len(DATASETS.build(dataset)) > 0  # what is there, as it is
     foreign = tmp_path / 'foreign'
     foreign.mkdir()
     (foreign / 'x.txt').write_text('mine')

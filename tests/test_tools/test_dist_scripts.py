@@ -226,3 +226,103 @@ def test_a_bad_argument_stops_the_launch_before_torchrun(
     assert expected in proc.stderr, proc.stderr[-2000:]
     for sign in ('Traceback', 'ChildFailedError', 'torch.distributed'):
         assert sign not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_checkpoint_that_does_not_fit_stops_the_launch(
+        demo_models, other_vit) -> None:
+    proc = subprocess.run([
+        'bash',
+        osp.join(ROOT, 'tools', 'dist_robustness.sh'), '2', demo_models[0],
+        other_vit
+    ],
+                          cwd=ROOT,
+                          env=dict(
+                              os.environ,
+                              PYTHON=sys.executable,
+                              OMP_NUM_THREADS='1'),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert ('robustness.py: error: argument CONFIG CHECKPOINT: Checkpoint '
+            f'{other_vit} does not fit the model of') in proc.stderr
+    for sign in ('Traceback', 'ChildFailedError', 'torch.distributed'):
+        assert sign not in proc.stderr, proc.stderr[-2000:]
+
+
+def fake_program(path, name: str) -> None:
+    """An executable that prints its name and arguments, one a line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/usr/bin/env bash\necho {name}\nprintf "%s\\n" "$@"\n')
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize('python, venv, expected', [
+    ('', True, 'venv'),
+    ('', False, 'path'),
+    ('chosen', True, 'chosen'),
+])
+def test_the_launch_scripts_say_which_python_they_use(tmp_path, python, venv,
+                                                      expected) -> None:
+    # A copy of the scripts in a project folder with (or without) its .venv;
+    # fake python, srun and chosen interpreter print their arguments.
+    root = tmp_path / 'project'
+    for script in ('dist_launch.sh', 'slurm_launch.sh'):
+        (root / 'tools').mkdir(parents=True, exist_ok=True)
+        shutil.copy(osp.join(ROOT, 'tools', script), root / 'tools' / script)
+    paths = dict(
+        venv=root / '.venv' / 'bin' / 'python',
+        path=tmp_path / 'bin' / 'python',
+        chosen=tmp_path / 'chosen' / 'python')
+    for name, path in paths.items():
+        if venv or name != 'venv':
+            fake_program(path, name)
+    (tmp_path / 'bin' / 'srun').write_text(FAKE_SRUN)
+    (tmp_path / 'bin' / 'srun').chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHON'}
+    env['PATH'] = f'{tmp_path / "bin"}:{env["PATH"]}'
+    if python:
+        env['PYTHON'] = str(paths['chosen'])
+    shown = str(paths[expected]) if expected != 'path' else 'python'
+    for script, args in (('dist_launch.sh', ['train.py', '2', 'cfg.py']),
+                         ('slurm_launch.sh', ['train.py', 'part', 'job'])):
+        proc = subprocess.run(
+            ['bash', str(root / 'tools' / script), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout.splitlines()
+        assert f'{script}: using {shown} (' in proc.stderr, proc.stderr
+        ran = [line for line in out if line in paths]
+        if script == 'dist_launch.sh':  # check_args.py, then torchrun
+            assert ran == [expected, expected], out
+            second = len(out) - 1 - out[::-1].index(expected)
+            assert out[second + 1:second +
+                       3] == ['-m', 'torch.distributed.run'], out
+        else:
+            assert ran == [] and shown in out, out
+
+
+def test_only_rank_0_prints_info_lines(demo_models, tmp_path) -> None:
+    pytest.importorskip('imagecorruptions')
+    proc = run_command([
+        'bash', 'tools/dist_robustness.sh', '2', *demo_models, '--corruptions',
+        'gaussian_noise', '--severities', '1', '--max-images', '2',
+        '--work-dir',
+        str(tmp_path)
+    ],
+                       env=dict(
+                           os.environ,
+                           PYTHON=sys.executable,
+                           PORT=str(free_port()),
+                           OMP_NUM_THREADS='1',
+                           MMSEG_ELLIPTICAL_SKIP_CHECK='1'))
+    log = proc.stdout + proc.stderr
+    info = [
+        line.split(' - INFO - ', 1)[1] for line in log.splitlines()
+        if ' - INFO - ' in line
+    ]
+    assert any('cells (2 models x 2)' in line for line in info), log[-3000:]
+    assert len(info) == len(set(info)), info

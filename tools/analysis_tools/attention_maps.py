@@ -32,9 +32,11 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                        plot_relevance, shown_heads,
                                        shown_layers)
+from mmseg_elliptical.engine import fitting_models
 from mmseg_elliptical.models import PARTS
-from mmseg_elliptical.utils.arguments import (add_cfg_options, device,
-                                              image_file, model_pairs,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, add_work_dir,
+                                              device, image_file, model_pairs,
                                               non_negative_int, tool_main)
 
 
@@ -76,16 +78,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='add a column with the mean over heads')
     parser.add_argument('--part', default='backbone', choices=PARTS)
     parser.add_argument('--names', nargs='+', help='model names')
+    add_work_dir(parser, 'work_dirs/attention', old=())
     parser.add_argument(
         '--out',
-        default='work_dirs/attention/attention.png',
-        help='attention figure')
+        help='attention figure (default: attention.png in --work-dir)')
     parser.add_argument(
         '--relevance-out',
         default=None,
         help='m figure (default: <out stem>_relevance.png next to --out)')
     parser.add_argument('--device', type=device, default='cpu')
     add_cfg_options(parser)
+    add_allow_partial(parser)
     args = parser.parse_args(argv)
     height, width = cv2.imread(args.image).shape[:2]
     x, y = args.point
@@ -94,6 +97,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'{width} x {height} image {args.image} (x is the '
                      f'column, 0..{width - 1}; y the row, 0..{height - 1}).')
     args.specs = model_pairs(parser, args.models, args.names)
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -101,6 +106,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
+    args.out = args.out or osp.join(args.work_dir, 'attention.png')
     results = {
         s.name:
         model_attention(s, args.image, args.point, args.layers, args.part,

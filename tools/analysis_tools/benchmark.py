@@ -38,8 +38,9 @@ from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
                                         run_benchmark)
 from mmseg_elliptical.benchmark.reporting import csv_table, figure, markdown
 from mmseg_elliptical.utils import model_names, write_report
-from mmseg_elliptical.utils.arguments import (add_cfg_options, config_file,
-                                              device, non_negative_float,
+from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
+                                              config_file, device,
+                                              non_negative_float,
                                               non_negative_int, positive_int,
                                               tool_main)
 
@@ -163,7 +164,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='also time each elliptical model exported to ONNX and run by '
         'onnxruntime (inference, CPU; needs the deploy extra)')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--out-dir', default='work_dirs/benchmark')
+    add_work_dir(p, 'work_dirs/benchmark')
     add_cfg_options(p)
     args = p.parse_args(argv)
     try:
@@ -243,7 +244,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     ])
     text = markdown(report)
     files = write_report(
-        args.out_dir,
+        args.work_dir,
         'benchmark',
         data=report,
         markdown=text,

@@ -18,7 +18,7 @@ Example::
 
     # ViT-T at 512: 1025 tokens, 192 dims, 3 heads
     python tools/analysis_tools/benchmark_layer.py --rounds 60 \\
-        --min-run-time 0.2 --out-dir work_dirs/speed/layer
+        --min-run-time 0.2 --work-dir work_dirs/speed/layer
 """
 import argparse
 import contextlib
@@ -31,7 +31,8 @@ from mmseg_elliptical.benchmark.timing import (CLOCKS, make_timer,
                                                time_stats)
 from mmseg_elliptical.models import EllipticalAttention
 from mmseg_elliptical.utils import write_report
-from mmseg_elliptical.utils.arguments import (device, non_negative_float,
+from mmseg_elliptical.utils.arguments import (add_work_dir, device,
+                                              non_negative_float,
                                               non_negative_int, positive_int)
 from mmseg_elliptical.utils.output import markdown_table
 
@@ -188,7 +189,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--clock', choices=CLOCKS, default='wall')
     p.add_argument('--device', type=device, default='cpu')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--out-dir', default='work_dirs/benchmark')
+    add_work_dir(p, 'work_dirs/benchmark')
     args = p.parse_args(argv)
     if len(args.shape) not in (0, 3):
         p.error(f'argument N: {args.shape}: give TOKENS DIMS HEADS, or '
@@ -207,7 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                              args.min_run_time, args.threads, args.clock,
                              args.device, args.seed)
     text = layer_markdown(report)
-    files = write_report(args.out_dir, 'layer', data=report, markdown=text)
+    files = write_report(args.work_dir, 'layer', data=report, markdown=text)
     print(f'{text}\nWrote {", ".join(files)}')
     return report
 

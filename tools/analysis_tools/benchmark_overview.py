@@ -10,7 +10,7 @@ Example::
 
     python tools/analysis_tools/benchmark_overview.py \\
         work_dirs/speed/vit-t_b1 work_dirs/speed/mit-b0 \\
-        --out-dir work_dirs/speed
+        --work-dir work_dirs/speed
 """
 import argparse
 import os.path as osp
@@ -20,6 +20,7 @@ from mmengine.fileio import load
 
 from mmseg_elliptical.benchmark.reporting import overview_table
 from mmseg_elliptical.utils import write_report
+from mmseg_elliptical.utils.arguments import add_work_dir
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -32,7 +33,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         nargs='+',
         metavar='DIR',
         help='folders of benchmark.py runs (each with its benchmark.json)')
-    p.add_argument('--out-dir', default='work_dirs/benchmark')
+    add_work_dir(p, 'work_dirs/benchmark')
     args = p.parse_args(argv)
     missing = [
         d for d in args.runs if not osp.isfile(osp.join(d, 'benchmark.json'))
@@ -56,7 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parse_args(argv)
     text = overview_table(
         [load(osp.join(d, 'benchmark.json')) for d in args.runs])
-    files = write_report(args.out_dir, 'overview', markdown=text)
+    files = write_report(args.work_dir, 'overview', markdown=text)
     print(f'{text}\nWrote {", ".join(files)}')
     return text
 

@@ -5,7 +5,7 @@ forward order across stages) and model, the mean cosine of pairs of the
 layer's grid tokens (cls token, class embeddings left out) averaged over the
 forwards of the config's test pipeline (one per image, or per crop in slide
 mode), and the spread of the relevance ``m`` of elliptical layers. Outputs
-(in ``--out-dir``): ``collapse.json``, ``collapse.md``, ``collapse.csv`` and
+(in ``--work-dir``): ``collapse.json``, ``collapse.md``, ``collapse.csv`` and
 ``collapse.png``. With ``--launcher pytorch`` (``tools/dist_launch.sh
 analysis_tools/collapse.py N ...``) or ``slurm`` the images are split across
 the processes and rank 0 writes the results.
@@ -25,10 +25,13 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
-from mmseg_elliptical.engine import end_process_group, start_launcher
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
+                                     note_partial_loads, start_launcher)
 from mmseg_elliptical.models import PARTS
-from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
-                                              device, launcher_of, model_pairs,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, add_launcher,
+                                              add_work_dir, device,
+                                              launcher_of, model_pairs,
                                               positive_int, tool_main)
 
 
@@ -57,12 +60,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='which transformer to measure')
     parser.add_argument(
         '--max-images', type=positive_int, help='use only the first N images')
-    parser.add_argument('--out-dir', default='work_dirs/collapse')
+    add_work_dir(parser, 'work_dirs/collapse')
     parser.add_argument('--device', type=device, default='cpu')
     add_cfg_options(parser)
+    add_allow_partial(parser)
     add_launcher(parser)
     args = parser.parse_args(argv)
     args.specs = model_pairs(parser, args.models, args.names)
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -84,10 +90,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
                                                   args.device)
         if not is_main_process():
             return None
-        os.makedirs(args.out_dir, exist_ok=True)
-        text = write_collapse_report(results, args.out_dir, args.part)
-        print(text)
-        print(f'Results in {args.out_dir}/collapse.{{json,md,csv,png}}')
+        os.makedirs(args.work_dir, exist_ok=True)
+        text = write_collapse_report(results, args.work_dir, args.part)
+        print(text +
+              note_partial_loads(f'{args.work_dir}/collapse.md', args.notes))
+        print(f'Results in {args.work_dir}/collapse.{{json,md,csv,png}}')
     finally:
         end_process_group()
     return results

@@ -30,9 +30,11 @@ from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.comparison import (DEFAULT_CORRUPTIONS,
                                                   ReportOptions,
                                                   compare_models, report_files)
-from mmseg_elliptical.engine import end_process_group, start_launcher
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
+                                     note_partial_loads, start_launcher)
 from mmseg_elliptical.models import PARTS
-from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, add_launcher,
                                               device, image_file, launcher_of,
                                               model_pairs, non_negative_int,
                                               positive_int, tool_main)
@@ -130,6 +132,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
     add_cfg_options(p)
+    add_allow_partial(p)
     add_launcher(p)
     args = p.parse_args(argv)
     for option, check in (('corruptions', rb.resolve_corruptions),
@@ -146,6 +149,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.baseline is not None and args.baseline not in names:
         p.error(f'argument --baseline: {args.baseline!r} is none of the '
                 f'models {names} (see --names).')
+    args.notes = fitting_models(p, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -182,6 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         end_process_group()
     if data is None:  # not rank 0
         return None
+    note_partial_loads(f'{args.work_dir}/report.md', args.notes)
     with open(f'{args.work_dir}/report.md') as f:
         print(f.read())
     print(f'Report in {args.work_dir} ({data["seconds"]} s): ' +

@@ -27,8 +27,10 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import end_process_group, start_launcher
-from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
+                                     note_partial_loads, start_launcher)
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, add_launcher,
                                               launcher_of, model_pairs,
                                               positive_int, tool_main)
 
@@ -94,6 +96,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
     add_cfg_options(parser)
+    add_allow_partial(parser)
     add_launcher(parser)
     args = parser.parse_args(argv)
     if args.protocol and (args.corruptions or args.severities):
@@ -118,6 +121,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.baseline not in names + [None]:
         parser.error(f'argument --baseline: {args.baseline!r} is none of the '
                      f'models {names} (see --names).')
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -146,7 +151,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 args.severities, args.metric, args.work_dir, args.baseline,
                 metrics if len(metrics) > 1 else (), args.resamples,
                 args.bootstrap_seed)
-            print(text)
+            print(text + note_partial_loads(f'{args.work_dir}/robustness.md',
+                                            args.notes))
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')
     finally:
         end_process_group()

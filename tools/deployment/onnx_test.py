@@ -20,8 +20,10 @@ from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
                                      require_deploy)
+from mmseg_elliptical.engine import check_weights_fit
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (add_cfg_options, checkpoint_file,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, checkpoint_file,
                                               config_file, non_negative_float,
                                               non_negative_int, onnx_file,
                                               tool_main)
@@ -56,6 +58,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=1,
         help='onnxruntime threads (0: its default)')
     add_cfg_options(p, 'the config, e.g. test_dataloader.batch_size=4')
+    add_allow_partial(p)
     args = p.parse_args(argv)
     if args.work_dir and osp.isfile(args.work_dir):
         p.error(f'argument --work-dir: {args.work_dir} is a file; give a '
@@ -71,6 +74,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         require_deploy('tools/deployment/onnx_test.py')
     except ImportError as error:
         sys.exit(str(error))
+    note = args.checkpoint and check_weights_fit(
+        args.config, args.checkpoint, args.cfg_options, args.allow_partial)
+    if note:
+        print(note)
     cfg = load_config(args.config, args.cfg_options, no_pretrained=True)
     work_dir = args.work_dir or osp.join(
         'work_dirs', 'onnx_test',

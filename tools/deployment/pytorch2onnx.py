@@ -24,8 +24,10 @@ from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
                                      ort_session, require_deploy,
                                      verification_shapes, verify)
 from mmseg_elliptical.deploy.export import OPSET
+from mmseg_elliptical.engine import check_weights_fit
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (add_cfg_options, checkpoint_file,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, checkpoint_file,
                                               config_file, fail,
                                               non_negative_int, positive_float,
                                               positive_int, tool_main)
@@ -78,6 +80,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=1,
         help='torch and onnxruntime threads (0: their defaults)')
     add_cfg_options(p, 'the config, e.g. model.backbone.img_size=640')
+    add_allow_partial(p)
     args = p.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
         p.error(f'argument --shape: {args.shape}: give HEIGHT WIDTH, or one '
@@ -116,6 +119,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     shape = export_shape(args, cfg)
     if args.checkpoint is None:
         print('No --checkpoint: exporting random weights.')
+    else:
+        note = check_weights_fit(args.config, args.checkpoint,
+                                 args.cfg_options, args.allow_partial)
+        if note:
+            print(note)
     segmentor = build_segmentor(cfg, args.checkpoint)
     result = export_onnx(segmentor, args.output_file, shape,
                          args.dynamic_export, args.opset_version)

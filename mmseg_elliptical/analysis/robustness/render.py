@@ -359,19 +359,6 @@ def write_robustness_report(store: ResultStore,
     return text
 
 
-#: Fewer images than this give a bootstrap interval but no verdict.
-MIN_VERDICT_IMAGES = 30
-
-
-def verdict(result: Dict) -> str:
-    """The words of a paired bootstrap's result."""
-    if result['images'] < MIN_VERDICT_IMAGES:
-        return (f'no verdict: {result["images"]} images are too few for a '
-                f'reliable interval (at least {MIN_VERDICT_IMAGES})')
-    return ('0 inside: no evidence of a difference'
-            if result['zero_inside'] else '0 outside: a real difference')
-
-
 def baseline_key(store: ResultStore, baseline: str, key: str) -> str:
     """The baseline's cell that ``key`` is compared with: the same, or the
     plain attack where the baseline has no adaptive one (no ``m``)."""
@@ -491,7 +478,7 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
             paired.append(
                 f'- {name} - {s["baseline"]}, {what}: '
                 f'{r["difference"]:+.2f} mIoU (95 % interval '
-                f'{r["low"]:+.2f} to {r["high"]:+.2f}; {verdict(r)}). '
+                f'{r["low"]:+.2f} to {r["high"]:+.2f}; {r["verdict"]}). '
                 f'Paired bootstrap over {r["images"]} images.')
         paired += [f'- {n}' for n in p['notes']]
     if paired:

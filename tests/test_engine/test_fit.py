@@ -1,0 +1,127 @@
+"""``engine/fit.py``: a checkpoint whose weights do not fit the config's
+model is refused by every tool that takes one, before any work, unless
+``--allow-partial``; then the report says so. (``other_vit``: conftest.)"""
+import json
+import os.path as osp
+import re
+
+import pytest
+import torch
+from builders import onnx_graph
+from processes import load_tool, refused
+from saved_models import load_model
+
+from mmseg_elliptical.deploy import missing_packages
+from mmseg_elliptical.engine import check_weights_fit, weights_fit
+from mmseg_elliptical.errors import CheckpointError
+
+pytestmark = pytest.mark.usefixtures('single_thread')
+
+
+def torch_verdict(model: torch.nn.Module, state: dict) -> tuple:
+    """torch's own account of a non-strict load: the keys of other shapes
+    (from its error), then the missing and unexpected keys of the rest."""
+    with pytest.raises(RuntimeError) as error:
+        model.load_state_dict(state, strict=False)
+    shapes = re.findall(r'size mismatch for ([\w.]+)', str(error.value))
+    rest = {k: v for k, v in state.items() if k not in shapes}
+    result = model.load_state_dict(rest, strict=False)
+    missing = [k for k in result.missing_keys if k not in shapes]
+    return shapes, missing, result.unexpected_keys
+
+
+def test_weights_fit_counts_as_torch_does(demo_models, other_vit):
+    model = load_model(demo_models[:2])
+    state = torch.load(other_vit, weights_only=False)['state_dict']
+    state.pop('backbone.cls_token')  # one key missing too
+    fit = weights_fit(model.state_dict(), state)
+    shapes, missing, unexpected = torch_verdict(model, state)
+    assert [k for k, _, _ in fit.mismatched] == shapes and shapes
+    assert fit.missing == missing and fit.unexpected == unexpected
+    assert missing == ['backbone.cls_token']
+    assert unexpected and all('layers.3.' in k for k in unexpected)
+    key, theirs, ours = fit.mismatched[0]
+    assert theirs == tuple(state[key].shape)
+    assert ours == tuple(model.state_dict()[key].shape) != theirs
+    assert not fit.exact
+    assert weights_fit(model.state_dict(), model.state_dict()).exact
+
+
+def test_the_error_names_the_files_the_counts_and_the_fix(
+        demo_models, other_vit):
+    config = demo_models[0]
+    assert check_weights_fit(config, demo_models[1]) is None
+    with pytest.raises(CheckpointError) as error:
+        check_weights_fit(config, other_vit)
+    text = str(error.value)
+    assert '\n' not in text
+    for part in (other_vit, config, 'differ in shape (first: ',
+                 'not in the model (first: backbone.layers.3.',
+                 '--allow-partial'):
+        assert part in text, text
+    note = check_weights_fit(config, other_vit, allow_partial=True)
+    assert note.startswith('Partial load (--allow-partial)')
+
+
+def forbidden(*args, **kwargs):
+    raise AssertionError('work started before the checkpoint was checked')
+
+
+#: Tool, its command line ({cfg}: the demo config, {wrong}: the other
+#: ViT's checkpoint), what must not run before the check.
+TOOLS = [
+    ('analysis_tools/robustness.py', '{cfg} {wrong} --max-images 1',
+     'start_launcher'),
+    ('analysis_tools/collapse.py', '{cfg} {wrong}', 'start_launcher'),
+    ('analysis_tools/attention_maps.py', '{image} {cfg} {wrong} --point 1 1',
+     'model_attention'),
+    ('analysis_tools/compare_models.py', '{cfg} {ok} {cfg} {wrong}',
+     'start_launcher'),
+    ('deployment/pytorch2onnx.py', '{cfg} --checkpoint {wrong}',
+     'build_segmentor'),
+    pytest.param(
+        'deployment/onnx_test.py',
+        '{cfg} {onnx} --checkpoint {wrong}',
+        'evaluate_onnx',
+        marks=pytest.mark.skipif(
+            bool(missing_packages()), reason='needs the deploy extra')),
+]
+
+
+@pytest.mark.parametrize('path, argv, guarded', TOOLS)
+def test_every_tool_refuses_a_checkpoint_that_does_not_fit(
+        path, argv, guarded, demo_models, other_vit, demo_root, capsys,
+        monkeypatch, tmp_path):
+    tool = load_tool(path)
+    monkeypatch.setattr(tool, guarded, forbidden)
+    if path.startswith('deployment'):
+        monkeypatch.setattr(tool, 'require_deploy', lambda *a: None)
+    image = osp.join(demo_root, 'images', 'validation', 'demo_00000.jpg')
+    onnx = onnx_graph(str(tmp_path / 'good.onnx')) if 'onnx}' in argv \
+        else None
+    argv = argv.format(
+        cfg=demo_models[0],
+        ok=demo_models[1],
+        wrong=other_vit,
+        image=image,
+        onnx=onnx).split()
+    line = refused(capsys, tool.main, argv)
+    assert f'Checkpoint {other_vit} does not fit the model of ' \
+        f'{demo_models[0]} (' in line, line
+    assert '--allow-partial' in line
+
+
+def test_a_partial_load_is_allowed_and_reported(demo_models, other_vit,
+                                                tmp_path, capsys):
+    tool = load_tool('analysis_tools/collapse.py')
+    out = tmp_path / 'collapse'
+    results = tool.main([
+        demo_models[0], other_vit, '--max-images', '1', '--allow-partial',
+        '--out-dir',
+        str(out)
+    ])
+    assert results and json.loads((out / 'collapse.json').read_text())
+    report = (out / 'collapse.md').read_text()
+    assert 'Partial load (--allow-partial)' in report
+    assert other_vit in report
+    assert 'Partial load (--allow-partial)' in capsys.readouterr().out

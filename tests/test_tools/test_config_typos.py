@@ -1,0 +1,91 @@
+"""A config ``type`` that no registry holds ends every tool with one line
+naming the type, the registry and the closest names: the plugin's tools
+and mmseg's train.py / test.py with the plugin loaded."""
+import os.path as osp
+import sys
+
+import pytest
+from builders import ROOT
+from mmengine.config import Config
+from processes import load_tool, refused, run_tool_main
+
+import mmseg_elliptical  # noqa: F401
+
+TYPO = "type='EllipticVisionTransformer' is not in the mmseg::model " \
+    'registry (closest registered: EllipticalVisionTransformer'
+
+
+@pytest.fixture(scope='module')
+def typos(demo_models, tmp_path_factory) -> dict:
+    """The demo config with a misspelt backbone type, and with a misspelt
+    loss type (found only when the model is built)."""
+    tmp = tmp_path_factory.mktemp('typos')
+    paths = {}
+    for name, key, value in (('backbone', 'model.backbone.type',
+                              'EllipticVisionTransformer'),
+                             ('loss', 'model.decode_head.loss_decode.type',
+                              'CrossEntropyLos')):
+        cfg = Config.fromfile(demo_models[0])
+        cfg.merge_from_dict({key: value, 'work_dir': str(tmp / 'wd')})
+        paths[name] = str(tmp / f'{name}.py')
+        cfg.dump(paths[name])
+    return paths
+
+
+def forbidden(*args, **kwargs):
+    raise AssertionError('work started before the config was checked')
+
+
+@pytest.mark.parametrize('tool', ['train.py', 'test.py'])
+def test_mmseg_tools_name_a_misspelt_backbone_before_any_work(
+        tool, typos, demo_models, capsys, monkeypatch):
+    monkeypatch.setattr('mmengine.runner.Runner.from_cfg', forbidden)
+    argv = [typos['backbone']
+            ] + ([demo_models[1]] if tool == 'test.py' else [])
+    line = refused(capsys,
+                   lambda args: run_tool_main(monkeypatch, tool, *args), argv)
+    assert f'{typos["backbone"]}: {TYPO}' in line, line
+
+
+def test_train_names_a_misspelt_type_found_while_building(
+        typos, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as stop:
+        run_tool_main(monkeypatch, 'train.py', typos['loss'])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and 'Traceback' not in err, err
+    assert "train.py: error: type='CrossEntropyLos' is not in the " \
+        'mmseg::model registry (closest registered: CrossEntropyLoss' \
+        in err.strip().splitlines()[-1], err
+
+
+@pytest.mark.parametrize('path, argv', [
+    ('analysis_tools/robustness.py', '{backbone} {ckpt}'),
+    ('analysis_tools/collapse.py', '{backbone} {ckpt}'),
+    ('analysis_tools/compare_models.py', '{ok} {ckpt} {backbone} {ckpt}'),
+    ('deployment/pytorch2onnx.py', '{backbone}'),
+])
+def test_the_plugins_tools_name_a_misspelt_type(path, argv, typos, demo_models,
+                                                capsys, monkeypatch):
+    tool = load_tool(path)
+    if path.startswith('deployment'):
+        monkeypatch.setattr(tool, 'require_deploy', lambda *a: None)
+    argv = argv.format(
+        backbone=typos['backbone'], ok=demo_models[0],
+        ckpt=demo_models[1]).split()
+    line = refused(capsys, tool.main, argv)
+    assert TYPO in line, line
+
+
+@pytest.mark.parametrize('tool, argv', [
+    ('analysis_tools/robustness.py', '{backbone} {ckpt}'),
+    ('train.py', '{backbone}'),
+])
+def test_the_launch_check_names_a_misspelt_type(tool, argv, typos, demo_models,
+                                                capsys, monkeypatch):
+    # tools/check_args.py, which dist_launch.sh runs before torchrun.
+    monkeypatch.syspath_prepend(osp.join(ROOT, 'tools'))
+    monkeypatch.setattr(sys, 'argv', list(sys.argv))
+    import check_args
+    argv = argv.format(backbone=typos['backbone'], ckpt=demo_models[1])
+    line = refused(capsys, check_args.main, [tool, *argv.split()])
+    assert TYPO in line, line
