@@ -73,6 +73,8 @@ TOOLS = [
     ('analysis_tools/robustness.py', '{cfg} {wrong} --max-images 1',
      'start_launcher'),
     ('analysis_tools/collapse.py', '{cfg} {wrong}', 'start_launcher'),
+    ('analysis_tools/adversarial.py', '{cfg} {wrong} --max-images 1',
+     'start_launcher'),
     ('analysis_tools/attention_maps.py', '{image} {cfg} {wrong} --point 1 1',
      'model_attention'),
     ('analysis_tools/compare_models.py', '{cfg} {ok} {cfg} {wrong}',

@@ -28,11 +28,13 @@ from typing import Dict, List, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import end_process_group, start_launcher
+from mmseg_elliptical.engine import (end_process_group, fitting_models,
+                                     note_partial_loads, start_launcher)
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (add_cfg_options, add_launcher,
-                                              launcher_of, model_pairs,
-                                              non_negative_float,
+from mmseg_elliptical.utils.arguments import (add_allow_partial,
+                                              add_cfg_options, add_launcher,
+                                              add_work_dir, launcher_of,
+                                              model_pairs, non_negative_float,
                                               positive_float, positive_int,
                                               tool_main)
 
@@ -113,10 +115,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='images attacked together (default: the config\'s test batch)')
     parser.add_argument(
         '--seed', type=int, default=0, help='seed of the random start')
-    parser.add_argument(
-        '--work-dir',
-        default='work_dirs/adversarial',
-        help='where results (and the resumable JSON) go')
+    add_work_dir(parser, 'work_dirs/adversarial')
+    add_allow_partial(parser)
     parser.add_argument(
         '--resamples',
         type=positive_int,
@@ -161,6 +161,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('argument --adaptive: no model has an elliptical layer '
                      f'({", ".join(names)}), so there is no relevance m to '
                      'differentiate through; drop --adaptive.')
+    args.notes = fitting_models(parser, args.specs, args.cfg_options,
+                                args.allow_partial)
     return args
 
 
@@ -222,7 +224,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             text = rb.write_attack_report(store, [s.name for s in args.specs],
                                           args.work_dir, args.baseline,
                                           args.resamples, args.bootstrap_seed)
-            print(text)
+            print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
+                                            args.notes))
             print(f'Results in {args.work_dir}/'
                   'adversarial.{json,md,csv,png}')
     finally:
