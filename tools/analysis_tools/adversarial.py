@@ -8,9 +8,9 @@ rerun resumes. With ``--launcher pytorch`` (``tools/dist_adversarial.sh``) or
 across the processes and rank 0 writes. The report gives the mIoU per attack
 and eps, the per-image worst case over the attacks, the means over eps and,
 against ``--baseline``, a paired bootstrap over images. ``--adaptive`` lets
-the gradient flow through the relevance ``m`` too, in every model with
-elliptical layers (a model without them has no ``m``: its plain attack is
-the adaptive one). Outputs (in
+the gradient flow through the relevance ``m`` too: each model with
+elliptical layers is attacked both ways (a model without them has no ``m``:
+its plain attack is the adaptive one). Outputs (in
 ``--work-dir``): ``adversarial.{json,md,csv,png}`` and ``areas/``.
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
@@ -203,8 +203,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     launch = start_launcher(launcher_of(args))
     try:
         cells = {
-            spec.name: [(None, None)] +
-            attack_cells(args, args.adaptive and args.elliptical[spec.name])
+            spec.name: [(None, None)] + attack_cells(args, False) +
+            (attack_cells(args, True)
+             if args.adaptive and args.elliptical[spec.name] else [])
             for spec in args.specs
         }
         store = rb.run_cells(
