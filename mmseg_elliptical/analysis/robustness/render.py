@@ -9,6 +9,7 @@ to ``robustness.json`` and writes ``robustness.{md,csv,png}`` and
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
+from .attacks import ATTACKS
 from .bootstrap import paired_bootstrap
 from .protocols import GROUPS
 from .store import CLEAN, ResultStore, cell_key
@@ -460,9 +461,9 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
         f'{"0-255 levels" if settings.get("norm") == "linf" else "0-1"}; '
         'the worst case takes, per image, the attack that hurts it most). '
         'Settings: ' +
-        ', '.join(f'{k} {v}'
-                  for k, v in settings.items() if k != 'cfg_options') + '.',
-        '',
+        ', '.join(f'{k.replace("_", " ")} {v}'
+                  for k, v in settings.items() if v not in
+                  (None, {}) and k not in ('threat', 'per_class')) + '.', '',
         markdown_table(header, rows, '.2f', left=2)
     ]
     paired = []
@@ -498,29 +499,33 @@ def attack_rows(store: ResultStore, names: Sequence[str]) -> tuple:
 
 
 def attack_curves(summary: Dict[str, Dict], norm: str):
-    """mIoU against eps: one curve per attack series and model, the worst
-    case dashed, the clean mIoU at eps 0."""
+    """mIoU against eps, the clean mIoU at eps 0: a colour per attack (the
+    worst case black), a line style per model, crosses for the adaptive
+    attacks."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     styles = ['-', '--', ':', '-.']
+    colours = {a: f'C{i}' for i, a in enumerate(ATTACKS)}
     for m, (name, s) in enumerate(summary.items()):
         curves = {**s['series'], 'worst case': s['worst']}
-        for i, (series, values) in enumerate(curves.items()):
+        for series, values in curves.items():
+            attack = series.split('/')[0]
             points = [(0., s['clean'])] + [(float(e), v)
                                            for e, v in values.items()]
             points = [(e, v) for e, v in points if v is not None]
             ax.plot(
                 *zip(*points),
-                styles[m % len(styles)],
-                marker='o',
-                markersize=3,
-                color='black' if series == 'worst case' else f'C{i}',
+                linestyle=styles[m % len(styles)],
+                marker='x' if attack.endswith('-adaptive') else 'o',
+                markersize=4,
+                color=colours.get(attack.replace('-adaptive', ''), 'black'),
                 label=wrap_label(f'{name}: {series}', 32))
     ax.set_xlabel(f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})')
     ax.set_ylabel('mIoU')
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
-    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.02, 1))
+    ax.legend(
+        fontsize=7, loc='upper left', bbox_to_anchor=(1.02, 1), handlelength=3)
     return fig
 
 
