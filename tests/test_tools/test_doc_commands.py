@@ -66,10 +66,11 @@ def doc_files() -> List[str]:
 def command_texts(markdown: str) -> Iterator[str]:
     """The lines of shell code blocks (continuations joined) and the inline
     code spans (across line breaks)."""
-    blocks = re.findall(r'^```(?:bash|shell|sh)?\n(.*?)^```', markdown,
-                        re.M | re.S)
-    for block in blocks:
-        yield from block.replace('\\\n', ' ').splitlines()
+    # Fences pair in order; only unlabelled and shell blocks are commands.
+    for lang, block in re.findall(r'^```(\w*)\n(.*?)^```', markdown,
+                                  re.M | re.S):
+        if lang in ('', 'bash', 'shell', 'sh'):
+            yield from block.replace('\\\n', ' ').splitlines()
     outside = re.sub(r'^```.*?^```', '', markdown, flags=re.M | re.S)
     for span in re.findall(r'`([^`]+)`', outside):
         yield span.replace('\n', ' ')
@@ -129,11 +130,11 @@ COMMANDS = demo_commands()
 
 def test_the_docs_hold_demo_commands():
     # The extraction itself: the commands of make demo, make report, the
-    # README's robustness grid on a cluster.
+    # README's robustness and adversarial grids on a cluster.
     tools = {argv[0] for _, _, argv in COMMANDS}
     assert {
         'train.py', 'analysis_tools/compare_models.py',
-        'analysis_tools/robustness.py'
+        'analysis_tools/robustness.py', 'analysis_tools/adversarial.py'
     } <= tools, COMMANDS
 
 
