@@ -7,8 +7,8 @@ import sys
 import pytest
 
 pytest.register_assert_rewrite('attack_oracles', 'builders', 'checks',
-                               'evidence_oracles',
-                               'oracles', 'processes', 'saved_models', 'spies')
+                               'evidence_oracles', 'oracles', 'processes',
+                               'saved_models', 'spies')
 
 import builders  # noqa: E402
 import saved_models  # noqa: E402
