@@ -48,8 +48,10 @@ def first_batch(config: str, images: int = 1) -> dict:
         data_samples=[s for b in batches for s in b['data_samples']])
 
 
-def check_against_hand(model, batch, attack: attacks.Attack, atol=1e-3):
-    """The package's adversarial images equal the hand-written attack's."""
+def check_against_hand(model, batch, attack: attacks.Attack, atol=1e-2):
+    """The package's adversarial images equal the hand-written attack's
+    (to 0.01 of a level: L2 steps carry float32 rounding of the gradient's
+    norm; an L-inf sign flip moves a pixel by a whole step)."""
     got = attacks.perturb(model, batch['inputs'], batch['data_samples'],
                           attack)
     for x, img, sample in zip(got, batch['inputs'], batch['data_samples']):
