@@ -19,18 +19,8 @@ case "$NPROC" in
     exit 2 ;;
 esac
 
-# The interpreter: $PYTHON if set, else the project's .venv (make demo's),
-# else python; said on stderr.
-if [ -n "${PYTHON:-}" ]; then
-  FROM="\$PYTHON"
-elif [ -x "$ROOT/.venv/bin/python" ]; then
-  PYTHON="$ROOT/.venv/bin/python"
-  FROM="the project's .venv"
-else
-  PYTHON=python
-  FROM="no $ROOT/.venv; set PYTHON to choose"
-fi
-echo "$(basename "$0"): using $PYTHON ($FROM)" >&2
+# The interpreter: $PYTHON, else the project's .venv, else python.
+. "$ROOT/tools/misc/python.sh"
 export PYTHONPATH="$ROOT":${PYTHONPATH:-}
 # The command line checked once, here, before NPROC processes start (a bad
 # argument: the tool's one-line error and status 2, no torchrun traceback);

@@ -15,18 +15,8 @@ GPUS=${GPUS:-4}
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
-# The interpreter: $PYTHON if set, else the project's .venv (make demo's),
-# else python; said on stderr.
-if [ -n "${PYTHON:-}" ]; then
-  FROM="\$PYTHON"
-elif [ -x "$ROOT/.venv/bin/python" ]; then
-  PYTHON="$ROOT/.venv/bin/python"
-  FROM="the project's .venv"
-else
-  PYTHON=python
-  FROM="no $ROOT/.venv; set PYTHON to choose"
-fi
-echo "$(basename "$0"): using $PYTHON ($FROM)" >&2
+# The interpreter: $PYTHON, else the project's .venv, else python.
+. "$ROOT/tools/misc/python.sh"
 export PYTHONPATH="$ROOT":${PYTHONPATH:-}
 # shellcheck disable=SC2086  # SRUN_ARGS holds several flags
 exec srun -p "$PARTITION" \

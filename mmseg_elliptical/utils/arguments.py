@@ -205,6 +205,20 @@ def add_allow_partial(parser: argparse.ArgumentParser) -> None:
         '(the rest stays random; the report says so) instead of refusing it')
 
 
+def add_paired_test(parser: argparse.ArgumentParser) -> None:
+    """``--resamples`` and ``--bootstrap-seed`` of the paired bootstrap."""
+    parser.add_argument(
+        '--resamples',
+        type=positive_int,
+        default=1000,
+        help='resamples of the paired bootstrap (default 1000)')
+    parser.add_argument(
+        '--bootstrap-seed',
+        type=int,
+        default=0,
+        help='seed of the paired bootstrap (default 0)')
+
+
 def add_launcher(parser: argparse.ArgumentParser) -> None:
     """``--launcher none|pytorch|slurm`` and torch.distributed.launch's
     ``--local-rank``, as in mmseg's ``tools/test.py``."""

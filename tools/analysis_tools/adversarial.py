@@ -31,12 +31,10 @@ from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.engine import (end_process_group, fitting_models,
                                      note_partial_loads, start_launcher)
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (add_allow_partial,
-                                              add_cfg_options, add_launcher,
-                                              add_work_dir, launcher_of,
-                                              model_pairs, non_negative_float,
-                                              positive_float, positive_int,
-                                              tool_main)
+from mmseg_elliptical.utils.arguments import (
+    add_allow_partial, add_cfg_options, add_launcher, add_paired_test,
+    add_work_dir, launcher_of, model_pairs, non_negative_float, positive_float,
+    positive_int, tool_main)
 
 
 def epsilon(text: str) -> float:
@@ -117,16 +115,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--seed', type=int, default=0, help='seed of the random start')
     add_work_dir(parser, 'work_dirs/adversarial')
     add_allow_partial(parser)
-    parser.add_argument(
-        '--resamples',
-        type=positive_int,
-        default=1000,
-        help='resamples of the paired bootstrap (default 1000)')
-    parser.add_argument(
-        '--bootstrap-seed',
-        type=int,
-        default=0,
-        help='seed of the paired bootstrap (default 0)')
+    add_paired_test(parser)
     parser.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
     add_cfg_options(parser)

@@ -35,7 +35,8 @@ from mmseg_elliptical.engine import (end_process_group, fitting_models,
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
-                                              device, image_file, launcher_of,
+                                              add_paired_test, device,
+                                              image_file, launcher_of,
                                               model_pairs, non_negative_int,
                                               positive_int, tool_main)
 
@@ -108,16 +109,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         dest='baseline',
         help='the model the others are compared with: corruption errors, '
         'paired tests, speed and memory ratios (default: the last)')
-    p.add_argument(
-        '--resamples',
-        type=positive_int,
-        default=1000,
-        help='resamples of the paired bootstrap (default 1000)')
-    p.add_argument(
-        '--bootstrap-seed',
-        type=int,
-        default=0,
-        help='seed of the paired bootstrap (default 0)')
+    add_paired_test(p)
     p.add_argument(
         '--attack-protocol',
         choices=list(rb.ATTACK_PROTOCOLS),

@@ -31,8 +31,9 @@ from mmseg_elliptical.engine import (end_process_group, fitting_models,
                                      note_partial_loads, start_launcher)
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
-                                              launcher_of, model_pairs,
-                                              positive_int, tool_main)
+                                              add_paired_test, launcher_of,
+                                              model_pairs, positive_int,
+                                              tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -83,16 +84,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--metric',
         help='metric of P, mPC and mCE (default: the protocol\'s, mIoU)')
-    parser.add_argument(
-        '--resamples',
-        type=positive_int,
-        default=1000,
-        help='resamples of the paired bootstrap (default 1000)')
-    parser.add_argument(
-        '--bootstrap-seed',
-        type=int,
-        default=0,
-        help='seed of the paired bootstrap (default 0)')
+    add_paired_test(parser)
     parser.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
     add_cfg_options(parser)
