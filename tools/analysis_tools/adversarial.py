@@ -30,16 +30,13 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.engine import (end_process_group, fitting_models,
                                      note_partial_loads, start_launcher)
+from mmseg_elliptical.utils import arguments as cli
 from mmseg_elliptical.utils import load_config
-from mmseg_elliptical.utils.arguments import (
-    add_allow_partial, add_cfg_options, add_launcher, add_paired_test,
-    add_work_dir, launcher_of, model_pairs, non_negative_float, positive_float,
-    positive_int, tool_main)
 
 
 def epsilon(text: str) -> float:
     """An eps: a finite number in [0, 255]."""
-    value = non_negative_float(text)
+    value = cli.non_negative_float(text)
     if value > 255:
         raise argparse.ArgumentTypeError(f'{text!r} is above 255 (eps is in '
                                          '0-255 levels for L-inf, 0-1 for '
@@ -84,11 +81,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--steps',
         nargs='+',
-        type=positive_int,
+        type=cli.positive_int,
         help='steps of the iterative attacks')
     parser.add_argument(
         '--step-size',
-        type=positive_float,
+        type=cli.positive_float,
         help='step, in eps\'s unit (default: the protocol\'s)')
     parser.add_argument(
         '--random-start',
@@ -105,21 +102,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'prediction (default: the protocol\'s)')
     parser.add_argument(
         '--max-images',
-        type=positive_int,
+        type=cli.positive_int,
         help='attack only the first N images')
     parser.add_argument(
         '--batch-size',
-        type=positive_int,
+        type=cli.positive_int,
         help='images attacked together (default: the config\'s test batch)')
     parser.add_argument(
         '--seed', type=int, default=0, help='seed of the random start')
-    add_work_dir(parser, 'work_dirs/adversarial')
-    add_allow_partial(parser)
-    add_paired_test(parser)
+    cli.add_work_dir(parser, 'work_dirs/adversarial')
+    cli.add_allow_partial(parser)
+    cli.add_paired_test(parser)
     parser.add_argument(
         '--verbose', action='store_true', help='keep the runners\' INFO logs')
-    add_cfg_options(parser)
-    add_launcher(parser)
+    cli.add_cfg_options(parser)
+    cli.add_launcher(parser)
     args = parser.parse_args(argv)
     preset = rb.ATTACK_PROTOCOLS[args.protocol]
     args.attacks = args.attacks or list(preset.attacks)
@@ -134,7 +131,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
     attack_cells(args, False)  # checks the cells
-    args.specs = model_pairs(parser, args.models, args.names)
+    args.specs = cli.model_pairs(parser, args.models, args.names)
     names = [s.name for s in args.specs]
     args.baseline = args.baseline or (names[-1] if len(names) > 1 else None)
     if args.baseline not in names + [None]:
@@ -182,14 +179,14 @@ def settings(args: argparse.Namespace) -> Dict:
         labels=args.labels)
 
 
-@tool_main
+@cli.tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
     import os.path as osp
 
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    launch = start_launcher(launcher_of(args))
+    launch = start_launcher(cli.launcher_of(args))
     try:
         cells = {
             spec.name: [(None, None)] + attack_cells(args, False) +
