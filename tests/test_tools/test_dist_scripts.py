@@ -79,12 +79,19 @@ def running(pid: int) -> bool:
         return False
 
 
+def copy_launch_scripts(tools) -> None:
+    """dist_launch.sh and slurm_launch.sh with the file they source, in a
+    ``tools`` folder of another project."""
+    (tools / 'misc').mkdir(parents=True, exist_ok=True)
+    for script in ('dist_launch.sh', 'slurm_launch.sh', 'misc/python.sh'):
+        shutil.copy(osp.join(ROOT, 'tools', script), tools / script)
+
+
 @pytest.mark.skipif(not osp.isdir('/proc/self'), reason='needs /proc')
 def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
     # The real script, launching a tool that records its pid and sleeps.
     tools = tmp_path / 'tools'
-    tools.mkdir()
-    shutil.copy(osp.join(ROOT, 'tools', 'dist_launch.sh'), tools)
+    copy_launch_scripts(tools)
     (tools / 'sleep.py').write_text(SLEEPER)
     pids = tmp_path / 'pids'
     pids.mkdir()
@@ -267,9 +274,7 @@ def test_the_launch_scripts_say_which_python_they_use(tmp_path, python, venv,
     # A copy of the scripts in a project folder with (or without) its .venv;
     # fake python, srun and chosen interpreter print their arguments.
     root = tmp_path / 'project'
-    for script in ('dist_launch.sh', 'slurm_launch.sh'):
-        (root / 'tools').mkdir(parents=True, exist_ok=True)
-        shutil.copy(osp.join(ROOT, 'tools', script), root / 'tools' / script)
+    copy_launch_scripts(root / 'tools')
     paths = dict(
         venv=root / '.venv' / 'bin' / 'python',
         path=tmp_path / 'bin' / 'python',
