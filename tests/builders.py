@@ -578,15 +578,22 @@ def tiny_family_variants(family: str,
     model = dict(
         type='EncoderDecoder',
         backbone=dict(tiny.args, type=tiny.cls.__name__, **overrides),
-        decode_head=dict(
-            type='FCNHead',
-            in_channels=tiny.channels,
-            in_index=-1,
-            channels=8,
-            num_convs=1,
-            concat_input=False,
-            num_classes=5))
+        decode_head=tiny_fcn_head(family))
     return derive_variants(family, f'{family}.py', model, roles, whole_model)
+
+
+def tiny_fcn_head(family: str) -> dict:
+    """mmseg's ``FCNHead`` (5 classes, 8 channels) on the last feature map
+    of the tiny ``family`` backbone."""
+    return dict(
+        type='FCNHead',
+        in_channels=TINY_MODELS[family].channels,
+        in_index=-1,
+        channels=8,
+        num_convs=1,
+        concat_input=False,
+        num_classes=5,
+        loss_decode=dict(type='CrossEntropyLoss'))
 
 
 def onnx_graph(path: str,

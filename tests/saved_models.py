@@ -9,7 +9,7 @@ from typing import List
 import numpy as np
 import torch
 import torch.nn as nn
-from builders import DEMO_DOT, TINY_MODELS, demo_config
+from builders import DEMO_DOT, TINY_MODELS, demo_config, tiny_fcn_head
 from evidence_oracles import pairwise_cosine
 from mmengine.config import Config
 from mmseg.models.backbones import VisionTransformer
@@ -60,15 +60,7 @@ def family_config(family: str,
         type='EncoderDecoder',
         data_preprocessor=cfg.model.data_preprocessor,
         backbone=backbone,
-        decode_head=dict(
-            type='FCNHead',
-            in_channels=tiny.channels,
-            in_index=-1,
-            channels=8,
-            num_convs=1,
-            concat_input=False,
-            num_classes=5,
-            loss_decode=dict(type='CrossEntropyLoss')),
+        decode_head=tiny_fcn_head(family),
         test_cfg=dict(mode='whole') if tiny.crop is None else dict(
             mode='slide', crop_size=tiny.crop, stride=tiny.crop))
     return cfg
