@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, Optional, Sequence
 
 import pytest
@@ -22,6 +23,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def descendants(pid: int) -> list:
+    """The processes below ``pid`` (children first, then theirs), read
+    from ``/proc``; empty where there is no ``/proc``."""
+    parents = {}
+    for entry in os.listdir('/proc') if osp.isdir('/proc') else ():
+        if entry.isdigit():
+            try:
+                with open(f'/proc/{entry}/stat') as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(')', 1)[1].split()[1])
+    found, level = [], [pid]
+    while level:
+        level = [p for p, parent in parents.items() if parent in level]
+        found += level
+    return found
+
+
+def dump_stacks(pid: int) -> None:
+    """SIGABRT to every process below ``pid``, deepest first: those run with
+    ``PYTHONFAULTHANDLER=1`` print their threads' Python stacks (where a
+    hung command waits) to their stderr and end."""
+    for child in reversed(descendants(pid)):
+        try:
+            os.kill(child, signal.SIGABRT)
+        except ProcessLookupError:
+            pass
+
+
 def run_command(
         args: Sequence[str],
         timeout: float = 300,
@@ -33,6 +64,8 @@ def run_command(
     (the command runs in a session of its own: a shell script and the
     torchrun it starts) then gets SIGTERM, on which torchrun stops its
     workers (they run in sessions of their own), and SIGKILL 30 s later.
+    Before that, the Python processes below it print their stacks
+    (``PYTHONFAULTHANDLER=1`` and SIGABRT), which the failure shows.
     The output goes through files, so a process left behind cannot block
     the test on a pipe.
 
@@ -47,6 +80,7 @@ def run_command(
     """
     if env is None:
         env = dict(os.environ, OMP_NUM_THREADS='1')
+    env = dict(env, PYTHONFAULTHANDLER='1')
     with tempfile.TemporaryFile('w+') as out, \
             tempfile.TemporaryFile('w+') as err:
         proc = subprocess.Popen(
@@ -57,25 +91,33 @@ def run_command(
             stderr=err,
             text=True,
             start_new_session=True)
+        timed_out = False
         try:
             proc.wait(timeout)
             failure = f'exit status {proc.returncode}' \
                 if proc.returncode else None
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            dump_stacks(proc.pid)
+            time.sleep(2)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(30)
+                    break
+                except ProcessLookupError:  # all ended on SIGABRT
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            proc.wait()
             failure = f'not finished after {timeout} s'
+            timed_out = True
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if failure:
         pytest.fail(
             f'{" ".join(args)[-300:]}: {failure}\n'
             f'--- stdout:\n{stdout[-2000:]}\n'
-            f'--- stderr:\n{stderr[-4000:]}',
+            f'--- stderr:\n{stderr[-12000 if timed_out else -4000:]}',
             pytrace=False)
     return subprocess.CompletedProcess(args, 0, stdout, stderr)
 

@@ -8,8 +8,8 @@ from .checkpoint import (load_from_local, mmengine_safe_globals,
 from .fit import (WeightsFit, check_models_fit, check_weights_fit,
                   fitting_models, note_partial_loads, weights_fit)
 from .hooks import EllipticalEvidenceHook, SegSummaryHook
-from .launch import (end_process_group, prepare_cpu_launch, run_mmseg_tool,
-                     start_launcher)
+from .launch import (end_process_group, prepare_cpu_launch, process_group,
+                     run_mmseg_tool, start_launcher)
 
 __all__ = [
     'CheckpointError', 'check_checkpoint', 'load_from_local',
@@ -17,5 +17,5 @@ __all__ = [
     'unregister_checkpoint_loader', 'WeightsFit', 'check_models_fit',
     'check_weights_fit', 'fitting_models', 'note_partial_loads', 'weights_fit',
     'EllipticalEvidenceHook', 'SegSummaryHook', 'end_process_group',
-    'prepare_cpu_launch', 'run_mmseg_tool', 'start_launcher'
+    'prepare_cpu_launch', 'process_group', 'run_mmseg_tool', 'start_launcher'
 ]

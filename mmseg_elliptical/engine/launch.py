@@ -6,7 +6,8 @@ import logging
 import os
 import runpy
 import sys
-from typing import Dict, List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -114,22 +115,50 @@ def quiet_other_ranks(rank: int) -> None:
                 handler.setLevel(logging.ERROR)
 
 
-def end_process_group() -> None:
+def end_process_group(synchronize: bool = False) -> None:
     """Destroy the default process group, if any (left alive, gloo's
-    threads can abort a finished job); errors are logged, not raised."""
+    threads can abort a finished job); errors are logged, not raised.
+
+    Args:
+        synchronize (bool): Wait for every rank first (a finished job: rank 0
+            may still be writing its results, and a rank that destroys its
+            group while a peer still holds theirs can hang the teardown).
+            Not after an error, when a peer may never arrive.
+    """
     if not (dist.is_available() and dist.is_initialized()):
         return
-    try:
-        dist.destroy_process_group()
-    except Exception as exc:  # noqa: BLE001  # the job's outcome wins
-        print_log(
-            f'mmseg_elliptical: destroying the process group failed: '
-            f'{exc!r}',
-            logger='current',
-            level=logging.WARNING)
+    steps = ([dist.barrier] if synchronize else []) + \
+        [dist.destroy_process_group]
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001  # the job's outcome wins
+            print_log(
+                f'mmseg_elliptical: ending the process group failed '
+                f'({step.__name__}): {exc!r}',
+                logger='current',
+                level=logging.WARNING)
     # DDP's reducer holds the group in reference cycles: free them, so gloo
     # joins its threads before interpreter shutdown.
     gc.collect()
+
+
+@contextmanager
+def process_group(launcher: str) -> Iterator[Dict[str, object]]:
+    """The process group of ``--launcher`` (:func:`start_launcher`) for the
+    ``with`` block of a tool; at its end the ranks wait for each other
+    before the group ends, after an error it ends at once.
+
+    Yields:
+        dict: Options to merge into every config the tool runs.
+    """
+    options = start_launcher(launcher)
+    try:
+        yield options
+    except BaseException:
+        end_process_group()
+        raise
+    end_process_group(synchronize=True)
 
 
 def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
@@ -176,8 +205,10 @@ def run_mmseg_tool(name: str) -> None:
     the plugin's input errors end it with one line and status 2."""
     check_mmseg_tool_args(name, sys.argv)
     sys.argv = prepare_cpu_launch(sys.argv)
+    finished = False
     try:
         runpy.run_path(mmseg_tool_path(name), run_name='__main__')
+        finished = True
     except input_errors() as error:
         fail(str(error))
     except KeyError as error:
@@ -186,4 +217,4 @@ def run_mmseg_tool(name: str) -> None:
             raise
         fail(str(config_error))
     finally:
-        end_process_group()
+        end_process_group(synchronize=finished)

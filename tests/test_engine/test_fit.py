@@ -71,14 +71,14 @@ def forbidden(*args, **kwargs):
 #: ViT's checkpoint), what must not run before the check.
 TOOLS = [
     ('analysis_tools/robustness.py', '{cfg} {wrong} --max-images 1',
-     'start_launcher'),
-    ('analysis_tools/collapse.py', '{cfg} {wrong}', 'start_launcher'),
+     'process_group'),
+    ('analysis_tools/collapse.py', '{cfg} {wrong}', 'process_group'),
     ('analysis_tools/adversarial.py', '{cfg} {wrong} --max-images 1',
-     'start_launcher'),
+     'process_group'),
     ('analysis_tools/attention_maps.py', '{image} {cfg} {wrong} --point 1 1',
      'model_attention'),
     ('analysis_tools/compare_models.py', '{cfg} {ok} {cfg} {wrong}',
-     'start_launcher'),
+     'process_group'),
     ('deployment/pytorch2onnx.py', '{cfg} --checkpoint {wrong}',
      'build_segmentor'),
     pytest.param(

@@ -217,39 +217,95 @@ def test_end_process_group_joins_gloo_threads() -> None:
     assert initialized == 'False'
 
 
-def test_run_mmseg_tool_ends_the_group_on_error(monkeypatch) -> None:
+@pytest.mark.parametrize('outcome', ['finished', 'failed'])
+def test_run_mmseg_tool_ends_the_group(monkeypatch, outcome) -> None:
+    """A finished tool waits for its peers before the group ends; a failed
+    one ends it at once."""
     from mmseg_elliptical.engine import launch as mmseg_tools
 
     calls = []
-    monkeypatch.setattr('mmseg_elliptical.engine.launch.end_process_group',
-                        lambda: calls.append('end'))
+    monkeypatch.setattr(
+        'mmseg_elliptical.engine.launch.end_process_group',
+        lambda synchronize=False: calls.append(synchronize))
 
-    def failing_tool(path, run_name):
-        raise SystemExit(3)
+    def tool(path, run_name):
+        if outcome == 'failed':
+            raise SystemExit(3)
 
-    monkeypatch.setattr(mmseg_tools.runpy, 'run_path', failing_tool)
+    monkeypatch.setattr(mmseg_tools.runpy, 'run_path', tool)
     monkeypatch.setattr(mmseg_tools, 'check_mmseg_tool_args',
                         lambda *args: None)  # tests/test_tools/test_bad_input
     monkeypatch.setattr(sys, 'argv', ['train.py', 'cfg.py'])
-    with pytest.raises(SystemExit) as exc:
+    if outcome == 'failed':
+        with pytest.raises(SystemExit) as exc:
+            mmseg_tools.run_mmseg_tool('train.py')
+        assert exc.value.code == 3 and calls == [False]
+    else:
         mmseg_tools.run_mmseg_tool('train.py')
-    assert exc.value.code == 3 and calls == ['end']
+        assert calls == [True]
 
 
-def test_a_failed_destroy_is_logged_not_raised(monkeypatch) -> None:
+def test_process_group_synchronizes_only_a_finished_block(monkeypatch) -> None:
     from mmseg_elliptical.engine import launch
 
-    def fail():
-        raise RuntimeError('gloo is gone')
+    calls = []
+    monkeypatch.setattr(
+        launch,
+        'end_process_group',
+        lambda synchronize=False: calls.append(synchronize))
+    with launch.process_group('none') as options:
+        assert options == {}
+    assert calls == [True]
+    with pytest.raises(KeyError):
+        with launch.process_group('none'):
+            raise KeyError('a failing tool')
+    assert calls == [True, False]
 
-    logged = []
+
+def group_calls(monkeypatch, fail_at: str = '') -> list:
+    """Patch the group's barrier and destroy to record their calls (the one
+    named ``fail_at`` raises); returns the record."""
+    from mmseg_elliptical.engine import launch
+    calls = []
+
+    def step(name):
+
+        def call():
+            calls.append(name)
+            if name == fail_at:
+                raise RuntimeError('gloo is gone')
+
+        call.__name__ = name
+        return call
+
     monkeypatch.setattr(launch.dist, 'is_initialized', lambda: True)
-    monkeypatch.setattr(launch.dist, 'destroy_process_group', fail)
+    monkeypatch.setattr(launch.dist, 'barrier', step('barrier'))
+    monkeypatch.setattr(launch.dist, 'destroy_process_group',
+                        step('destroy_process_group'))
+    return calls
+
+
+def test_end_process_group_waits_for_the_peers_when_asked(monkeypatch) -> None:
+    from mmseg_elliptical.engine import launch
+    calls = group_calls(monkeypatch)
+    launch.end_process_group(synchronize=True)
+    assert calls == ['barrier', 'destroy_process_group']
+    calls.clear()
+    launch.end_process_group()
+    assert calls == ['destroy_process_group']
+
+
+@pytest.mark.parametrize('fail_at', ['barrier', 'destroy_process_group'])
+def test_a_failed_end_is_logged_not_raised(monkeypatch, fail_at) -> None:
+    from mmseg_elliptical.engine import launch
+    calls = group_calls(monkeypatch, fail_at)
+    logged = []
     monkeypatch.setattr(
         launch,
         'print_log',
         lambda msg, logger=None, level=None: logged.append((msg, level)))
-    launch.end_process_group()  # the job's outcome wins: no exception
-    assert logged == [("mmseg_elliptical: destroying the process group "
-                       "failed: RuntimeError('gloo is gone')", logging.WARNING)
-                      ]
+    launch.end_process_group(synchronize=True)  # the job's outcome wins
+    assert calls == ['barrier', 'destroy_process_group']
+    assert logged == [(f"mmseg_elliptical: ending the process group failed "
+                       f"({fail_at}): RuntimeError('gloo is gone')",
+                       logging.WARNING)]

@@ -28,8 +28,8 @@ from typing import Dict, List, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import (end_process_group, fitting_models,
-                                     note_partial_loads, start_launcher)
+from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                     process_group)
 from mmseg_elliptical.utils import arguments as cli
 from mmseg_elliptical.utils import load_config
 
@@ -186,8 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
 
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    launch = start_launcher(cli.launcher_of(args))
-    try:
+    with process_group(cli.launcher_of(args)) as launch:
         cells = {
             spec.name: [(None, None)] + attack_cells(args, False) +
             (attack_cells(args, True)
@@ -215,8 +214,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                                             args.notes))
             print(f'Results in {args.work_dir}/'
                   'adversarial.{json,md,csv,png}')
-    finally:
-        end_process_group()
     return store.data
 
 

@@ -25,8 +25,8 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
-from mmseg_elliptical.engine import (end_process_group, fitting_models,
-                                     note_partial_loads, start_launcher)
+from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                     process_group)
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
@@ -78,8 +78,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     0; None on the other processes)."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    start_launcher(launcher_of(args))
-    try:
+    with process_group(launcher_of(args)):
         results = {}
         for spec in args.specs:
             if is_main_process():
@@ -95,8 +94,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
         print(text +
               note_partial_loads(f'{args.work_dir}/collapse.md', args.notes))
         print(f'Results in {args.work_dir}/collapse.{{json,md,csv,png}}')
-    finally:
-        end_process_group()
     return results
 
 

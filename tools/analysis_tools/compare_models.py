@@ -30,8 +30,8 @@ from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.comparison import (DEFAULT_CORRUPTIONS,
                                                   ReportOptions,
                                                   compare_models, report_files)
-from mmseg_elliptical.engine import (end_process_group, fitting_models,
-                                     note_partial_loads, start_launcher)
+from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                     process_group)
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
@@ -171,12 +171,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         device=args.device,
         attack_protocol=args.attack_protocol,
         adaptive=not args.no_adaptive)
-    options.launch = start_launcher(launcher_of(args))
-    try:
+    with process_group(launcher_of(args)) as options.launch:
         data = compare_models(
             args.specs, options, args.work_dir, quiet=not args.verbose)
-    finally:
-        end_process_group()
     if data is None:  # not rank 0
         return None
     note_partial_loads(f'{args.work_dir}/report.md', args.notes)

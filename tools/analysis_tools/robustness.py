@@ -27,8 +27,8 @@ from typing import Dict, Optional, Sequence
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import (end_process_group, fitting_models,
-                                     note_partial_loads, start_launcher)
+from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                     process_group)
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_paired_test, launcher_of,
@@ -123,8 +123,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
-    launch = start_launcher(launcher_of(args))
-    try:
+    with process_group(launcher_of(args)) as launch:
         store = rb.run_grid(
             args.specs,
             args.corruptions,
@@ -146,8 +145,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             print(text + note_partial_loads(f'{args.work_dir}/robustness.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')
-    finally:
-        end_process_group()
     return store.data
 
 
