@@ -434,6 +434,63 @@ def tiny_swin(bb: ConfigDict, size: int) -> list:
     return [bb.embed_dims * 2**i for i in range(4)]
 
 
+def _map_channels(cfg, mapping):
+    """Replace channel counts of the old backbone by the tiny one's."""
+    if isinstance(cfg, (list, tuple)):
+        return type(cfg)(_map_channels(c, mapping) for c in cfg)
+    if not isinstance(cfg, dict):
+        return cfg
+    for key, value in cfg.items():
+        if key in ('in_channels', 'out_channels', 'embed_dims', 'channels'):
+            if isinstance(value, int):
+                cfg[key] = mapping.get(value, value)
+            elif isinstance(value, (list, tuple)):
+                cfg[key] = type(value)(mapping.get(v, v) for v in value)
+        else:
+            cfg[key] = _map_channels(value, mapping)
+    return cfg
+
+
+def tiny_head_model(model_cfg: ConfigDict, size: int) -> ConfigDict:
+    """A ViT, MiT or PCPVT config's model (its decode, auxiliary heads and
+    neck) shrunk to a few tiny layers for ``size`` x ``size`` inputs,
+    offline, BN for SyncBN."""
+    cfg = copy.deepcopy(model_cfg)
+    cfg.pretrained = None
+    cfg.data_preprocessor.size = (size, size)
+    bb = cfg.backbone
+    bb.pop('init_cfg', None)
+    kind = mmseg_names().get(bb.type, bb.type)
+    if kind == 'VisionTransformer':
+        mapping = {bb.get('embed_dims', 768): 16}
+        k = len(bb.out_indices) if isinstance(bb.out_indices,
+                                              (list, tuple)) else 1
+        bb.update(
+            embed_dims=16,
+            num_heads=2,
+            num_layers=4,
+            mlp_ratio=2,
+            img_size=(size, size),
+            out_indices=tuple(range(4 - k, 4)) if k > 1 else 3)
+    elif kind == 'MixVisionTransformer':
+        old = [bb.embed_dims * h for h in bb.num_heads]
+        bb.update(
+            embed_dims=8, num_heads=[1, 2, 2, 4], num_layers=[2, 2, 2, 2])
+        mapping = dict(zip(old, [8, 16, 16, 32]))
+    elif kind == 'PCPVT':
+        mapping = dict(zip(bb.embed_dims, [8, 16, 32, 64]))
+        bb.update(
+            embed_dims=[8, 16, 32, 64],
+            num_heads=[1, 2, 4, 8],
+            depths=[2, 2, 2, 2])
+    else:
+        raise AssertionError(f'no shrink rule for {kind}')
+    for part in ('neck', 'decode_head', 'auxiliary_head'):
+        if cfg.get(part):
+            cfg[part] = sync_bn_to_bn(_map_channels(cfg[part], mapping))
+    return cfg
+
+
 def tiny_mask_model(path: str, size: int, channels: int) -> ConfigDict:
     """A MaskFormer, Mask2Former or KNet config's model at a tiny size
     (``size`` x ``size`` inputs, ``channels`` wide heads), offline, BN for

@@ -14,7 +14,9 @@ import pytest
 import torch
 from attack_oracles import (attack_by_hand, logits_by_hand, miou_by_hand,
                             worst_case_by_hand)
-from builders import BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_mask_model
+from builders import (BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_head_model,
+                      tiny_mask_model)
+from mmengine.config import Config
 from processes import free_port, load_tool, refused, run_command
 from saved_models import first_images, load_model
 
@@ -482,6 +484,51 @@ def test_attacks_on_mask_classification_models(path):
     attack = attacks.Attack(
         'segpgd', 'linf', 4, 2, 2., adaptive='elliptical-mask' in path)
     check_against_hand(model, batch, attack)
+
+
+#: One shipped config per decode head of the ViT, MiT and PCPVT families.
+HEAD_CONFIGS = {
+    'setr-naive':
+    'setr/setr_elliptical-vit-l_naive_8xb2-160k_ade20k-512x512.py',
+    'setr-pup':
+    'setr/setr_elliptical-vit-l_pup_8xb2-160k_ade20k-512x512.py',
+    'setr-mla':
+    'setr/setr_elliptical-vit-l_mla_8xb2-160k_ade20k-512x512.py',
+    'dpt':
+    'dpt/dpt_elliptical-vit-b16_8xb2-160k_ade20k-512x512.py',
+    'vit-upernet':
+    'vit/vit_elliptical-deit-s16_mln_upernet_8xb2-160k_ade20k-512x512.py',
+    'segformer':
+    'segformer/segformer_elliptical-mit-b0_8xb2-160k_ade20k-512x512.py',
+    'twins-upernet':
+    'twins/twins_elliptical-pcpvt-s_uperhead_8xb4-160k_ade20k-512x512.py',
+}
+
+
+@pytest.mark.parametrize('head', sorted(HEAD_CONFIGS))
+def test_attacks_through_every_decode_head(head):
+    """SETR (naive, PUP, MLA), DPT, UPerNet, SegFormer's and Twins' heads on
+    their shipped configs (tiny, with their own test_cfg): the adaptive
+    CosPGD equals the hand-written one."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    cfg = tiny_head_model(
+        Config.fromfile(osp.join(ROOT, 'configs', HEAD_CONFIGS[head])).model,
+        64)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg)
+    model.init_weights()
+    model.eval()
+    images = torch.randint(
+        0,
+        256, (1, 3, 64, 64),
+        generator=torch.Generator().manual_seed(2),
+        dtype=torch.uint8)
+    batch = dict(inputs=list(images), data_samples=seg_samples(1, 64, 64, 150))
+    check_against_hand(
+        model, batch,
+        attacks.Attack('cospgd', 'linf', 4, 2, 2., adaptive=True))
 
 
 def test_adaptive_against_a_dot_product_twin(demo_models, tmp_path):

@@ -6,8 +6,8 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import (ROOT, config_paths, mmseg_base, mmseg_names, seg_samples,
-                      sync_bn_to_bn)
+from builders import (ROOT, config_paths, mmseg_base, seg_samples,
+                      tiny_head_model)
 from checks import (check_interchange, check_loss_trains_every_parameter,
                     tiny_train_step)
 from mmengine.config import Config, ConfigDict
@@ -24,62 +24,6 @@ pytestmark = pytest.mark.usefixtures('single_thread')
 FAMILY_DIRS = ('setr', 'vit', 'dpt', 'segformer', 'twins')
 CONFIGS = config_paths(*FAMILY_DIRS)
 SIZE = 64
-MMSEG_NAMES = mmseg_names()
-
-
-def _map_channels(cfg, mapping):
-    """Replace channel counts of the old backbone by the tiny one's."""
-    if isinstance(cfg, (list, tuple)):
-        return type(cfg)(_map_channels(c, mapping) for c in cfg)
-    if not isinstance(cfg, dict):
-        return cfg
-    for key, value in cfg.items():
-        if key in ('in_channels', 'out_channels', 'embed_dims', 'channels'):
-            if isinstance(value, int):
-                cfg[key] = mapping.get(value, value)
-            elif isinstance(value, (list, tuple)):
-                cfg[key] = type(value)(mapping.get(v, v) for v in value)
-        else:
-            cfg[key] = _map_channels(value, mapping)
-    return cfg
-
-
-def tiny(model_cfg: ConfigDict) -> ConfigDict:
-    """A family's model config shrunk to a few tiny layers, offline."""
-    cfg = copy.deepcopy(model_cfg)
-    cfg.pretrained = None
-    cfg.data_preprocessor.size = (SIZE, SIZE)
-    bb = cfg.backbone
-    bb.pop('init_cfg', None)
-    kind = MMSEG_NAMES.get(bb.type, bb.type)
-    if kind == 'VisionTransformer':
-        mapping = {bb.get('embed_dims', 768): 16}
-        k = len(bb.out_indices) if isinstance(bb.out_indices,
-                                              (list, tuple)) else 1
-        bb.update(
-            embed_dims=16,
-            num_heads=2,
-            num_layers=4,
-            mlp_ratio=2,
-            img_size=(SIZE, SIZE),
-            out_indices=tuple(range(4 - k, 4)) if k > 1 else 3)
-    elif kind == 'MixVisionTransformer':
-        old = [bb.embed_dims * h for h in bb.num_heads]
-        bb.update(
-            embed_dims=8, num_heads=[1, 2, 2, 4], num_layers=[2, 2, 2, 2])
-        mapping = dict(zip(old, [8, 16, 16, 32]))
-    elif kind == 'PCPVT':
-        mapping = dict(zip(bb.embed_dims, [8, 16, 32, 64]))
-        bb.update(
-            embed_dims=[8, 16, 32, 64],
-            num_heads=[1, 2, 4, 8],
-            depths=[2, 2, 2, 2])
-    else:
-        raise AssertionError(f'no shrink rule for {kind}')
-    for part in ('neck', 'decode_head', 'auxiliary_head'):
-        if cfg.get(part):
-            cfg[part] = sync_bn_to_bn(_map_channels(cfg[part], mapping))
-    return cfg
 
 
 def build(model_cfg: ConfigDict, **backbone) -> torch.nn.Module:
@@ -94,8 +38,8 @@ def build(model_cfg: ConfigDict, **backbone) -> torch.nn.Module:
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
 def test_family_config(path):
-    ours_cfg = tiny(Config.fromfile(path).model)
-    mmseg_cfg = tiny(load_config(mmseg_base(path)).model)
+    ours_cfg = tiny_head_model(Config.fromfile(path).model, SIZE)
+    mmseg_cfg = tiny_head_model(load_config(mmseg_base(path)).model, SIZE)
     mmseg_model = build(mmseg_cfg).eval()
     dot = build(ours_cfg, elliptical_layers=[]).eval()
     # Same seed, same weights: the conversion consumes no RNG, adds nothing.
