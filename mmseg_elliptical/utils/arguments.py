@@ -6,7 +6,7 @@ import argparse
 import functools
 import os.path as osp
 import sys
-from typing import Callable, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from mmengine.config import DictAction
 
@@ -241,6 +241,42 @@ def launcher_of(args: argparse.Namespace) -> str:
     import os
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args.launcher
+
+
+def add_models(parser: argparse.ArgumentParser,
+               baseline: Optional[str] = None,
+               help: str = 'pairs of config file and checkpoint') -> None:
+    """The ``CONFIG CHECKPOINT [CONFIG CHECKPOINT ...]`` pairs and
+    ``--names``; with ``baseline`` (what the baseline is for, for its help)
+    also ``--baseline NAME`` (see :func:`models_of`)."""
+    parser.add_argument(
+        'models', nargs='+', metavar='CONFIG CHECKPOINT', help=help)
+    parser.add_argument(
+        '--names', nargs='+', help='model names (default: config file names)')
+    if baseline:
+        parser.add_argument(
+            '--baseline', help=f'{baseline} (default: the last model)')
+
+
+def models_of(parser: argparse.ArgumentParser,
+              args: argparse.Namespace) -> list:
+    """The models of :func:`add_models`' arguments (:func:`model_pairs`);
+    sets ``args.baseline``, where the parser has it, to the last model's
+    name unless given (None for one model). A baseline that is none of
+    them is a command-line error.
+
+    Returns:
+        list[ModelSpec]: One per model.
+    """
+    specs = model_pairs(parser, args.models, args.names)
+    names = [s.name for s in specs]
+    if hasattr(args, 'baseline'):
+        args.baseline = args.baseline or (names[-1]
+                                          if len(names) > 1 else None)
+        if args.baseline not in names + [None]:
+            parser.error(f'argument --baseline: {args.baseline!r} is none of '
+                         f'the models {names} (see --names).')
+    return specs
 
 
 def model_pairs(parser: argparse.ArgumentParser,

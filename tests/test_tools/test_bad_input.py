@@ -110,6 +110,8 @@ CASES = {
         ('{ell}', 'argument CONFIG CHECKPOINT: the report compares two or '
          'more models, got 1'),
         ('{models} --speed-size 0', 'argument --speed-size'),
+        ('{models} --baseline x', "argument --baseline: 'x' is none of the "
+         "models ['ell', 'dot']"),
         ('{models} --image {notes}', 'argument --image: {notes} cannot be '
          'read as an image'),
         ('{models} --severities 6', 'argument --severities: Unknown '

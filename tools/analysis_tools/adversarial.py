@@ -54,17 +54,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Segmentors under white-box attacks, side by side.',
         usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
-    parser.add_argument(
-        'models',
-        nargs='+',
-        metavar='CONFIG CHECKPOINT',
-        help='pairs of config file and checkpoint')
-    parser.add_argument(
-        '--names', nargs='+', help='model names (default: config file names)')
-    parser.add_argument(
-        '--baseline',
-        help='the model the paired test compares with, normally the '
-        'dot-product twin (default: the last model)')
+    cli.add_models(
+        parser,
+        baseline='the model the paired test compares with, normally the '
+        'dot-product twin')
     parser.add_argument(
         '--protocol',
         choices=list(rb.ATTACK_PROTOCOLS),
@@ -131,12 +124,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
     attack_cells(args, False)  # checks the cells
-    args.specs = cli.model_pairs(parser, args.models, args.names)
+    args.specs = cli.models_of(parser, args)
     names = [s.name for s in args.specs]
-    args.baseline = args.baseline or (names[-1] if len(names) > 1 else None)
-    if args.baseline not in names + [None]:
-        parser.error(f'argument --baseline: {args.baseline!r} is none of the '
-                     f'models {names} (see --names).')
     args.elliptical = {
         spec.name:
         rb.has_elliptical_layers(

@@ -35,9 +35,10 @@ from mmseg_elliptical.analysis import (model_attention, plot_attention,
 from mmseg_elliptical.engine import fitting_models
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
-                                              add_cfg_options, add_work_dir,
-                                              device, image_file, model_pairs,
-                                              non_negative_int, tool_main)
+                                              add_cfg_options, add_models,
+                                              add_work_dir, device, image_file,
+                                              models_of, non_negative_int,
+                                              tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -49,11 +50,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         usage='%(prog)s IMAGE CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] '
         '--point X Y [options]')
     parser.add_argument('image', type=image_file, help='image file')
-    parser.add_argument(
-        'models',
-        nargs='+',
-        metavar='CONFIG CHECKPOINT',
-        help='pairs of config file and checkpoint')
+    add_models(parser)
     parser.add_argument(
         '--point',
         nargs=2,
@@ -77,7 +74,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action='store_true',
         help='add a column with the mean over heads')
     parser.add_argument('--part', default='backbone', choices=PARTS)
-    parser.add_argument('--names', nargs='+', help='model names')
     add_work_dir(parser, 'work_dirs/attention', old=())
     parser.add_argument(
         '--out',
@@ -96,7 +92,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'argument --point: ({x}, {y}) lies outside the '
                      f'{width} x {height} image {args.image} (x is the '
                      f'column, 0..{width - 1}; y the row, 0..{height - 1}).')
-    args.specs = model_pairs(parser, args.models, args.names)
+    args.specs = models_of(parser, args)
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args

@@ -30,8 +30,8 @@ from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
-                                              add_work_dir, device,
-                                              launcher_of, model_pairs,
+                                              add_models, add_work_dir, device,
+                                              launcher_of, models_of,
                                               positive_int, tool_main)
 
 
@@ -42,12 +42,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description='Mean pairwise cosine similarity of patch tokens per '
         'layer (representation collapse), models side by side.',
         usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
-    parser.add_argument(
-        'models',
-        nargs='+',
-        metavar='CONFIG CHECKPOINT',
-        help='pairs of config file and checkpoint')
-    parser.add_argument('--names', nargs='+', help='model names')
+    add_models(parser)
     parser.add_argument(
         '--split',
         default='test',
@@ -66,7 +61,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_allow_partial(parser)
     add_launcher(parser)
     args = parser.parse_args(argv)
-    args.specs = model_pairs(parser, args.models, args.names)
+    args.specs = models_of(parser, args)
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args

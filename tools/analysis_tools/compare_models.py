@@ -35,9 +35,9 @@ from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
 from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
-                                              add_paired_test, device,
-                                              image_file, launcher_of,
-                                              model_pairs, non_negative_int,
+                                              add_models, add_paired_test,
+                                              device, image_file, launcher_of,
+                                              models_of, non_negative_int,
                                               positive_int, tool_main)
 
 
@@ -47,12 +47,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description='Compare segmentors side by side in one report.',
         usage='%(prog)s CONFIG CHECKPOINT CONFIG CHECKPOINT [...] [options]')
-    p.add_argument(
-        'models',
-        nargs='+',
-        metavar='CONFIG CHECKPOINT',
-        help='two or more pairs of config file and checkpoint')
-    p.add_argument('--names', nargs='+', help='model names')
+    add_models(p, help='two or more pairs of config file and checkpoint')
     p.add_argument(
         '--corruptions',
         nargs='+',
@@ -133,14 +128,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             check(getattr(args, option))
         except rb.GridError as e:
             p.error(f'argument --{option}: {e}')
-    args.specs = model_pairs(p, args.models, args.names)
-    names = [s.name for s in args.specs]
-    if len(names) < 2:
+    args.specs = models_of(p, args)
+    if len(args.specs) < 2:
         p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
-                f'more models, got {len(names)}.')
-    if args.baseline is not None and args.baseline not in names:
-        p.error(f'argument --baseline: {args.baseline!r} is none of the '
-                f'models {names} (see --names).')
+                f'more models, got {len(args.specs)}.')
     args.notes = fitting_models(p, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args

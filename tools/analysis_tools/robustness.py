@@ -31,9 +31,9 @@ from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
-                                              add_paired_test, launcher_of,
-                                              model_pairs, positive_int,
-                                              tool_main)
+                                              add_models, add_paired_test,
+                                              launcher_of, models_of,
+                                              positive_int, tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -45,13 +45,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Segmentors under image corruptions, side by side.',
         usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
-    parser.add_argument(
-        'models',
-        nargs='+',
-        metavar='CONFIG CHECKPOINT',
-        help='pairs of config file and checkpoint')
-    parser.add_argument(
-        '--names', nargs='+', help='model names (default: config file names)')
+    add_models(
+        parser,
+        baseline='the model CE and mCE divide by and the paired test '
+        'compares with, normally the dot-product twin')
     parser.add_argument(
         '--protocol',
         choices=list(rb.PROTOCOLS),
@@ -67,10 +64,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         nargs='+',
         type=int,
         help='severities 1-5 (default: the protocol\'s)')
-    parser.add_argument(
-        '--baseline',
-        help='the model CE and mCE divide by and the paired test compares '
-        'with, normally the dot-product twin (default: the last model)')
     parser.add_argument(
         '--work-dir',
         default='work_dirs/robustness',
@@ -107,12 +100,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                                 or args.protocol.severities)
     except rb.GridError as e:
         parser.error(f'argument --severities: {e}')
-    args.specs = model_pairs(parser, args.models, args.names)
-    names = [s.name for s in args.specs]
-    args.baseline = args.baseline or (names[-1] if len(names) > 1 else None)
-    if args.baseline not in names + [None]:
-        parser.error(f'argument --baseline: {args.baseline!r} is none of the '
-                     f'models {names} (see --names).')
+    args.specs = models_of(parser, args)
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args
