@@ -356,8 +356,8 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
         (['--norm', 'l1'], "argument --norm: invalid choice: 'l1'"),
         (['--protocol', 'x'], "argument --protocol: invalid choice: 'x'"),
         (['--labels', 'y'], "argument --labels: invalid choice: 'y'"),
-        (['--names', 'a', 'b', '--baseline', 'c'],
-         "argument --baseline: 'c' is none of the models ['a', 'b']"),
+        (['--names', 'a', 'b', '--baseline',
+          'c'], "argument --baseline: 'c' is none of the models ['a', 'b']"),
     ):
         assert words in refused(capsys, tool.main, argv + extra), extra
     dot = demo_models[2:] + ['--adaptive', '--work-dir', str(tmp_path / 'w')]
