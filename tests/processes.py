@@ -23,6 +23,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def launch_env(**extra: str) -> Dict[str, str]:
+    """The environment of a launch script in the tests: this interpreter
+    (``PYTHON``), a free ``PORT``, one OpenMP thread, and ``extra``."""
+    return dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=str(free_port()),
+        OMP_NUM_THREADS='1',
+        **extra)
+
+
 def descendants(pid: int) -> list:
     """The processes below ``pid`` (children first, then theirs), read
     from ``/proc``; empty where there is no ``/proc``."""

@@ -1,15 +1,13 @@
 """Representation collapse per layer, per family, against hand
 computations on the layers' own outputs."""
 import json
-import os
 import os.path as osp
-import sys
 
 import pytest
 import torch
 from builders import ROOT, TINY_MODELS
 from evidence_oracles import pairwise_cosine
-from processes import free_port, load_tool, run_command
+from processes import launch_env, load_tool, run_command
 from saved_models import first_images, hand_collapse, load_model
 
 import mmseg_elliptical  # noqa: F401
@@ -136,10 +134,6 @@ def test_collapse_on_two_processes_is_the_single_process_one(
         'analysis_tools/collapse.py', '2', *args, '--out-dir',
         str(tmp_path / 'two')
     ],
-                env=dict(
-                    os.environ,
-                    OMP_NUM_THREADS='1',
-                    PORT=str(free_port()),
-                    PYTHON=sys.executable))
+                env=launch_env())
     assert (tmp_path / 'two' / 'collapse.json').read_text() == \
         (tmp_path / 'one' / 'collapse.json').read_text()

@@ -6,7 +6,6 @@ import os
 import os.path as osp
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -15,7 +14,7 @@ import torch
 from builders import ROOT
 from evidence_oracles import bootstrap_by_hand, robustness_by_hand
 from mmengine.config import Config
-from processes import free_port, load_tool, refused, run_command
+from processes import launch_env, load_tool, refused, run_command
 from saved_models import hand_miou
 
 import mmseg_elliptical  # noqa: F401
@@ -544,11 +543,7 @@ def test_two_processes_resume_and_match_one_process(demo_models, grid_run,
         *GRID, '--work-dir',
         str(work)
     ]
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS='1',
-        PORT=str(free_port()),
-        PYTHON=sys.executable)
+    env = launch_env()
     results = work / 'robustness.json'
     with open(tmp_path / 'log', 'w') as log:
         proc = subprocess.Popen(
@@ -567,7 +562,7 @@ def test_two_processes_resume_and_match_one_process(demo_models, grid_run,
         proc.wait(60)
     before = json.loads(results.read_text())
     assert 2 <= cells_in(results) < 10, (tmp_path / 'log').read_text()[-3000:]
-    run_command(command, env=dict(env, PORT=str(free_port())))
+    run_command(command, env=launch_env())
     data = json.loads(results.read_text())
     assert scores(data) == scores(grid_run[1])
     for key, cell in before['models']['ell']['cells'].items():

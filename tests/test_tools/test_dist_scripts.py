@@ -15,7 +15,7 @@ from builders import (DEMO_ELLIPTICAL, ROOT, SEGMENTOR_NO_DROPOUT,
                       build_segmentor, tiny_config)
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import save_checkpoint
-from processes import free_port, run_command
+from processes import launch_env, run_command
 
 # torchrun and the launch scripts, in subprocesses
 pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
@@ -39,11 +39,7 @@ def test_dist_test_sh_matches_single_process(demo_root, tmp_path) -> None:
     single.load_checkpoint(ckpt)
     expected = single.test()
 
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        PORT=str(free_port()),
-        OMP_NUM_THREADS='1')
+    env = launch_env()
     proc = run_command([
         'bash', 'tools/dist_test.sh', cfg_file, ckpt,
         str(WORLD), '--work-dir',
@@ -95,11 +91,8 @@ def test_sigterm_to_the_launch_script_stops_the_workers(tmp_path) -> None:
     (tools / 'sleep.py').write_text(SLEEPER)
     pids = tmp_path / 'pids'
     pids.mkdir()
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        PORT=str(free_port()),
-        MMSEG_ELLIPTICAL_SKIP_CHECK='1')  # the sleeper has no arguments
+    # The sleeper has no arguments to check.
+    env = launch_env(MMSEG_ELLIPTICAL_SKIP_CHECK='1')
     launcher = subprocess.Popen([
         'bash',
         str(tools / 'dist_launch.sh'), 'sleep.py',
@@ -318,12 +311,7 @@ def test_only_rank_0_prints_info_lines(demo_models, tmp_path) -> None:
         '--work-dir',
         str(tmp_path)
     ],
-                       env=dict(
-                           os.environ,
-                           PYTHON=sys.executable,
-                           PORT=str(free_port()),
-                           OMP_NUM_THREADS='1',
-                           MMSEG_ELLIPTICAL_SKIP_CHECK='1'))
+                       env=launch_env(MMSEG_ELLIPTICAL_SKIP_CHECK='1'))
     log = proc.stdout + proc.stderr
     info = [
         line.split(' - INFO - ', 1)[1] for line in log.splitlines()
