@@ -56,7 +56,6 @@ def runtime_ratios(results: Sequence[Dict]) -> List[Dict]:
     rows = []
     for ort in (r for r in results if r['role'] == ROLE):
         eager = table[(ort['pytorch'], ort['size'], ort['mode'])]
-        time = paired_ratio(ort['round_ms'], eager['round_ms'])
         rows.append(
             dict(
                 family=ort['family'],
@@ -64,8 +63,5 @@ def runtime_ratios(results: Sequence[Dict]) -> List[Dict]:
                 size=ort['size'],
                 onnxruntime_ms_per_image=ort['median_ms'] / ort['batch_size'],
                 pytorch_ms_per_image=eager['median_ms'] / eager['batch_size'],
-                time=time.median,
-                time_q1=time.q1,
-                time_q3=time.q3,
-                rounds=time.rounds))
+                **paired_ratio(ort['round_ms'], eager['round_ms']).row()))
     return rows

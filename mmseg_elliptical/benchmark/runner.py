@@ -252,22 +252,17 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
                                      key=lambda k: (k[0], MODES.index(k[1]))):
                 a = table[(subject.name, size, mode)]
                 b = table[(base.name, size, mode)]
-                time = paired_ratio(a['round_ms'], b['round_ms'])
-                memory = _ratio(a['peak_mem_mb'], b['peak_mem_mb'])
-                row = dict(
-                    family=subject.family,
-                    subject=subject.name,
-                    baseline=base.name,
-                    role=base.role,
-                    size=size,
-                    mode=mode,
-                    time=time.median,
-                    time_q1=time.q1,
-                    time_q3=time.q3,
-                    rounds=time.rounds,
-                    memory=memory,
-                    saved=_ratio(a['saved_mb'], b['saved_mb']))
-                rows.append(row)
+                rows.append(
+                    dict(
+                        family=subject.family,
+                        subject=subject.name,
+                        baseline=base.name,
+                        role=base.role,
+                        size=size,
+                        mode=mode,
+                        **paired_ratio(a['round_ms'], b['round_ms']).row(),
+                        memory=_ratio(a['peak_mem_mb'], b['peak_mem_mb']),
+                        saved=_ratio(a['saved_mb'], b['saved_mb'])))
     return rows
 
 
@@ -275,24 +270,17 @@ def adaptive_ratios(results: Sequence[Dict]) -> List[Dict]:
     """Adaptive / plain attack step of each model and size: the extra cost
     of differentiating through ``m``, time paired per round (both steps are
     timed in the same rounds), peak memory one ratio."""
-    plain = {
-        (r['model'], r['size']): r
-        for r in results if r['mode'] == 'attack'
-    }
+    table = {(r['model'], r['size'], r['mode']): r for r in results}
     rows = []
     for r in (r for r in results if r['mode'] == 'attack-adaptive'):
-        base = plain[(r['model'], r['size'])]
-        time = paired_ratio(r['round_ms'], base['round_ms'])
+        base = table[(r['model'], r['size'], 'attack')]
         rows.append(
             dict(
                 family=r['family'],
                 model=r['model'],
                 role=r['role'],
                 size=r['size'],
-                time=time.median,
-                time_q1=time.q1,
-                time_q3=time.q3,
-                rounds=time.rounds,
+                **paired_ratio(r['round_ms'], base['round_ms']).row(),
                 memory=_ratio(r['peak_mem_mb'], base['peak_mem_mb'])))
     return rows
 

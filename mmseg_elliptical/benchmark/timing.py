@@ -104,6 +104,15 @@ class RatioStats:
     q3: float
     rounds: int
 
+    def row(self) -> Dict[str, float]:
+        """The fields of a ratio row: ``time``, ``time_q1``, ``time_q3``,
+        ``rounds``."""
+        return dict(
+            time=self.median,
+            time_q1=self.q1,
+            time_q3=self.q3,
+            rounds=self.rounds)
+
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> RatioStats:
     """Median and quartiles of ``a[i] / b[i]`` (subject over baseline, both

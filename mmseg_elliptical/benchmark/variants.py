@@ -1,7 +1,6 @@
 """The benchmarked models: variants derived from a config (:data:`ROLES`,
 docs/benchmark.md), built and stepped."""
 import copy
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
@@ -297,11 +296,10 @@ def make_step(model: BenchForward,
         loss.backward()
 
     image = x.detach().requires_grad_(True)
-    through_m = adaptive_relevance if mode == 'attack-adaptive' \
-        else nullcontext
 
     def attack() -> torch.Tensor:
-        with torch.enable_grad(), through_m(), autocast:
+        with torch.enable_grad(), adaptive_relevance(
+                mode == 'attack-adaptive'), autocast:
             loss = output_sum(runner(image))
         return torch.autograd.grad(loss, image)[0]
 
