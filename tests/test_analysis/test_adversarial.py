@@ -7,7 +7,6 @@ import os.path as osp
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from attack_oracles import (attack_by_hand, logits_by_hand, miou_by_hand,
 from builders import (BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_head_model,
                       tiny_mask_model)
 from mmengine.config import Config
-from processes import free_port, load_tool, refused, run_command
+from processes import launch_env, load_tool, refused, run_command
 from saved_models import first_images, load_model
 
 import mmseg_elliptical  # noqa: F401
@@ -59,7 +58,7 @@ def check_against_hand(model, batch, attack: attacks.Attack, atol=1e-2):
     for x, img, sample in zip(got, batch['inputs'], batch['data_samples']):
         start = attacks.random_start(attack, img.float(), sample.img_path) \
             if attack.random_start else None
-        with adaptive_relevance() if attack.adaptive else nullcontext():
+        with adaptive_relevance(attack.adaptive):
             want = attack_by_hand(model, img, sample.metainfo,
                                   sample.gt_sem_seg.data[0], attack.name,
                                   attack.norm, attack.eps, attack.steps,
@@ -391,12 +390,7 @@ def test_two_processes_match_one_process(demo_models, attack_run, tmp_path):
         *GRID, '--names', 'ell', 'dot', '--work-dir',
         str(work)
     ]
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS='1',
-        PORT=str(free_port()),
-        PYTHON=sys.executable)
-    run_command(command, env=env)
+    run_command(command, env=launch_env())
     data = json.loads((work / 'adversarial.json').read_text())
     one = attack_run[1]
     for name in ('ell', 'dot'):
@@ -462,19 +456,14 @@ MASK_CONFIGS = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not HAS_MMDET, reason='needs mmdet (the extra)')
-@pytest.mark.parametrize('path', MASK_CONFIGS)
-def test_attacks_on_mask_classification_models(path):
-    """MaskFormer and Mask2Former, with mmseg's or the elliptical decoder:
-    the attack equals the hand-written one (adaptive on the elliptical
-    decoders)."""
+def check_on_random_image(model_cfg, attack: attacks.Attack) -> None:
+    """:func:`check_against_hand` on the model of ``model_cfg`` (built from
+    seed 0, eval mode) and a random 64 x 64 image with 150-class labels."""
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
     init_default_scope('mmseg')
     torch.manual_seed(0)
-    model = MODELS.build(
-        tiny_mask_model(osp.join(ROOT, 'configs', path), 64, 16))
+    model = MODELS.build(model_cfg)
     model.init_weights()
     model.eval()
     images = torch.randint(
@@ -483,9 +472,20 @@ def test_attacks_on_mask_classification_models(path):
         generator=torch.Generator().manual_seed(2),
         dtype=torch.uint8)
     batch = dict(inputs=list(images), data_samples=seg_samples(1, 64, 64, 150))
+    check_against_hand(model, batch, attack)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_MMDET, reason='needs mmdet (the extra)')
+@pytest.mark.parametrize('path', MASK_CONFIGS)
+def test_attacks_on_mask_classification_models(path):
+    """MaskFormer and Mask2Former, with mmseg's or the elliptical decoder:
+    the attack equals the hand-written one (adaptive on the elliptical
+    decoders)."""
     attack = attacks.Attack(
         'segpgd', 'linf', 4, 2, 2., adaptive='elliptical-mask' in path)
-    check_against_hand(model, batch, attack)
+    check_on_random_image(
+        tiny_mask_model(osp.join(ROOT, 'configs', path), 64, 16), attack)
 
 
 #: One shipped config per decode head of the ViT, MiT and PCPVT families.
@@ -512,54 +512,8 @@ def test_attacks_through_every_decode_head(head):
     """SETR (naive, PUP, MLA), DPT, UPerNet, SegFormer's and Twins' heads on
     their shipped configs (tiny, with their own test_cfg): the adaptive
     CosPGD equals the hand-written one."""
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-    init_default_scope('mmseg')
-    cfg = tiny_head_model(
-        Config.fromfile(osp.join(ROOT, 'configs', HEAD_CONFIGS[head])).model,
-        64)
-    torch.manual_seed(0)
-    model = MODELS.build(cfg)
-    model.init_weights()
-    model.eval()
-    images = torch.randint(
-        0,
-        256, (1, 3, 64, 64),
-        generator=torch.Generator().manual_seed(2),
-        dtype=torch.uint8)
-    batch = dict(inputs=list(images), data_samples=seg_samples(1, 64, 64, 150))
-    check_against_hand(
-        model, batch,
+    check_on_random_image(
+        tiny_head_model(
+            Config.fromfile(osp.join(ROOT, 'configs',
+                                     HEAD_CONFIGS[head])).model, 64),
         attacks.Attack('cospgd', 'linf', 4, 2, 2., adaptive=True))
-
-
-def test_adaptive_against_a_dot_product_twin(demo_models, tmp_path):
-    """--adaptive on the twins: the elliptical model gets the plain and the
-    adaptive attack, the dot-product one (no m) the plain one, and the paired
-    test compares the adaptive series with the twin's plain one."""
-    tool = load_tool('analysis_tools/adversarial.py')
-    data = tool.main(demo_models + [
-        '--names', 'ell', 'dot', '--attacks', 'pgd', '--epsilons', '4',
-        '--steps', '1', '--step-size', '2', '--max-images', '2', '--adaptive',
-        '--resamples', '50', '--work-dir',
-        str(tmp_path)
-    ])
-    assert sorted(data['models']['ell']['cells']) == [
-        'clean', 'pgd-adaptive/linf/4/1', 'pgd/linf/4/1'
-    ]
-    assert sorted(data['models']['dot']['cells']) == ['clean', 'pgd/linf/4/1']
-    paired = data['summary']['ell']['paired']
-    want = rb.paired_bootstrap(
-        [rb.ImageAreas(*areas_of(tmp_path, 'ell', 'pgd-adaptive/linf/4/1'))],
-        [rb.ImageAreas(*areas_of(tmp_path, 'dot', 'pgd/linf/4/1'))], 50, 0)
-    assert paired['series']['pgd-adaptive/linf/1']['4'] == pytest.approx(want)
-    assert any("dot's pgd attack" in n for n in paired['notes'])
-    # The worst case of the elliptical model is over both of its attacks.
-    worst = rb.ImageAreas(*worst_case_by_hand([
-        areas_of(tmp_path, 'ell', 'pgd-adaptive/linf/4/1'),
-        areas_of(tmp_path, 'ell', 'pgd/linf/4/1')
-    ]))
-    want = rb.paired_bootstrap(
-        [worst], [rb.ImageAreas(*areas_of(tmp_path, 'dot', 'pgd/linf/4/1'))],
-        50, 0)
-    assert paired['worst']['4'] == pytest.approx(want)

@@ -8,7 +8,6 @@ per-pixel cross-entropy, weighted per pixel by SegPGD (Gu et al., ECCV 2022)
 or CosPGD (Agnihotri et al., ICML 2024). docs/evidence.md gives the
 definitions and why ``cospgd``'s own functions are not used.
 """
-import contextlib
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -214,7 +213,7 @@ def perturb(model,
         ]
     for t in range(attack.steps):
         xs = [x.detach().requires_grad_(True) for x in xs]
-        with torch.enable_grad(), adaptive_if(attack.adaptive):
+        with torch.enable_grad(), adaptive_relevance(attack.adaptive):
             logits = seg_logits(model, xs, samples)
             loss = sum(
                 image_loss(attack, lg, lb, ignore_index, t)
@@ -222,11 +221,6 @@ def perturb(model,
             grads = torch.autograd.grad(loss, xs)
         xs = [step(attack, x.detach(), g, o) for x, g, o in zip(xs, grads, x0)]
     return [x.detach() for x in xs]
-
-
-def adaptive_if(on: bool):
-    """:func:`adaptive_relevance` when ``on``, else a null context."""
-    return adaptive_relevance() if on else contextlib.nullcontext()
 
 
 def norms(x: Tensor, x0: Tensor) -> Tuple[float, float]:

@@ -58,10 +58,14 @@ def chained(v: Tensor) -> Tensor:
 
 
 @contextmanager
-def adaptive_relevance() -> Iterator[None]:
+def adaptive_relevance(on: bool = True) -> Iterator[None]:
     """Let the gradient flow through ``m`` and the chained values while open
-    (adaptive attacks) by swapping :func:`relevance` and :func:`chained`."""
+    (adaptive attacks) by swapping :func:`relevance` and :func:`chained`;
+    ``on=False`` changes nothing."""
     global relevance, chained
+    if not on:
+        yield
+        return
     saved = relevance, chained
     relevance, chained = differentiable_relevance, lambda v: v
     try:

@@ -2,6 +2,8 @@
 (``relevance``), where ``m`` meets q or k (``scaling``), which path runs
 (``fused_kernel``) and the attention itself (``attend``), against
 ``oracles``."""
+from contextlib import nullcontext
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,10 +79,12 @@ def test_adaptive_relevance_differentiates_through_m():
     assert want.abs().sum() > 0
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert core.relevance is not core.differentiable_relevance
-    out, values = run()
-    assert not values.requires_grad
-    assert torch.autograd.grad(
-        out.square().sum(), v_prev, allow_unused=True) == (None, )
+    for switched_off in (nullcontext(), core.adaptive_relevance(on=False)):
+        with switched_off:
+            out, values = run()
+        assert not values.requires_grad
+        assert torch.autograd.grad(
+            out.square().sum(), v_prev, allow_unused=True) == (None, )
 
 
 # ------------------------------------------------------------------ scaling
