@@ -208,3 +208,16 @@ def test_basenames_repeat_only_for_a_family() -> None:
     }
     assert repeated == {}
     assert 'models.py' not in seen
+
+
+def test_the_plugin_import_leaves_scipy_stats_out() -> None:
+    """``import mmseg_elliptical`` (every config's ``custom_imports``) does
+    not pay for scipy.stats (~0.2 s), which only the paired test needs."""
+    import subprocess
+    import sys
+    code = 'import sys, mmseg_elliptical; print("scipy.stats" in sys.modules)'
+    proc = subprocess.run([sys.executable, '-c', code],
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.stdout.splitlines()[-1] == 'False', proc.stderr[-2000:]

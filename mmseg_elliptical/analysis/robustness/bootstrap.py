@@ -12,7 +12,6 @@ interval is ``scipy.stats.bootstrap``'s percentile interval; below
 from typing import Dict, NamedTuple, Sequence
 
 import numpy as np
-from scipy.stats import bootstrap
 
 
 class ImageAreas(NamedTuple):
@@ -113,6 +112,10 @@ def paired_bootstrap(a: Sequence[ImageAreas],
     def difference(draws: np.ndarray, axis: int = -1) -> np.ndarray:
         counts = draw_counts(draws)
         return _mean_miou(a, counts) - _mean_miou(b, counts)
+
+    # scipy.stats costs ~0.2 s to import: only when a test runs, not at
+    # every `import mmseg_elliptical` (the evidence hook imports analysis).
+    from scipy.stats import bootstrap
 
     # The image indices are resampled, not the areas: scipy would gather
     # [cells, classes, resamples, images] areas (230 GB at ADE20K-C's size).
