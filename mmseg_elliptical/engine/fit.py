@@ -18,7 +18,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 from ..errors import CheckpointError, ConfigError
 from ..utils.config import load_config
-from ..utils.registry import registry_error
+from ..utils.registry import unknown_types_as_config_errors
 
 
 class WeightsFit(NamedTuple):
@@ -111,13 +111,8 @@ def check_weights_fit(config: str,
     """
     from mmseg.apis import init_model
     cfg = load_config(config, copy.deepcopy(cfg_options), no_pretrained=True)
-    try:
+    with unknown_types_as_config_errors():
         model_state = init_model(cfg, None, device='cpu').state_dict()
-    except KeyError as error:  # an unknown type: one line
-        config_error = registry_error(error)
-        if config_error is None:
-            raise
-        raise config_error from None
     fit = weights_fit(
         model_state,
         checkpoint_state(

@@ -13,11 +13,10 @@ import torch
 import torch.distributed as dist
 from mmengine.logging import print_log
 
-from ..errors import ConfigError
+from ..errors import INPUT_ERRORS, ConfigError
 from ..utils import load_config, mmseg_tool_path
-from ..utils.arguments import (CfgOptions, checkpoint_file, config_file, fail,
-                               input_errors)
-from ..utils.registry import check_model_types, registry_error
+from ..utils.arguments import CfgOptions, checkpoint_file, config_file, fail
+from ..utils.registry import check_model_types, unknown_types_as_config_errors
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` there).
 CPU_WRAPPER = dict(
@@ -95,11 +94,11 @@ def start_launcher(launcher: str,
         from mmengine.dist import init_dist
         if not dist.is_initialized():
             init_dist(launcher)
-        quiet_other_ranks(int(os.environ.get('RANK', '0')))
-        return {'launcher': launcher}
-    prepare_cpu_launch(['--launcher', launcher], cuda=False)
+    else:
+        prepare_cpu_launch(['--launcher', launcher], cuda=False)
     quiet_other_ranks(int(os.environ.get('RANK', '0')))
-    return {'launcher': launcher, 'model_wrapper_cfg': dict(CPU_WRAPPER)}
+    return {'launcher': launcher} if cuda else \
+        {'launcher': launcher, 'model_wrapper_cfg': dict(CPU_WRAPPER)}
 
 
 def quiet_other_ranks(rank: int) -> None:
@@ -144,21 +143,29 @@ def end_process_group(synchronize: bool = False) -> None:
 
 
 @contextmanager
+def ending_process_group() -> Iterator[None]:
+    """End the process group, if any, when the block ends: after a finished
+    block the ranks wait for each other first, after an error it ends at
+    once (:func:`end_process_group`)."""
+    try:
+        yield
+    except BaseException:
+        end_process_group()
+        raise
+    end_process_group(synchronize=True)
+
+
+@contextmanager
 def process_group(launcher: str) -> Iterator[Dict[str, object]]:
     """The process group of ``--launcher`` (:func:`start_launcher`) for the
-    ``with`` block of a tool; at its end the ranks wait for each other
-    before the group ends, after an error it ends at once.
+    ``with`` block of a tool, ended by :func:`ending_process_group`.
 
     Yields:
         dict: Options to merge into every config the tool runs.
     """
     options = start_launcher(launcher)
-    try:
+    with ending_process_group():
         yield options
-    except BaseException:
-        end_process_group()
-        raise
-    end_process_group(synchronize=True)
 
 
 def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
@@ -205,16 +212,8 @@ def run_mmseg_tool(name: str) -> None:
     the plugin's input errors end it with one line and status 2."""
     check_mmseg_tool_args(name, sys.argv)
     sys.argv = prepare_cpu_launch(sys.argv)
-    finished = False
     try:
-        runpy.run_path(mmseg_tool_path(name), run_name='__main__')
-        finished = True
-    except input_errors() as error:
+        with ending_process_group(), unknown_types_as_config_errors():
+            runpy.run_path(mmseg_tool_path(name), run_name='__main__')
+    except INPUT_ERRORS as error:
         fail(str(error))
-    except KeyError as error:
-        config_error = registry_error(error)
-        if config_error is None:
-            raise
-        fail(str(config_error))
-    finally:
-        end_process_group(synchronize=finished)

@@ -6,20 +6,14 @@ import argparse
 import functools
 import os.path as osp
 import sys
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 from mmengine.config import DictAction
 
 from ..errors import INPUT_ERRORS, CheckpointError, ExportError
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
-from .registry import registry_error
-
-
-def input_errors() -> Tuple[type, ...]:
-    """The plugin's error classes for what a user gave
-    (:data:`mmseg_elliptical.errors.INPUT_ERRORS`)."""
-    return INPUT_ERRORS
+from .registry import unknown_types_as_config_errors
 
 
 def fail(message: str) -> None:
@@ -37,14 +31,10 @@ def tool_main(main: Callable) -> Callable:
     @functools.wraps(main)
     def run(argv: Sequence[str] = None):
         try:
-            return main(argv)
-        except input_errors() as error:
+            with unknown_types_as_config_errors():
+                return main(argv)
+        except INPUT_ERRORS as error:
             fail(str(error))
-        except KeyError as error:
-            config_error = registry_error(error)
-            if config_error is None:
-                raise
-            fail(str(config_error))
 
     return run
 

@@ -4,7 +4,8 @@ builds, without a hint)."""
 import difflib
 import importlib
 import re
-from typing import List, Optional
+from contextlib import contextmanager
+from typing import Iterator, List, Optional
 
 from mmengine.config import Config
 from mmengine.registry import Registry
@@ -60,6 +61,20 @@ def registry_error(error: BaseException) -> Optional[ConfigError]:
     match = NOT_REGISTERED.search(str(error)) if isinstance(error,
                                                             KeyError) else None
     return unknown_type_error(*match.groups()) if match else None
+
+
+@contextmanager
+def unknown_types_as_config_errors() -> Iterator[None]:
+    """Raise :func:`registry_error`'s one-line :class:`ConfigError` for
+    mmengine's ``KeyError`` of an unknown type in the block; any other error
+    passes unchanged."""
+    try:
+        yield
+    except KeyError as error:
+        config_error = registry_error(error)
+        if config_error is None:
+            raise
+        raise config_error from None
 
 
 def check_model_types(cfg: Config) -> None:
