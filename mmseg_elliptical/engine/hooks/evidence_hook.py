@@ -17,8 +17,9 @@ from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 
 from ...analysis import (RELEVANCE_KEYS, CollapseMeter, LayerRecorder,
-                         attention_figure, attention_of, layer_entropy,
-                         relevance_figure, shown_heads, transformer_layers)
+                         TransformerLayers, attention_figure, attention_of,
+                         layer_entropy, relevance_figure, shown_heads,
+                         transformer_layers)
 from ...errors import AnalysisError, ConfigError
 from ...models import PARTS, EllipticalTransformerMixin
 from ...utils.output import figure_array
@@ -206,7 +207,7 @@ class EllipticalEvidenceHook(Hook):
             runner.visualizer.add_scalars(scalars, step=step)
             runner.message_hub.update_info('elliptical_evidence', scalars)
             if images:
-                self.draw(runner, probe, outputs, step)
+                self.draw(runner, probe, found, outputs, step)
         self.seconds += time.perf_counter() - start
 
     def scalars(self, collapse: Dict,
@@ -225,10 +226,11 @@ class EllipticalEvidenceHook(Hook):
             })
         return out
 
-    def draw(self, runner, probe: nn.Module, outputs: list, step: int) -> None:
-        """Add the attention, ``m`` and prediction images at ``step``."""
+    def draw(self, runner, probe: nn.Module, found: TransformerLayers,
+             outputs: list, step: int) -> None:
+        """Add the attention, ``m`` and prediction images at ``step``
+        (``found``: the probe's layers, as :meth:`measure` found them)."""
         vis = runner.visualizer
-        found = transformer_layers(probe, self.part)
         grid = [
             i for i in range(len(found.layers))
             if found.layout(i).grid is not None
