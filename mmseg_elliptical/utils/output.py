@@ -78,14 +78,19 @@ def wrap_label(name: str, width: int) -> str:
     return '\n'.join(line.rstrip() for line in lines if line)
 
 
-def figure_array(fig, dpi: int = 100) -> np.ndarray:
-    """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
-    its content as :func:`save_figure` saves it; closes it."""
+def _png(fig, dpi: int) -> io.BytesIO:
+    """The figure as PNG cut to its content, in memory; closes it."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format='png', dpi=dpi, bbox_inches='tight')
     pyplot().close(fig)
     buffer.seek(0)
-    rgba = pyplot().imread(buffer)
+    return buffer
+
+
+def figure_array(fig, dpi: int = 100) -> np.ndarray:
+    """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
+    its content as :func:`save_figure` saves it; closes it."""
+    rgba = pyplot().imread(_png(fig, dpi))
     return (rgba[..., :3] * 255).round().astype(np.uint8)
 
 
@@ -102,12 +107,10 @@ def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     if compact:
         from PIL import Image
-        buf = io.BytesIO()
-        fig.savefig(buf, dpi=dpi, format='png', bbox_inches='tight')
-        buf.seek(0)
-        Image.open(buf).convert('RGB').quantize(256).save(path, optimize=True)
-    else:
-        fig.savefig(path, dpi=dpi, bbox_inches='tight')
+        Image.open(_png(fig, dpi)).convert('RGB').quantize(256).save(
+            path, optimize=True)
+        return
+    fig.savefig(path, dpi=dpi, bbox_inches='tight')
     pyplot().close(fig)
 
 
