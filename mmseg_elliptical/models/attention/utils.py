@@ -2,7 +2,7 @@
 record of what an attention computed, head splitting and relative position
 biases."""
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 from torch import Tensor
 
@@ -51,10 +51,6 @@ class AttentionRecord:
         getattr(self, what).append(tensor.cpu() if self.to_cpu else tensor)
 
 
-def _ignore(what: str, tensor: Tensor) -> None:
-    """What an attention records without an :class:`AttentionRecord`."""
-
-
 class AttentionOptions:
     """The options of an elliptical attention, mixed in before the mmseg /
     mmcv class, whose arguments it passes on.
@@ -96,13 +92,11 @@ class AttentionOptions:
         self.attention_record = None
         self._chain_call = None
 
-    @property
-    def attention_record(self) -> Optional[AttentionRecord]:
-        return getattr(self.record, '__self__', None)
-
-    @attention_record.setter
-    def attention_record(self, record: Optional[AttentionRecord]) -> None:
-        self.record = _ignore if record is None else record.keep
+    def record(self, what: str, tensor: Tensor) -> None:
+        """Keep ``tensor`` in :attr:`attention_record`'s list ``what``, when
+        one is set."""
+        if self.attention_record is not None:
+            self.attention_record.keep(what, tensor)
 
     def extra_repr(self) -> str:
         parent = super().extra_repr()
