@@ -1,13 +1,7 @@
 # The elliptical demo with its evidence (collapse, m, attention) logged live
-# to TensorBoard: make demo-tb (pip install -e .[tensorboard]).
+# to TensorBoard: make demo-tb (pip install -e .[tensorboard]). The only
+# change from its dot-product twin is the backbone type.
 _base_ = [
-    './segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py'
+    './segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64_tensorboard.py'
 ]
-custom_hooks = [
-    dict(type='SegSummaryHook', num_scenes=6),
-    dict(type='EllipticalEvidenceHook'),
-]
-visualizer = dict(vis_backends=[
-    dict(type='LocalVisBackend'),
-    dict(type='TensorboardVisBackend')
-])
+model = dict(backbone=dict(type='EllipticalVisionTransformer'))

@@ -2,6 +2,7 @@
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..utils.output import markdown_table, pyplot
+from .variants import ATTACK_MODES
 
 MODE_NAMES = {
     'infer': 'inference',
@@ -12,6 +13,11 @@ MODE_NAMES = {
 RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
                   'median_ms', 'iqr_ms', 'images_per_s', 'peak_mem_mb',
                   'memory_measure', 'saved_mb')
+
+
+def time_iqr(r: Dict) -> str:
+    """A ratio row's interquartile range of the time ratio, ``q1-q3``."""
+    return f"{r['time_q1']:.3f}-{r['time_q3']:.3f}"
 
 
 def summary_tables(report: Dict) -> str:
@@ -32,7 +38,7 @@ def summary_tables(report: Dict) -> str:
     for family in families:
         rows = [[
             r['role'], r['size'], MODE_NAMES[r['mode']], r['time'],
-            f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory'], r['saved']
+            time_iqr(r), r['memory'], r['saved']
         ] + ([verdict(r, 'time'), verdict(r, 'memory')] if judged else [])
                 for r in report['ratios'] if r['family'] == family]
         out.append(f'**{family}**: elliptical / baseline (< 1: elliptical '
@@ -47,7 +53,7 @@ def runtime_table(report: Dict) -> str:
     rows = [[
         r['model'], r['size'], r['pytorch_ms_per_image'],
         r['onnxruntime_ms_per_image'], r['time'],
-        f"{r['time_q1']:.3f}-{r['time_q3']:.3f}"
+        time_iqr(r)
     ] for r in report.get('runtime_ratios', [])]
     if not rows:
         return ''
@@ -63,10 +69,9 @@ def runtime_table(report: Dict) -> str:
 def adaptive_table(report: Dict) -> str:
     """Markdown: adaptive / plain attack step per model and size (empty
     without attack rows)."""
-    rows = [[
-        r['model'], r['size'], r['time'],
-        f"{r['time_q1']:.3f}-{r['time_q3']:.3f}", r['memory']
-    ] for r in report.get('adaptive_ratios', [])]
+    rows = [[r['model'], r['size'], r['time'],
+             time_iqr(r), r['memory']]
+            for r in report.get('adaptive_ratios', [])]
     if not rows:
         return ''
     return (
@@ -89,12 +94,11 @@ def overview_table(reports: Sequence[Dict]) -> str:
     def time(r: Optional[Dict]) -> str:
         if r is None:
             return '-'
-        return f"{r['time']:.3f} ({r['time_q1']:.3f}-{r['time_q3']:.3f})"
+        return f"{r['time']:.3f} ({time_iqr(r)})"
 
     modes = ['infer', 'train'] + [
-        m for m in ('attack', 'attack-adaptive') if any(r['mode'] == m
-                                                        for rep in reports
-                                                        for r in rep['ratios'])
+        m for m in ATTACK_MODES if any(r['mode'] == m for rep in reports
+                                       for r in rep['ratios'])
     ]
     rows, adaptive = [], []
     for report in reports:

@@ -96,7 +96,9 @@ def _complexity(spec: BenchModel, model: BenchForward,
 
 
 def _timed_name(name: str, mode: str) -> str:
-    return f'{name} ({mode})' if mode in ATTACK_MODES else name
+    """The key of a model's timer in one mode (a group may time a model in
+    more than one: the attack steps)."""
+    return f'{name} ({mode})'
 
 
 def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],

@@ -2,23 +2,15 @@
 (not through mmengine's ``is_installed`` / ``requires_package``: docs/deploy.md
 says why)."""
 import importlib
-import importlib.util
 from types import ModuleType
 from typing import Tuple
+
+from ..utils.files import installed
 
 #: The ``[deploy]`` extra of setup.py: the exporter's (onnx, onnxscript)
 #: and the runtime's (onnxruntime) packages.
 DEPLOY_PACKAGES = ('onnx', 'onnxscript', 'onnxruntime')
 INSTALL_HINT = 'pip install -e ".[deploy]"  (onnx, onnxruntime, onnxscript)'
-
-
-def installed(name: str) -> bool:
-    """Whether ``import name`` would find a module, without importing it (a
-    ``None`` entry in ``sys.modules`` blocks the import: not found)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def missing_packages() -> Tuple[str, ...]:

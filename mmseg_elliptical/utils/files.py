@@ -1,6 +1,7 @@
 """Checks of the files a user gives, before anything reads them: a torch
 checkpoint (:func:`check_checkpoint`) and an ONNX model
-(:func:`check_onnx_file`)."""
+(:func:`check_onnx_file`); and whether an optional package is there to read
+one with (:func:`installed`)."""
 import ast
 import importlib.util
 import os
@@ -9,6 +10,15 @@ import zipfile
 from typing import Optional
 
 from ..errors import CheckpointError, ExportError
+
+
+def installed(name: str) -> bool:
+    """Whether ``import name`` would find a module, without importing it (a
+    ``None`` entry in ``sys.modules`` blocks the import: not found)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def unreadable_reason(path: str) -> Optional[str]:
@@ -92,7 +102,7 @@ def check_onnx_file(path: str) -> str:
     if not osp.isfile(path):
         raise ExportError(f'ONNX file {path} does not exist' if not osp.exists(
             path) else f'ONNX file {path} is a folder, not a file')
-    if importlib.util.find_spec('onnx') is None:  # the [deploy] extra
+    if not installed('onnx'):  # the [deploy] extra
         return path
     import onnx
     from google.protobuf.message import DecodeError

@@ -11,6 +11,7 @@ TOOLS = [
     ('analysis_tools/benchmark.py', '{dot_cfg}', '--out-dir'),
     ('analysis_tools/benchmark_layer.py', '', '--out-dir'),
     ('analysis_tools/benchmark_overview.py', '{run}', '--out-dir'),
+    ('analysis_tools/benchmark_evidence_hook.py', '{dot_cfg}', None),
     ('analysis_tools/robustness.py', '{models}', None),
     ('analysis_tools/compare_models.py', '{models}', None),
     ('analysis_tools/attention_maps.py', '{image} {models} --point 1 1', None),

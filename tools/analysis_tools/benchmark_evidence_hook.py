@@ -21,8 +21,9 @@ from typing import Dict, Optional, Sequence
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.engine import EllipticalEvidenceHook
 from mmseg_elliptical.utils import load_config, markdown_table
-from mmseg_elliptical.utils.arguments import (add_cfg_options, config_file,
-                                              positive_int, tool_main)
+from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
+                                              config_file, positive_int,
+                                              tool_main)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -32,7 +33,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--interval', type=positive_int)
     p.add_argument('--image-interval', type=positive_int)
     p.add_argument('--num-images', type=positive_int)
-    p.add_argument('--work-dir', default='work_dirs/benchmark_evidence_hook')
+    add_work_dir(p, 'work_dirs/benchmark_evidence_hook', old=())
     add_cfg_options(p)
     return p.parse_args(argv)
 

@@ -36,9 +36,6 @@ from mmseg_elliptical.utils.arguments import (add_work_dir, device,
                                               non_negative_int, positive_int)
 from mmseg_elliptical.utils.output import markdown_table
 
-PATHS = ('dot-product', 'elliptical no-grad', 'elliptical grad',
-         'elliptical explicit')
-
 
 def layer_steps(tokens: int = 1025,
                 dims: int = 192,
@@ -57,8 +54,8 @@ def layer_steps(tokens: int = 1025,
         seed (int): Seed of weights and inputs.
 
     Returns:
-        dict[str, callable]: A step per name of :data:`PATHS`, each
-        returning the attention's output.
+        dict[str, callable]: A step per path, named as in the module
+        docstring, each returning the attention's output.
     """
     torch.manual_seed(seed)
     attn = EllipticalAttention(dims, heads).to(device).eval()
