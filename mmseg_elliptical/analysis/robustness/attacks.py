@@ -22,6 +22,7 @@ from torch import Tensor
 from ...errors import AnalysisError
 from ...models.attention import adaptive_relevance
 from ...models.transformer import EllipticalTransformerMixin
+from ...utils.config import ModelSpec, load_config
 
 ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 NORMS = ('linf', 'l2')
@@ -294,3 +295,14 @@ def has_elliptical_layers(model_cfg: Dict) -> bool:
                 'elliptical_layers', None) != []:
         return True
     return any(has_elliptical_layers(v) for v in model_cfg.values())
+
+
+def elliptical_models(specs: Sequence[ModelSpec],
+                      cfg_options: Optional[Dict] = None) -> Dict[str, bool]:
+    """``{name: whether its config has elliptical layers}`` of each model
+    (:func:`has_elliptical_layers`)."""
+    return {
+        spec.name:
+        has_elliptical_layers(load_config(spec.config, cfg_options).model)
+        for spec in specs
+    }
