@@ -6,6 +6,7 @@ the per-image areas in the store); :func:`write_robustness_report` adds them
 to ``robustness.json`` and writes ``robustness.{md,csv,png}`` and
 ``robustness_summary.csv``.
 """
+from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
@@ -13,7 +14,7 @@ from .attacks import ATTACKS
 from .bootstrap import paired_bootstrap
 from .protocols import GROUPS
 from .store import CLEAN, ResultStore, cell_key
-from .summary import attack_model_summary, attack_series, robustness_summary
+from .summary import attack_model_summary, robustness_summary
 
 
 def paired_test(store: ResultStore, name: str, baseline: str,
@@ -381,11 +382,12 @@ def attack_summary(store: ResultStore,
     Returns:
         dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
     """
+    read = lru_cache(maxsize=None)(store.areas)  # each file read once
     out = {}
     for name in names:
         out[name] = attack_model_summary(
             store.data['models'][name]['cells'],
-            lambda key, n=name: store.areas(n, key))
+            lambda key, n=name: read(n, key))
         out[name]['baseline'] = baseline
     for name in names:
         s = out[name]
@@ -406,8 +408,7 @@ def attack_summary(store: ResultStore,
                 paired['notes'].append(f'No paired test on {what}: {e}')
                 return None
 
-        keys = attack_series(list(store.data['models'][name]['cells']))
-        for series, eps in keys.items():
+        for series, eps in s['series_keys'].items():
             paired['series'][series] = {}
             for e, k in eps.items():
                 other = baseline_key(store, baseline, k)
@@ -417,7 +418,7 @@ def attack_summary(store: ResultStore,
                 if other != k and note not in paired['notes']:
                     paired['notes'].append(note)
                 paired['series'][series][f'{e:g}'] = test(
-                    [store.areas(name, k)], [store.areas(baseline, other)],
+                    [read(name, k)], [read(baseline, other)],
                     f'{series} {e:g}')
         for e, areas in s['worst_areas'].items():
             paired['worst'][e] = test([areas], [base['worst_areas'].get(e)],
@@ -430,6 +431,7 @@ def attack_summary(store: ResultStore,
         s['paired'] = paired
     for s in out.values():
         s.pop('worst_areas')
+        s.pop('series_keys')
     return out
 
 
