@@ -21,9 +21,9 @@ from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
                         AttackProtocol, Protocol, attack_cells,
                         attack_settings, group_of, model_cells,
                         resolve_corruptions, resolve_severities)
-from .render import (attack_summary, csv_rows, grid_markdown, grid_summary,
-                     heatmaps, paired_test, summary_rows, write_attack_report,
-                     write_robustness_report)
+from .render import (attack_markdown, attack_summary, csv_rows, grid_markdown,
+                     grid_summary, heatmaps, paired_test, summary_rows,
+                     write_attack_report, write_robustness_report)
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
 
@@ -31,13 +31,13 @@ __all__ = [
     'ATTACKS', 'LABELS', 'NORMS', 'AdversarialTestLoop', 'Attack',
     'elliptical_models', 'has_elliptical_layers', 'perturb', 'run_cells',
     'ATTACK_PROTOCOLS', 'AttackProtocol', 'attack_cells', 'attack_settings',
-    'model_cells', 'attack_summary', 'write_attack_report', 'ImageAreas',
-    'miou', 'paired_bootstrap', 'open_store', 'run_grid', 'with_image_areas',
-    'CellHook', 'CorruptionGridLoop', 'corrupted_loader_cfg',
-    'dataset_pipelines', 'insert_after_loading', 'CORRUPTION_SETS', 'GROUPS',
-    'PROTOCOLS', 'Protocol', 'group_of', 'resolve_corruptions',
-    'resolve_severities', 'csv_rows', 'grid_summary', 'heatmaps',
-    'grid_markdown', 'paired_test', 'summary_rows', 'write_robustness_report',
-    'CLEAN', 'GridError', 'ResultStore', 'cell_key', 'grid_scores',
-    'model_summary', 'robustness_summary'
+    'model_cells', 'attack_markdown', 'attack_summary', 'write_attack_report',
+    'ImageAreas', 'miou', 'paired_bootstrap', 'open_store', 'run_grid',
+    'with_image_areas', 'CellHook', 'CorruptionGridLoop',
+    'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
+    'CORRUPTION_SETS', 'GROUPS', 'PROTOCOLS', 'Protocol', 'group_of',
+    'resolve_corruptions', 'resolve_severities', 'csv_rows', 'grid_summary',
+    'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
+    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
+    'grid_scores', 'model_summary', 'robustness_summary'
 ]

@@ -453,7 +453,8 @@ def attack_summary(store: ResultStore,
 
 def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
     """The models' mIoU per attack and eps, the worst case, the means over
-    eps and the paired verdicts against the baseline."""
+    eps and the paired verdicts against the baseline (without a title:
+    :func:`write_attack_report` adds it)."""
     epsilons = sorted({e
                        for s in summary.values()
                        for e in s['worst']},
@@ -474,7 +475,6 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
                 mean
             ])
     lines = [
-        '# Adversarial robustness', '',
         'mIoU under white-box attacks (series `ATTACK/NORM/STEPS`; eps in '
         f'{"0-255 levels" if settings.get("norm") == "linf" else "0-1"}; '
         'the worst case takes, per image, the attack that hurts it most). '
@@ -555,13 +555,13 @@ def write_attack_report(store: ResultStore,
     ``adversarial.{md,csv,png}``.
 
     Returns:
-        str: The markdown.
+        str: The markdown: a title, then :func:`attack_markdown`.
     """
     summary = attack_summary(store, names, baseline, resamples, seed)
     store.data['summary'] = summary
     store.save()
     settings = store.data['settings']
-    text = attack_markdown(summary, settings)
+    text = '# Adversarial robustness\n\n' + attack_markdown(summary, settings)
     write_report(
         work_dir,
         'adversarial',
