@@ -12,6 +12,7 @@ from ..models import (EllipticalAttentionMixin, EllipticalTransformerMixin,
 from ..models.conversion import ELLIPTICAL_VERSIONS
 from ..models.transformer import PARTS
 from ..utils import load_config, model_names
+from ..utils.registry import model_class
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
@@ -49,12 +50,6 @@ def _registry():
     return MODELS
 
 
-def _class_of(type_) -> Optional[type]:
-    if isinstance(type_, type):
-        return type_
-    return _registry().get(type_)
-
-
 def _type_of(cls: type):
     """The name ``cls`` is registered under in mmseg's MODELS, else itself."""
     for name, registered in _registry().module_dict.items():
@@ -65,7 +60,7 @@ def _type_of(cls: type):
 
 def _transformer_version(type_) -> Optional[type]:
     """The elliptical backbone or head class of a config ``type``, or None."""
-    cls = _class_of(type_)
+    cls = model_class(type_)
     if not isinstance(cls, type):
         return None
     return elliptical_version(cls, EllipticalTransformerMixin)
@@ -112,13 +107,13 @@ def derive_variants(family: str,
     parts = [
         p for p in PARTS
         if isinstance(ell.get(p), dict) and ell[p].get('type') is not None
-        and _transformer_version(ell[p]['type']) is _class_of(ell[p]['type'])
+        and _transformer_version(ell[p]['type']) is model_class(ell[p]['type'])
     ]
     variants = dict(elliptical=ell, **{'paper-ref': ell})
     variants['fused-dot'] = copy.deepcopy(ell)
     variants['mmseg-dot'] = copy.deepcopy(ell)
     for part in parts:
-        cls = _class_of(ell[part]['type'])
+        cls = model_class(ell[part]['type'])
         variants['fused-dot'][part]['elliptical_layers'] = []
         dot = variants['mmseg-dot'][part]
         dot['type'] = _type_of(cls.mmseg_class())

@@ -77,6 +77,13 @@ def unknown_types_as_config_errors() -> Iterator[None]:
         raise config_error from None
 
 
+def model_class(kind) -> Optional[type]:
+    """The class a model config's ``type`` names in mmseg's ``MODELS`` (a
+    class given as the type is itself), or None."""
+    from mmseg.registry import MODELS
+    return kind if isinstance(kind, type) else MODELS.get(kind)
+
+
 def check_model_types(cfg: Config) -> None:
     """Check, without building it, that mmseg's ``MODELS`` registry holds the
     types of the config's model and of its backbone, neck and heads.

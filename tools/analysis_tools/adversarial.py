@@ -31,7 +31,6 @@ from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
 from mmseg_elliptical.utils import arguments as cli
-from mmseg_elliptical.utils import load_config
 
 
 def epsilon(text: str) -> float:
@@ -45,8 +44,9 @@ def epsilon(text: str) -> float:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse and check the command line before any work; adds ``specs``
-    and ``elliptical`` (whether each model has elliptical layers)."""
+    """Parse and check the command line before any work; adds ``cells``
+    (the plain attack cells), ``specs`` and ``elliptical`` (whether each
+    model has elliptical layers)."""
     presets = '; '.join(
         f'{k}: {p.description} ({p.passes()[0]} forward and {p.passes()[1]} '
         'backward passes per image and model)'
@@ -123,15 +123,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('argument --step-size: give the L2 step (0-1 scale); '
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
-    attack_cells(args, False)  # checks the cells
+    args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     names = [s.name for s in args.specs]
-    args.elliptical = {
-        spec.name:
-        rb.has_elliptical_layers(
-            load_config(spec.config, args.cfg_options).model)
-        for spec in args.specs
-    }
+    args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
     if args.adaptive and not any(args.elliptical.values()):
         parser.error('argument --adaptive: no model has an elliptical layer '
                      f'({", ".join(names)}), so there is no relevance m to '
@@ -142,30 +137,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def attack_cells(args: argparse.Namespace, adaptive: bool) -> List[rb.Attack]:
-    """The attack cells of the command line, FGSM once per eps."""
-    cells = []
-    for name in args.attacks:
-        for steps in ([1] if name == 'fgsm' else args.steps):
-            for eps in args.epsilons:
-                step = args.step_size or args.step_ratio * eps or 1.
-                cell = rb.Attack(name, args.norm, eps, steps, step,
-                                 args.random_start, adaptive, args.labels,
-                                 args.seed)
-                if cell not in cells:
-                    cells.append(cell)
-    return cells
-
-
-def settings(args: argparse.Namespace) -> Dict:
-    """What the cells depend on beyond their keys (a rerun under other
-    settings is refused)."""
-    return dict(
-        threat='attack',
-        norm=args.norm,
-        step_size=args.step_size,
-        step_ratio=args.step_ratio,
-        random_start=args.random_start,
-        labels=args.labels)
+    """The attack cells of the command line (:func:`rb.attack_cells`)."""
+    return rb.attack_cells(args.attacks, args.norm, args.epsilons, args.steps,
+                           args.step_size, args.step_ratio, args.random_start,
+                           adaptive, args.labels, args.seed)
 
 
 @cli.tool_main
@@ -176,12 +151,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from mmengine.dist import is_main_process
     args = parse_args(argv)
     with process_group(cli.launcher_of(args)) as launch:
-        cells = {
-            spec.name: [(None, None)] + attack_cells(args, False) +
-            (attack_cells(args, True)
-             if args.adaptive and args.elliptical[spec.name] else [])
-            for spec in args.specs
-        }
+        cells = rb.model_cells(
+            args.elliptical, args.cells,
+            attack_cells(args, True) if args.adaptive else [])
         store = rb.run_cells(
             args.specs,
             cells,
@@ -194,7 +166,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             per_class=True,
             launch_options=launch,
             batch_size=args.batch_size,
-            settings=settings(args))
+            settings=rb.attack_settings(args.norm, args.step_size,
+                                        args.step_ratio, args.random_start,
+                                        args.labels))
         if is_main_process():
             text = rb.write_attack_report(store, [s.name for s in args.specs],
                                           args.work_dir, args.baseline,

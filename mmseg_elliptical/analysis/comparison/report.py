@@ -92,13 +92,16 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         resamples=options.resamples,
         seed=options.bootstrap_seed)
     collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
-    adversarial = rb.write_attack_report(
-        parts['adversarial'],
+    attacked = parts['adversarial']
+    rb.write_attack_report(
+        attacked,
         names,
         work_dir,
         baseline_of(specs, options),
         resamples=options.resamples,
         seed=options.bootstrap_seed)
+    adversarial = rb.attack_markdown(attacked.data['summary'],
+                                     attacked.data['settings'])
     preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
     speed = parts['speed']
     meta = next(iter(speed.values()))['meta']
@@ -122,9 +125,8 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         f'## Adversarial robustness ({options.attack_protocol} preset: '
         f'{preset.description}'
         f'{"; adaptive: through m too" if options.adaptive else ""})', '',
-        adversarial.split('\n',
-                          2)[2], '', '![mIoU against eps](adversarial.png)',
-        '', f'## Representation collapse ({options.part})', '',
+        adversarial, '', '![mIoU against eps](adversarial.png)', '',
+        f'## Representation collapse ({options.part})', '',
         'Mean pairwise cosine of the tokens each layer outputs (forward '
         'order across stages; cls token and class embeddings left out), '
         'and the spread of `m` in elliptical layers.', '', collapse,

@@ -117,25 +117,6 @@ def accuracy_and_robustness(specs: Sequence[ModelSpec],
         launch_options=options.launch)
 
 
-def attack_cells(options: ReportOptions, adaptive: bool) -> List:
-    """The attack cells of the report's preset (clean first)."""
-    preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
-    cells = [(None, None)]
-    for name in preset.attacks:
-        for eps in preset.epsilons:
-            step = preset.step_size or preset.step_ratio * eps
-            cells.append(
-                rb.Attack(
-                    name,
-                    preset.norm,
-                    eps,
-                    preset.steps,
-                    step,
-                    labels=preset.labels,
-                    adaptive=adaptive))
-    return cells
-
-
 def adversarial(specs: Sequence[ModelSpec],
                 options: ReportOptions,
                 work_dir: str,
@@ -143,14 +124,10 @@ def adversarial(specs: Sequence[ModelSpec],
     """Every model under the preset's attacks and, with ``adaptive``, the
     elliptical ones under the same attacks through ``m``
     (:func:`~..robustness.grid.run_cells`)."""
-    cells = {}
-    for spec in specs:
-        elliptical = rb.has_elliptical_layers(
-            load_config(spec.config, options.cfg_options).model)
-        cells[spec.name] = attack_cells(options, False)
-        if options.adaptive and elliptical:
-            cells[spec.name] += attack_cells(options, True)[1:]
     preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
+    cells = rb.model_cells(
+        rb.elliptical_models(specs, options.cfg_options), preset.cells(),
+        preset.cells(adaptive=True) if options.adaptive else [])
     return rb.run_cells(
         specs,
         cells,
@@ -161,13 +138,7 @@ def adversarial(specs: Sequence[ModelSpec],
         quiet=quiet,
         per_class=True,
         launch_options=options.launch,
-        settings=dict(
-            threat='attack',
-            norm=preset.norm,
-            step_size=preset.step_size,
-            step_ratio=preset.step_ratio,
-            random_start=False,
-            labels=preset.labels))
+        settings=preset.settings())
 
 
 def collapse(specs: Sequence[ModelSpec], options: ReportOptions,

@@ -11,31 +11,33 @@ rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images, and
 ``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
 """
 from .attacks import (ATTACKS, LABELS, NORMS, AdversarialTestLoop, Attack,
-                      has_elliptical_layers, perturb)
+                      elliptical_models, has_elliptical_layers, perturb)
 from .bootstrap import ImageAreas, miou, paired_bootstrap
 from .grid import open_store, run_cells, run_grid, with_image_areas
 from .loop import CellHook, CorruptionGridLoop
 from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
                        insert_after_loading)
 from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
-                        AttackProtocol, Protocol, group_of,
+                        AttackProtocol, Protocol, attack_cells,
+                        attack_settings, group_of, model_cells,
                         resolve_corruptions, resolve_severities)
-from .render import (attack_summary, csv_rows, grid_markdown, grid_summary,
-                     heatmaps, paired_test, summary_rows, write_attack_report,
-                     write_robustness_report)
+from .render import (attack_markdown, attack_summary, csv_rows, grid_markdown,
+                     grid_summary, heatmaps, paired_test, summary_rows,
+                     write_attack_report, write_robustness_report)
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
 
 __all__ = [
     'ATTACKS', 'LABELS', 'NORMS', 'AdversarialTestLoop', 'Attack',
-    'has_elliptical_layers', 'perturb', 'run_cells', 'ATTACK_PROTOCOLS',
-    'AttackProtocol', 'attack_summary', 'write_attack_report', 'ImageAreas',
-    'miou', 'paired_bootstrap', 'open_store', 'run_grid', 'with_image_areas',
-    'CellHook', 'CorruptionGridLoop', 'corrupted_loader_cfg',
-    'dataset_pipelines', 'insert_after_loading', 'CORRUPTION_SETS', 'GROUPS',
-    'PROTOCOLS', 'Protocol', 'group_of', 'resolve_corruptions',
-    'resolve_severities', 'csv_rows', 'grid_summary', 'heatmaps',
-    'grid_markdown', 'paired_test', 'summary_rows', 'write_robustness_report',
-    'CLEAN', 'GridError', 'ResultStore', 'cell_key', 'grid_scores',
-    'model_summary', 'robustness_summary'
+    'elliptical_models', 'has_elliptical_layers', 'perturb', 'run_cells',
+    'ATTACK_PROTOCOLS', 'AttackProtocol', 'attack_cells', 'attack_settings',
+    'model_cells', 'attack_markdown', 'attack_summary', 'write_attack_report',
+    'ImageAreas', 'miou', 'paired_bootstrap', 'open_store', 'run_grid',
+    'with_image_areas', 'CellHook', 'CorruptionGridLoop',
+    'corrupted_loader_cfg', 'dataset_pipelines', 'insert_after_loading',
+    'CORRUPTION_SETS', 'GROUPS', 'PROTOCOLS', 'Protocol', 'group_of',
+    'resolve_corruptions', 'resolve_severities', 'csv_rows', 'grid_summary',
+    'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
+    'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
+    'grid_scores', 'model_summary', 'robustness_summary'
 ]

@@ -16,12 +16,14 @@ import torch
 import torch.nn.functional as F
 from mmengine.model import is_model_wrapper
 from mmengine.runner import TestLoop, autocast
-from mmseg.registry import LOOPS, MODELS
+from mmseg.registry import LOOPS
 from torch import Tensor
 
 from ...errors import AnalysisError
 from ...models.attention import adaptive_relevance
 from ...models.transformer import EllipticalTransformerMixin
+from ...utils.config import ModelSpec, load_config
+from ...utils.registry import model_class
 
 ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 NORMS = ('linf', 'l2')
@@ -287,10 +289,21 @@ def has_elliptical_layers(model_cfg: Dict) -> bool:
         return any(has_elliptical_layers(c) for c in model_cfg)
     if not isinstance(model_cfg, dict):
         return False
-    cls = MODELS.get(model_cfg['type']) if isinstance(
-        model_cfg.get('type'), str) else None
+    kind = model_cfg.get('type')
+    cls = model_class(kind) if isinstance(kind, str) else None
     if isinstance(cls, type) and issubclass(
             cls, EllipticalTransformerMixin) and model_cfg.get(
                 'elliptical_layers', None) != []:
         return True
     return any(has_elliptical_layers(v) for v in model_cfg.values())
+
+
+def elliptical_models(specs: Sequence[ModelSpec],
+                      cfg_options: Optional[Dict] = None) -> Dict[str, bool]:
+    """``{name: whether its config has elliptical layers}`` of each model
+    (:func:`has_elliptical_layers`)."""
+    return {
+        spec.name:
+        has_elliptical_layers(load_config(spec.config, cfg_options).model)
+        for spec in specs
+    }

@@ -9,6 +9,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...transforms.image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                             EXTRA_CORRUPTIONS, SEVERITIES)
+from .attacks import Attack
 from .store import GridError
 
 #: The four groups of ImageNet-C, each with its held-out corruption last.
@@ -135,18 +136,97 @@ class AttackProtocol(NamedTuple):
     labels: str
     description: str
 
+    def cells(self,
+              adaptive: bool = False,
+              labels: Optional[str] = None) -> List[Attack]:
+        """The preset's attack cells (:func:`attack_cells`), through ``m``
+        with ``adaptive``; ``labels`` replaces the preset's."""
+        return attack_cells(
+            self.attacks,
+            self.norm,
+            self.epsilons, [self.steps],
+            self.step_size,
+            self.step_ratio,
+            adaptive=adaptive,
+            labels=labels or self.labels)
+
+    def settings(self) -> Dict:
+        """:func:`attack_settings` of the preset."""
+        return attack_settings(self.norm, self.step_size, self.step_ratio,
+                               False, self.labels)
+
     def passes(self, labels: Optional[str] = None) -> Tuple[int, int]:
         """Forward and backward passes per image and model: the clean cell,
         then per attack cell one forward and backward per step, the
         prediction, and the clean prediction when it gives the labels."""
-        labels = labels or self.labels
-        forward = backward = 0
-        for attack in self.attacks:
-            steps = 1 if attack == 'fgsm' else self.steps
-            cells = len(self.epsilons)
-            forward += cells * (steps + 1 + (labels == 'prediction'))
-            backward += cells * steps
-        return 1 + forward, backward
+        cells = self.cells(labels=labels)
+        forward = sum(c.steps + 1 + (c.labels == 'prediction') for c in cells)
+        return 1 + forward, sum(c.steps for c in cells)
+
+
+def attack_cells(attacks: Sequence[str],
+                 norm: str,
+                 epsilons: Sequence[float],
+                 steps: Sequence[int],
+                 step_size: Optional[float] = None,
+                 step_ratio: Optional[float] = None,
+                 random_start: bool = False,
+                 adaptive: bool = False,
+                 labels: str = 'gt',
+                 seed: int = 0) -> List[Attack]:
+    """Every attack at each number of steps and eps, in that order, without
+    duplicates (FGSM, one step, once per eps).
+
+    Args:
+        attacks (Sequence[str]): Attack names.
+        norm (str): ``'linf'`` or ``'l2'``.
+        epsilons (Sequence[float]): Radii.
+        steps (Sequence[int]): Steps of the iterative attacks.
+        step_size (float, optional): The step; None: ``step_ratio`` times
+            eps (1 at eps 0).
+        step_ratio (float, optional): The step as a fraction of eps.
+        random_start, adaptive, labels, seed: :class:`Attack`'s fields.
+
+    Returns:
+        list[Attack]: The cells, each checked.
+
+    Raises:
+        AnalysisError: A cell that cannot run.
+    """
+    cells: List[Attack] = []
+    for name in attacks:
+        for n in steps:
+            for eps in epsilons:
+                step = step_size or step_ratio * eps or 1.
+                cell = Attack(name, norm, eps, n, step, random_start, adaptive,
+                              labels, seed)
+                if cell not in cells:
+                    cells.append(cell)
+    return cells
+
+
+def attack_settings(norm: str, step_size: Optional[float],
+                    step_ratio: Optional[float], random_start: bool,
+                    labels: str) -> Dict:
+    """What attack cells depend on beyond their keys (the store refuses a
+    rerun under other settings)."""
+    return dict(
+        threat='attack',
+        norm=norm,
+        step_size=step_size,
+        step_ratio=step_ratio,
+        random_start=random_start,
+        labels=labels)
+
+
+def model_cells(elliptical: Dict[str, bool], plain: Sequence[Attack],
+                adaptive: Sequence[Attack]) -> Dict[str, List]:
+    """Each model's cells: the clean one, ``plain``, then ``adaptive`` when
+    the model has elliptical layers (``{name: has them}``)."""
+    return {
+        name: [(None, None), *plain, *(adaptive if has else [])]
+        for name, has in elliptical.items()
+    }
 
 
 ATTACK_PROTOCOLS: Dict[str, AttackProtocol] = {

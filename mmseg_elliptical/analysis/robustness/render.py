@@ -6,6 +6,7 @@ the per-image areas in the store); :func:`write_robustness_report` adds them
 to ``robustness.json`` and writes ``robustness.{md,csv,png}`` and
 ``robustness_summary.csv``.
 """
+from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
@@ -13,7 +14,29 @@ from .attacks import ATTACKS
 from .bootstrap import paired_bootstrap
 from .protocols import GROUPS
 from .store import CLEAN, ResultStore, cell_key
-from .summary import attack_model_summary, attack_series, robustness_summary
+from .summary import attack_model_summary, robustness_summary
+
+
+def bootstrap_or_note(
+        a: List,
+        b: List,
+        what: str,
+        notes: List[str],
+        resamples: int,
+        seed: int,
+        missing: str = 'per-image areas are missing.') -> Optional[Dict]:
+    """:func:`~.bootstrap.paired_bootstrap` of ``a - b``, or None with the
+    note ``No paired test on WHAT: ...`` added to ``notes``: ``missing``
+    when no cell is given or an area is None, else why the bootstrap
+    refused (e.g. a single image)."""
+    if not a or any(x is None for x in (*a, *b)):
+        notes.append(f'No paired test on {what}: {missing}')
+        return None
+    try:
+        return paired_bootstrap(a, b, resamples, seed)
+    except ValueError as e:
+        notes.append(f'No paired test on {what}: {e}')
+        return None
 
 
 def paired_test(store: ResultStore, name: str, baseline: str,
@@ -32,21 +55,16 @@ def paired_test(store: ResultStore, name: str, baseline: str,
         pairs = [(store.areas(name, k), store.areas(baseline, k))
                  for k in keys]
         missing = [k for k, p in zip(keys, pairs) if None in p]
-        if not keys or missing:
-            out[what] = None
-            out['notes'].append(
-                f'No paired test on {what}: the per-image areas of '
-                f'{", ".join(missing) or "any cell"} are missing (the '
-                'evaluator is not mmseg\'s IoUMetric, or the cells were '
-                'measured before they were kept).')
-            continue
-        try:
-            out[what] = paired_bootstrap([a for a, _ in pairs],
-                                         [b for _, b in pairs], resamples,
-                                         seed)
-        except ValueError as e:  # e.g. a single image
-            out[what] = None
-            out['notes'].append(f'No paired test on {what}: {e}')
+        out[what] = bootstrap_or_note(
+            [a for a, _ in pairs], [b for _, b in pairs],
+            what,
+            out['notes'],
+            resamples,
+            seed,
+            missing=f'the per-image areas of '
+            f'{", ".join(missing) or "any cell"} are missing (the evaluator '
+            'is not mmseg\'s IoUMetric, or the cells were measured before '
+            'they were kept).')
     return out
 
 
@@ -79,6 +97,14 @@ def _pct(value: Optional[float]) -> Optional[str]:
     return None if value is None else f'{100 * value:.1f}%'
 
 
+def interval(result: Dict, unit: str = '') -> str:
+    """``DIFFERENCE[ UNIT] (95 % interval LOW to HIGH; VERDICT)`` of a
+    :func:`~.bootstrap.paired_bootstrap` result."""
+    return (f'{result["difference"]:+.2f}{unit} (95 % interval '
+            f'{result["low"]:+.2f} to {result["high"]:+.2f}; '
+            f'{result["verdict"]})')
+
+
 def paired_lines(summary: Dict[str, Dict]) -> List[str]:
     """One line per paired test: the difference, its interval, the verdict.
     """
@@ -93,10 +119,8 @@ def paired_lines(summary: Dict[str, Dict]) -> List[str]:
                 continue
             lines.append(
                 f'- {name} - {paired["baseline"]}, {what} mIoU: '
-                f'{r["difference"]:+.2f} (95 % interval {r["low"]:+.2f} to '
-                f'{r["high"]:+.2f}; {r["verdict"]}). Paired bootstrap over '
-                f'{r["images"]} images, {r["resamples"]} resamples, seed '
-                f'{r["seed"]}.')
+                f'{interval(r)}. Paired bootstrap over {r["images"]} images, '
+                f'{r["resamples"]} resamples, seed {r["seed"]}.')
         lines += [f'- {n}' for n in paired['notes']]
     return lines
 
@@ -381,11 +405,12 @@ def attack_summary(store: ResultStore,
     Returns:
         dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
     """
+    read = lru_cache(maxsize=None)(store.areas)  # each file read once
     out = {}
     for name in names:
         out[name] = attack_model_summary(
             store.data['models'][name]['cells'],
-            lambda key, n=name: store.areas(n, key))
+            lambda key, n=name: read(n, key))
         out[name]['baseline'] = baseline
     for name in names:
         s = out[name]
@@ -396,18 +421,10 @@ def attack_summary(store: ResultStore,
         paired: Dict = dict(series={}, worst={}, notes=[])
 
         def test(a: list, b: list, what: str) -> Optional[Dict]:
-            if not a or any(x is None for x in a + b):
-                paired['notes'].append(f'No paired test on {what}: '
-                                       'per-image areas are missing.')
-                return None
-            try:
-                return paired_bootstrap(a, b, resamples, seed)
-            except ValueError as e:  # a single image, other cells
-                paired['notes'].append(f'No paired test on {what}: {e}')
-                return None
+            return bootstrap_or_note(a, b, what, paired['notes'], resamples,
+                                     seed)
 
-        keys = attack_series(list(store.data['models'][name]['cells']))
-        for series, eps in keys.items():
+        for series, eps in s['series_keys'].items():
             paired['series'][series] = {}
             for e, k in eps.items():
                 other = baseline_key(store, baseline, k)
@@ -417,7 +434,7 @@ def attack_summary(store: ResultStore,
                 if other != k and note not in paired['notes']:
                     paired['notes'].append(note)
                 paired['series'][series][f'{e:g}'] = test(
-                    [store.areas(name, k)], [store.areas(baseline, other)],
+                    [read(name, k)], [read(baseline, other)],
                     f'{series} {e:g}')
         for e, areas in s['worst_areas'].items():
             paired['worst'][e] = test([areas], [base['worst_areas'].get(e)],
@@ -430,12 +447,14 @@ def attack_summary(store: ResultStore,
         s['paired'] = paired
     for s in out.values():
         s.pop('worst_areas')
+        s.pop('series_keys')
     return out
 
 
 def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
     """The models' mIoU per attack and eps, the worst case, the means over
-    eps and the paired verdicts against the baseline."""
+    eps and the paired verdicts against the baseline (without a title:
+    :func:`write_attack_report` adds it)."""
     epsilons = sorted({e
                        for s in summary.values()
                        for e in s['worst']},
@@ -456,7 +475,6 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
                 mean
             ])
     lines = [
-        '# Adversarial robustness', '',
         'mIoU under white-box attacks (series `ATTACK/NORM/STEPS`; eps in '
         f'{"0-255 levels" if settings.get("norm") == "linf" else "0-1"}; '
         'the worst case takes, per image, the attack that hurts it most). '
@@ -476,11 +494,9 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
         for what, r in results:
             if r is None:
                 continue
-            paired.append(
-                f'- {name} - {s["baseline"]}, {what}: '
-                f'{r["difference"]:+.2f} mIoU (95 % interval '
-                f'{r["low"]:+.2f} to {r["high"]:+.2f}; {r["verdict"]}). '
-                f'Paired bootstrap over {r["images"]} images.')
+            paired.append(f'- {name} - {s["baseline"]}, {what}: '
+                          f'{interval(r, " mIoU")}. Paired bootstrap over '
+                          f'{r["images"]} images.')
         paired += [f'- {n}' for n in p['notes']]
     if paired:
         lines += ['', '## Against the baseline', '', *paired]
@@ -539,13 +555,13 @@ def write_attack_report(store: ResultStore,
     ``adversarial.{md,csv,png}``.
 
     Returns:
-        str: The markdown.
+        str: The markdown: a title, then :func:`attack_markdown`.
     """
     summary = attack_summary(store, names, baseline, resamples, seed)
     store.data['summary'] = summary
     store.save()
     settings = store.data['settings']
-    text = attack_markdown(summary, settings)
+    text = '# Adversarial robustness\n\n' + attack_markdown(summary, settings)
     write_report(
         work_dir,
         'adversarial',

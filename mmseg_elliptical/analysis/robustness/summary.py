@@ -237,8 +237,8 @@ def attack_model_summary(cells: Dict[str, Dict],
     Returns:
         dict: ``clean``, ``series`` (``{series: {eps: value}}``), ``worst``
         (``{eps: mIoU}``), ``mean_over_eps`` (``{series or 'worst':
-        value}``), ``worst_areas`` (``{eps: ImageAreas}``, not JSON) and
-        ``notes``.
+        value}``), ``worst_areas`` (``{eps: ImageAreas}``, not JSON),
+        ``series_keys`` (:func:`attack_series`, not JSON) and ``notes``.
     """
     notes: List[str] = []
     series = attack_series(list(cells))
@@ -253,6 +253,7 @@ def attack_model_summary(cells: Dict[str, Dict],
         },
         worst={},
         worst_areas={},
+        series_keys=series,
         notes=notes)
     epsilons = sorted({e for eps in series.values() for e in eps})
     for e in epsilons:
