@@ -13,11 +13,11 @@ import pytest
 import torch
 from attack_oracles import (attack_by_hand, logits_by_hand, miou_by_hand,
                             worst_case_by_hand)
-from builders import (BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_head_model,
-                      tiny_mask_model)
+from builders import BACKBONES, HAS_MMDET, ROOT, seg_samples
 from mmengine.config import Config
 from processes import launch_env, load_tool, refused, run_command
 from saved_models import first_images, load_model
+from shipped_configs import tiny_head_model, tiny_mask_model
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb

@@ -5,7 +5,7 @@
 import json
 
 import pytest
-from builders import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T
+from bench_builders import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T
 from processes import load_tool
 
 pytestmark = pytest.mark.usefixtures('single_thread')

@@ -12,11 +12,12 @@ import sys
 import pytest
 import torch
 from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, ROOT,
-                      sync_bn_to_bn, tiny_config, tiny_query_head)
+                      tiny_config)
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 from processes import free_port, run_command
 from saved_models import family_config
+from shipped_configs import sync_bn_to_bn, tiny_query_head
 
 from mmseg_elliptical.analysis import measure_collapse
 from mmseg_elliptical.errors import ConfigError

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from builders import onnx_graph
+from onnx_builders import onnx_graph
 from processes import load_tool, refused
 from saved_models import load_model
 
