@@ -283,6 +283,18 @@ def test_grid_summary_against_an_independent_computation(attack_run):
     assert 'ell - dot, worst case, eps 4:' in text
 
 
+#: A rerun of :data:`GRID` with any of these changes stored cells.
+STALE = (
+    ['--max-images', '2'],
+    ['--step-size', '1'],
+    ['--random-start'],
+    ['--labels', 'prediction'],
+    ['--cfg-options', 'model.test_cfg.mode=whole'],
+    ['--seed', '1'],
+    ['--norm', 'l2'],
+)
+
+
 def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
                                                  monkeypatch, capsys):
     tool = load_tool('analysis_tools/adversarial.py')
@@ -299,12 +311,8 @@ def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
     again = tool.main(argv)
     assert same(again['models'], data['models'])
     # Every setting that changes a cell but is not in its key refuses the
-    # stored results.
-    for extra in (['--max-images',
-                   '2'], ['--step-size',
-                          '1'], ['--random-start'], ['--labels', 'prediction'],
-                  ['--cfg-options',
-                   'model.test_cfg.mode=whole'], ['--seed', '1']):
+    # stored results; so does another norm (one threat model per store).
+    for extra in STALE:
         assert 'settings' in refused(capsys, tool.main, argv + extra), extra
 
 
