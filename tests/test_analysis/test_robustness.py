@@ -19,7 +19,7 @@ from saved_models import hand_miou
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.analysis.robustness.render import paired_lines
+from mmseg_elliptical.analysis.robustness.corruption_report import paired_lines
 from mmseg_elliptical.evaluation import PerClassIoUMetric
 from mmseg_elliptical.transforms import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                          EXTRA_CORRUPTIONS)

@@ -5,14 +5,23 @@
 the corruption into a config's test pipeline, :mod:`.loop` runs one model's
 cells through ``runner.test()``, :mod:`.store` keeps every finished cell
 (resumable), :mod:`.grid` drives the grid, :mod:`.summary` computes P, mPC,
-rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images, and
-:mod:`.render` writes it all. :mod:`.attacks` adds the adversarial cells
-(PGD, FGSM, SegPGD, CosPGD) to the same grid. The command lines:
+rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images;
+:mod:`.corruption_verdicts` / :mod:`.attack_verdicts` compute the
+summaries and paired tests (:mod:`.paired`), :mod:`.corruption_report`,
+:mod:`.corruption_figure` and :mod:`.attack_report` write them.
+:mod:`.attacks` adds the adversarial cells (PGD, FGSM, SegPGD, CosPGD) to
+the same grid. The command lines:
 ``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
 """
+from .attack_report import attack_markdown, write_attack_report
+from .attack_verdicts import attack_summary
 from .attacks import (ATTACKS, LABELS, NORMS, AdversarialTestLoop, Attack,
                       elliptical_models, has_elliptical_layers, perturb)
 from .bootstrap import ImageAreas, miou, paired_bootstrap
+from .corruption_figure import heatmaps
+from .corruption_report import (csv_rows, grid_markdown, summary_rows,
+                                write_robustness_report)
+from .corruption_verdicts import grid_summary, paired_test
 from .grid import open_store, run_cells, run_grid, with_image_areas
 from .loop import CellHook, CorruptionGridLoop
 from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
@@ -21,9 +30,6 @@ from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
                         AttackProtocol, Protocol, attack_cells,
                         attack_settings, group_of, model_cells,
                         resolve_corruptions, resolve_severities)
-from .render import (attack_markdown, attack_summary, csv_rows, grid_markdown,
-                     grid_summary, heatmaps, paired_test, summary_rows,
-                     write_attack_report, write_robustness_report)
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
 

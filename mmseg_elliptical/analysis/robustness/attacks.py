@@ -10,7 +10,8 @@ definitions and why ``cospgd``'s own functions are not used.
 """
 import zlib
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from functools import partial
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -190,7 +191,10 @@ def perturb(model,
             images: Sequence[Tensor],
             samples: List,
             attack: Attack,
-            ignore_index: int = 255) -> List[Tensor]:
+            ignore_index: int = 255,
+            forward: Optional[Callable[[List[Tensor]], List[Tensor]]] = None,
+            labels: Optional[List[Tensor]] = None,
+            start_keys: Optional[Sequence[str]] = None) -> List[Tensor]:
     """The adversarial images of a batch.
 
     Args:
@@ -200,23 +204,34 @@ def perturb(model,
         samples (list[SegDataSample]): Their data samples.
         attack (Attack): The attack.
         ignore_index (int): Label of pixels without a class.
+        forward (callable, optional): The attacked function: images to
+            ``[C, H, W]`` logits at their labels' size. Default:
+            :func:`seg_logits` (``predict``, as evaluated).
+        labels (list[Tensor], optional): ``[H, W]`` labels of ``forward``'s
+            logits. Default: :func:`attack_labels`.
+        start_keys (Sequence[str], optional): What seeds each image's random
+            start. Default: its ``img_path``.
 
     Returns:
         list[Tensor]: The float images, within the ball and [0, 255].
     """
     device = next(model.parameters()).device
     x0 = [img.to(device).float() for img in images]
-    labels = attack_labels(attack, model, x0, samples)
+    if forward is None:
+        forward = partial(seg_logits, model, samples=samples)
+    if labels is None:
+        labels = attack_labels(attack, model, x0, samples)
+    if start_keys is None:
+        start_keys = [
+            s.metainfo.get('img_path', i) for i, s in enumerate(samples)
+        ]
     xs = x0
     if attack.random_start:
-        xs = [
-            random_start(attack, x, s.metainfo.get('img_path', i))
-            for i, (x, s) in enumerate(zip(x0, samples))
-        ]
+        xs = [random_start(attack, x, k) for x, k in zip(x0, start_keys)]
     for t in range(attack.steps):
         xs = [x.detach().requires_grad_(True) for x in xs]
         with torch.enable_grad(), adaptive_relevance(attack.adaptive):
-            logits = seg_logits(model, xs, samples)
+            logits = forward(xs)
             loss = sum(
                 image_loss(attack, lg, lb, ignore_index, t)
                 for lg, lb in zip(logits, labels))

@@ -4,7 +4,7 @@
 time, each through ``runner.test()`` with :class:`~.loop.CorruptionGridLoop`
 (so ``--launcher pytorch|slurm`` splits every cell's images across
 processes, as in ``tools/test.py``); rank 0 alone writes the store.
-:mod:`.render` writes the tables and heatmaps.
+:mod:`.corruption_report` writes the tables and heatmaps.
 """
 import numbers
 import os.path as osp

@@ -1,0 +1,77 @@
+"""The attack grid's numbers: every model's summary
+(:func:`~.summary.attack_model_summary`) and its paired tests against the
+baseline, from the stored per-image areas. :mod:`.attack_report` renders
+them."""
+from functools import lru_cache
+from typing import Dict, Optional, Sequence
+
+from .paired import bootstrap_or_note
+from .store import ResultStore
+from .summary import attack_model_summary
+
+
+def baseline_key(store: ResultStore, baseline: str, key: str) -> str:
+    """The baseline's cell that ``key`` is compared with: the same, or the
+    plain attack where the baseline has no adaptive one (no ``m``)."""
+    if store.get(baseline, key) is None and '-adaptive/' in key:
+        return key.replace('-adaptive/', '/', 1)
+    return key
+
+
+def attack_summary(store: ResultStore,
+                   names: Sequence[str],
+                   baseline: Optional[str] = None,
+                   resamples: int = 1000,
+                   seed: int = 0) -> Dict[str, Dict]:
+    """Every model's :func:`~.summary.attack_model_summary` and, but for the
+    baseline's, ``paired``: the paired bootstrap of ``model - baseline`` in
+    mIoU of each series and of the worst case at each eps, and of the worst
+    case's mean over eps.
+
+    Returns:
+        dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
+    """
+    read = lru_cache(maxsize=None)(store.areas)  # each file read once
+    out = {}
+    for name in names:
+        out[name] = attack_model_summary(
+            store.data['models'][name]['cells'],
+            lambda key, n=name: read(n, key))
+        out[name]['baseline'] = baseline
+    for name in names:
+        s = out[name]
+        s['paired'] = None
+        if baseline in (None, name):
+            continue
+        base = out[baseline]
+        paired: Dict = dict(series={}, worst={}, notes=[])
+
+        def test(a: list, b: list, what: str) -> Optional[Dict]:
+            return bootstrap_or_note(a, b, what, paired['notes'], resamples,
+                                     seed)
+
+        for series, eps in s['series_keys'].items():
+            paired['series'][series] = {}
+            for e, k in eps.items():
+                other = baseline_key(store, baseline, k)
+                note = (f'{series} is compared with {baseline}\'s '
+                        f'{other.split("/")[0]} attack: without elliptical '
+                        'layers the two are one.')
+                if other != k and note not in paired['notes']:
+                    paired['notes'].append(note)
+                paired['series'][series][f'{e:g}'] = test(
+                    [read(name, k)], [read(baseline, other)],
+                    f'{series} {e:g}')
+        for e, areas in s['worst_areas'].items():
+            paired['worst'][e] = test([areas], [base['worst_areas'].get(e)],
+                                      f'the worst case at eps {e}')
+        common = [e for e in s['worst_areas'] if e in base['worst_areas']]
+        paired['worst_mean'] = test(
+            [s['worst_areas'][e]
+             for e in common], [base['worst_areas'][e] for e in common],
+            'the worst case over eps') if common else None
+        s['paired'] = paired
+    for s in out.values():
+        s.pop('worst_areas')
+        s.pop('series_keys')
+    return out

@@ -1,0 +1,62 @@
+"""The corruption grid's numbers: every model's summary (:mod:`.summary`)
+and its paired bootstrap against the baseline, from the stored per-image
+areas. :mod:`.corruption_report` renders them."""
+from typing import Dict, Optional, Sequence
+
+from .paired import bootstrap_or_note
+from .store import CLEAN, ResultStore, cell_key
+from .summary import robustness_summary
+
+
+def paired_test(store: ResultStore, name: str, baseline: str,
+                corruptions: Sequence[str], severities: Sequence[int],
+                resamples: int, seed: int) -> Dict:
+    """The paired bootstrap of ``name - baseline`` in mIoU, on the clean
+    cell and on mPC (every corrupted cell), from the stored areas.
+
+    Returns:
+        dict: ``baseline``, ``metric`` and, for ``clean`` and ``mPC``, the
+        :func:`~.bootstrap.paired_bootstrap` result or None with a ``note``.
+    """
+    out: Dict = dict(baseline=baseline, metric='mIoU', notes=[])
+    corrupted = [cell_key(c, s) for c in corruptions for s in severities]
+    for what, keys in (('clean', [CLEAN]), ('mPC', corrupted)):
+        pairs = [(store.areas(name, k), store.areas(baseline, k))
+                 for k in keys]
+        missing = [k for k, p in zip(keys, pairs) if None in p]
+        out[what] = bootstrap_or_note(
+            [a for a, _ in pairs], [b for _, b in pairs],
+            what,
+            out['notes'],
+            resamples,
+            seed,
+            missing=f'the per-image areas of '
+            f'{", ".join(missing) or "any cell"} are missing (the evaluator '
+            'is not mmseg\'s IoUMetric, or the cells were measured before '
+            'they were kept).')
+    return out
+
+
+def grid_summary(store: ResultStore,
+                 names: Sequence[str],
+                 corruptions: Sequence[str],
+                 severities: Sequence[int],
+                 metric: str = 'mIoU',
+                 baseline: Optional[str] = None,
+                 means: Sequence[str] = (),
+                 resamples: int = 1000,
+                 seed: int = 0) -> Dict[str, Dict]:
+    """Every model's summary (:func:`~.summary.robustness_summary`) and,
+    but for the baseline's, its ``paired`` test against the baseline.
+
+    Returns:
+        dict: ``{model: summary}`` (the ``summary`` of ``robustness.json``).
+    """
+    cells = {n: store.data['models'][n]['cells'] for n in names}
+    summary = robustness_summary(cells, corruptions, severities, metric,
+                                 baseline, means)
+    for name in names:
+        summary[name]['paired'] = None if baseline in (None, name) else \
+            paired_test(store, name, baseline, corruptions, severities,
+                        resamples, seed)
+    return summary

@@ -1,0 +1,36 @@
+"""The paired test and its sentence, shared by the corruption and the attack
+reports: :func:`bootstrap_or_note` runs :func:`~.bootstrap.paired_bootstrap`
+or says why not, :func:`interval` writes its result."""
+from typing import Dict, List, Optional
+
+from .bootstrap import paired_bootstrap
+
+
+def bootstrap_or_note(
+        a: List,
+        b: List,
+        what: str,
+        notes: List[str],
+        resamples: int,
+        seed: int,
+        missing: str = 'per-image areas are missing.') -> Optional[Dict]:
+    """:func:`~.bootstrap.paired_bootstrap` of ``a - b``, or None with the
+    note ``No paired test on WHAT: ...`` added to ``notes``: ``missing``
+    when no cell is given or an area is None, else why the bootstrap
+    refused (e.g. a single image)."""
+    if not a or any(x is None for x in (*a, *b)):
+        notes.append(f'No paired test on {what}: {missing}')
+        return None
+    try:
+        return paired_bootstrap(a, b, resamples, seed)
+    except ValueError as e:
+        notes.append(f'No paired test on {what}: {e}')
+        return None
+
+
+def interval(result: Dict, unit: str = '') -> str:
+    """``DIFFERENCE[ UNIT] (95 % interval LOW to HIGH; VERDICT)`` of a
+    :func:`~.bootstrap.paired_bootstrap` result."""
+    return (f'{result["difference"]:+.2f}{unit} (95 % interval '
+            f'{result["low"]:+.2f} to {result["high"]:+.2f}; '
+            f'{result["verdict"]})')
