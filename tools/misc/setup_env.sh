@@ -88,7 +88,8 @@ if [ "$MMCV" = lite ]; then
     echo "setup_env: installing mmcv-lite==2.1.0 (MMCV=full for the compiled ops)"
     pip_install "${REINSTALL[@]}" "${FIND_LINKS[@]}" "mmcv-lite==2.1.0"
   fi
-  if ! cmp -s "$ROOT/tools/misc/mmcv_ext_standin.py" "$SITE/mmseg_elliptical_mmcv_ext.py"; then
+  if ! cmp -s "$ROOT/tools/misc/mmcv_ext_standin.py" "$SITE/mmseg_elliptical_mmcv_ext.py" || \
+      [ ! -f "$SITE/mmseg_elliptical_mmcv_ext.pth" ]; then
     echo "setup_env: installing the start-up hook standing in for mmcv._ext"
     "$PY" "$ROOT/tools/misc/mmcv_ext_standin.py" install "$SITE"
   fi
@@ -119,4 +120,4 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$PY" -c "import m
   pip_install "${FIND_LINKS[@]}" --no-build-isolation -e "$ROOT[$EXTRAS]" "torch==2.13.0" "setuptools==80.9.0"
   echo "$WANT" > "$STAMP"
 fi
-echo "setup_env: ready ($VENV, MMCV=$MMCV)"
+echo "setup_env: ready ($VENV, MMCV=$MMCV) in ${SECONDS} s"
