@@ -1,0 +1,213 @@
+"""APGD with SEA's three losses (issue 37) against the independent
+re-implementation of ``apgd_oracle``, on the tiny demo model."""
+from functools import partial
+
+import pytest
+import torch
+from apgd_oracle import (apgd_by_hand, class_weights_by_hand, loss_by_hand,
+                         records_equal)
+from attack_oracles import logits_by_hand
+from builders import BACKBONES
+from saved_models import first_images, load_model
+
+import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical.analysis.robustness import apgd, attacks, losses
+from mmseg_elliptical.errors import AnalysisError
+from mmseg_elliptical.models import adaptive_relevance
+
+#: Class weights of the 5 demo classes for ``apgd-mce-bal``.
+WEIGHTS = (0.05, 0.4, 0.1, 0.25, 0.2)
+
+
+def first_batch(config: str, images: int = 2) -> dict:
+    batches = list(first_images(config, images))
+    return dict(
+        inputs=[x for b in batches for x in b['inputs']],
+        data_samples=[s for b in batches for s in b['data_samples']])
+
+
+@pytest.fixture(scope='module')
+def demo(demo_models, single_thread):
+    model = load_model(demo_models[:2])
+    model.eval()
+    return model, first_batch(demo_models[0])
+
+
+def run_package(model, batch, attack):
+    """The package's APGD: its images and per-image stage records."""
+    samples = batch['data_samples']
+    x0 = [x.float() for x in batch['inputs']]
+    labels = [s.gt_sem_seg.data[0].long() for s in samples]
+    keys = [s.img_path for s in samples]
+    unit = attacks.UNIT[attack.norm]
+    with adaptive_relevance(attack.adaptive):
+        return apgd.apgd(
+            partial(attacks.seg_logits, model, samples=samples),
+            x0, labels, lambda j, r: attacks.random_start(
+                attack, x0[j], keys[j], r / unit), attack.name, attack.norm,
+            attack.eps * unit, attack.steps, 255, attack.class_weights)
+
+
+def run_by_hand(model, batch, attack):
+    out = []
+    unit = attacks.UNIT[attack.norm]
+    first = 2 * attack.eps if attack.norm == 'linf' else attack.eps
+    for img, sample in zip(batch['inputs'], batch['data_samples']):
+        x0 = img.float()
+        start = attacks.random_start(attack, x0, sample.img_path, first)
+        with adaptive_relevance(attack.adaptive):
+            out.append(
+                apgd_by_hand(
+                    partial(logits_by_hand, model, meta=sample.metainfo), x0,
+                    sample.gt_sem_seg.data[0].long(), attack.name, attack.norm,
+                    attack.eps * unit, attack.steps, start, 255,
+                    attack.class_weights))
+    return out
+
+
+@pytest.mark.parametrize('name, norm, eps, steps, adaptive', [
+    ('apgd-mce', 'linf', 0.25, 10, False),
+    ('apgd-mce-bal', 'linf', 0.25, 7, False),
+    ('apgd-js', 'linf', 0.5, 10, True),
+    ('apgd-mce', 'l2', 0.02, 6, False),
+    ('apgd-js', 'l2', 0.05, 5, False),
+])
+def test_apgd_equals_the_hand_written_one(demo, name, norm, eps, steps,
+                                          adaptive):
+    """Images to float tolerance; per stage the radius, the iterations,
+    the halvings, the kept point's iteration and accuracy; every point in
+    its ball and in [0, 255]; ``perturb`` gives the same images. The
+    random-weight model is fragile: small eps keep the first image above 0
+    accuracy (its checkpoints halve the step), the second reaches 0 at once
+    (its early stop, while the first runs on in the same batch)."""
+    model, batch = demo
+    weights = WEIGHTS if name == 'apgd-mce-bal' else None
+    attack = attacks.Attack(
+        name, norm, eps, steps, 1., adaptive=adaptive, class_weights=weights)
+    got, trace = run_package(model, batch, attack)
+    want = run_by_hand(model, batch, attack)
+    unit = attacks.UNIT[norm]
+    halvings = 0
+    for x, img, records, (x_hand, hand) in zip(got, batch['inputs'], trace,
+                                               want):
+        torch.testing.assert_close(x, x_hand, atol=1e-3, rtol=0)
+        assert records_equal(records, hand), (records, hand)
+        radii = [r['radius'] for r in records]
+        if norm == 'linf':
+            assert radii == [2 * eps, 1.5 * eps, eps]
+            first = int(0.3 * steps)
+            assert [r['steps']
+                    for r in records] == [first, first, steps - 2 * first]
+        else:
+            assert radii == [eps * unit] and records[0]['steps'] == steps
+        halvings += sum(len(r['halvings']) for r in records)
+        delta = (x - img.float()).double()
+        size = delta.abs().max() if norm == 'linf' else delta.norm()
+        assert 0 < size <= eps * unit + 1e-3
+        assert 0 <= x.min() and x.max() <= 255
+    assert halvings > 0  # the checkpoints were exercised
+    images = attacks.perturb(model, batch['inputs'], batch['data_samples'],
+                             attack)
+    for x, y in zip(images, got):
+        assert torch.equal(x, y)
+
+
+def test_kept_point_has_the_lowest_accuracy_seen(demo):
+    """The returned image is the last stage's kept point: its accuracy is
+    the one recorded."""
+    model, batch = demo
+    attack = attacks.Attack('apgd-mce', 'linf', 2, 6, 1.)
+    got, trace = run_package(model, batch, attack)
+    for x, sample, records in zip(got, batch['data_samples'], trace):
+        with torch.no_grad():
+            logits = logits_by_hand(model, x, sample.metainfo)
+        acc = losses.pixel_accuracy(logits, sample.gt_sem_seg.data[0].long())
+        assert acc == pytest.approx(records[-1]['accuracy'])
+
+
+@pytest.mark.parametrize('norm', ['linf', 'l2'])
+def test_eps_zero_gives_the_clean_images(demo, norm):
+    model, batch = demo
+    attack = attacks.Attack('apgd-js', norm, 0, 4, 1.)
+    got = attacks.perturb(model, batch['inputs'], batch['data_samples'],
+                          attack)
+    for x, img in zip(got, batch['inputs']):
+        assert torch.equal(x, img.float())
+
+
+def test_losses_against_the_hand_written_ones():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 6, 7) * 3
+    labels = torch.randint(0, 5, (6, 7))
+    labels[0] = 255
+    names = {
+        'apgd-mce': losses.masked_cross_entropy,
+        'apgd-mce-bal': losses.masked_cross_entropy,
+        'apgd-js': losses.jensen_shannon,
+        'ce': losses.cross_entropy
+    }
+    for name, fn in names.items():
+        w = WEIGHTS if name == 'apgd-mce-bal' else None
+        got = fn(logits, labels, 255, None if w is None else torch.tensor(w))
+        torch.testing.assert_close(got,
+                                   loss_by_hand(name, logits, labels, 255, w))
+    # An ignored pixel never counts, whatever its logits.
+    moved = logits.clone()
+    moved[:, 0] = torch.randn(5, 7) * 10
+    for fn in names.values():
+        assert torch.equal(fn(logits, labels, 255), fn(moved, labels, 255))
+    assert losses.LOSSES['apgd-mce-bal'] is losses.masked_cross_entropy
+
+
+def test_inverse_frequency_against_a_hand_count():
+    import numpy as np
+    maps = [np.array([[0, 0, 1], [255, 3, 0]]), np.array([[1, 0, 255]])]
+    counts = [4, 2, 0, 1]
+    assert losses.inverse_frequency(counts) == pytest.approx(
+        class_weights_by_hand(maps, 4))
+    # Rarer classes weigh more; the unseen class weighs as the rarest.
+    w = losses.inverse_frequency(counts)
+    assert w[0] < w[1] < w[3] == w[2]
+
+
+@pytest.mark.parametrize('kwargs, words', [
+    (dict(steps=3), 'apgd-mce needs steps >= 4'),
+    (dict(name='apgd-js', steps=1), 'apgd-js needs steps >= 4'),
+    (dict(eps=-1), 'eps -1'),
+])
+def test_bad_apgd_cells_are_refused(kwargs, words):
+    args = dict(name='apgd-mce', norm='linf', eps=4, steps=4, step_size=1.)
+    with pytest.raises(AnalysisError, match=words):
+        attacks.Attack(**dict(args, **kwargs))
+
+
+def test_apgd_sets_its_own_step_and_start():
+    """``--step-size`` and ``--random-start`` do not apply to APGD: its
+    cell says step 2 (x the stage radius) and a random start; L2 needs no
+    red-eps stages, so 1 step is enough."""
+    cell = attacks.Attack('apgd-mce', 'linf', 4, 4, 0.3, random_start=False)
+    assert (cell.step_size, cell.random_start) == (2., True)
+    assert cell.key == 'apgd-mce/linf/4/4'
+    assert attacks.Attack('apgd-mce', 'l2', 0.5, 1, 0.1).steps == 1
+    assert apgd.stages('linf', 1., 300) == [(2., 90), (1.5, 90), (1., 120)]
+
+
+def test_balanced_without_weights_is_refused(demo):
+    model, batch = demo
+    attack = attacks.Attack('apgd-mce-bal', 'linf', 4, 4, 1.)
+    with pytest.raises(AnalysisError, match='class weights'):
+        attacks.perturb(model, batch['inputs'], batch['data_samples'], attack)
+
+
+@pytest.mark.parametrize('family', BACKBONES)
+def test_apgd_on_every_family(family, family_models, single_thread):
+    """APGD only calls the attacked function: on every tiny family it
+    equals the hand-written one (FAMILY: L-inf with its 3 stages)."""
+    model = load_model(family_models[family])
+    model.eval()
+    batch = first_batch(family_models[family][0], 1)
+    attack = attacks.Attack('apgd-mce', 'linf', 0.5, 4, 1.)
+    got, trace = run_package(model, batch, attack)
+    (x_hand, hand), = run_by_hand(model, batch, attack)
+    torch.testing.assert_close(got[0], x_hand, atol=1e-3, rtol=0)
+    assert records_equal(trace[0], hand)
