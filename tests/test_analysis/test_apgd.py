@@ -211,3 +211,126 @@ def test_apgd_on_every_family(family, family_models, single_thread):
     (x_hand, hand), = run_by_hand(model, batch, attack)
     torch.testing.assert_close(got[0], x_hand, atol=1e-3, rtol=0)
     assert records_equal(trace[0], hand)
+
+
+def test_class_weights_count_the_training_set_once(demo_models, demo_root,
+                                                   tmp_path, monkeypatch):
+    """The weights are the inverse pixel counts of the training annotations
+    (counted here from the PNG files), cached beside the store and read
+    back from there."""
+    import glob
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from mmseg_elliptical.analysis.robustness import class_weights as cw
+    from mmseg_elliptical.utils.config import ModelSpec
+    maps = [
+        np.array(Image.open(p))
+        for p in sorted(glob.glob(f'{demo_root}/annotations/training/*.png'))
+    ]
+    assert len(maps) == 8
+    want = class_weights_by_hand(maps, 5)
+    specs = [
+        ModelSpec(n, demo_models[i], demo_models[i + 1])
+        for n, i in (('ell', 0), ('dot', 2))
+    ]
+    got = cw.class_weights_of(['pgd', 'apgd-mce-bal'], specs, {}, tmp_path)
+    assert list(got) == ['ell', 'dot']
+    assert got['ell'] == got['dot'] == pytest.approx(want)
+    cache = json.load(open(tmp_path / cw.CACHE))
+    entry, = cache.values()  # the twins share one training set
+    assert entry['counts'] == [
+        sum(int((m == c).sum()) for m in maps) for c in range(5)
+    ]
+
+    def forbidden(*args):
+        raise AssertionError('counted again')
+
+    monkeypatch.setattr(cw, 'count_pixels', forbidden)
+    assert cw.class_weights_of(['apgd-mce-bal'], specs, {}, tmp_path) == got
+    assert cw.class_weights_of(['apgd-mce'], specs, {}, tmp_path) == {}
+    # Each model's balanced cells get its weights; the others stay as they
+    # are.
+    cells = {
+        'ell': [(None, None),
+                attacks.Attack('apgd-mce-bal', 'linf', 1, 4, 1.)]
+    }
+    weighted = cw.weighted_cells(cells, got)
+    assert weighted['ell'][0] == (None, None)
+    assert weighted['ell'][1].class_weights == got['ell']
+
+
+def test_the_tool_refuses_bad_apgd_lines(demo_models, tmp_path, monkeypatch,
+                                         capsys):
+    from processes import load_tool, refused
+    tool = load_tool('analysis_tools/adversarial.py')
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError('a model was built')
+
+    monkeypatch.setattr('mmengine.runner.Runner.from_cfg', forbidden)
+    monkeypatch.setattr('mmseg.registry.MODELS.build', forbidden)
+    argv = demo_models + ['--work-dir', str(tmp_path / 'w')]
+    bal = ['--attacks', 'apgd-mce-bal']
+    for extra, words in (
+        (['--attacks', 'apgd-js', '--steps', '3'], 'apgd-js needs steps >= 4'),
+        (['--attacks', 'apgd'], "argument --attacks: invalid choice: 'apgd'"),
+        (bal + ['--cfg-options', 'train_dataloader.dataset=None'],
+         'the config has no train_dataloader.dataset'),
+        (bal + [
+            '--cfg-options', f'train_dataloader.dataset.data_root={tmp_path}',
+            'train_dataloader.dataset.generate=None'
+        ], 'apgd-mce-bal cannot count the classes of the training set'),
+    ):
+        assert words in refused(capsys, tool.main, argv + extra), extra
+    assert not (tmp_path / 'w').exists()
+
+
+def test_grid_with_apgd_cells(demo_models, tmp_path):
+    """The three APGD cells through the tool: eps 0 is the clean cell, the
+    cells are keyed ``ATTACK/NORM/EPS/STEPS`` with perturbations inside the
+    ball, and apgd-mce-bal's weights are cached beside the store."""
+    from processes import load_tool
+    tool = load_tool('analysis_tools/adversarial.py')
+    work = tmp_path / 'w'
+    data = tool.main(demo_models[:2] + [
+        '--attacks', 'apgd-mce', 'apgd-mce-bal', 'apgd-js', '--epsilons', '0',
+        '0.5', '--steps', '4', '--step-size', '3', '--max-images', '2',
+        '--resamples', '50', '--work-dir',
+        str(work)
+    ])
+    name, = data['models']
+    cells = data['models'][name]['cells']
+    keys = [f'{a}/linf/{e}/4' for a in losses.LOSSES for e in ('0', '0.5')]
+    assert sorted(cells) == sorted(['clean', *keys])
+    for key in keys:
+        if '/0/' in key:
+            for metric in ('mIoU', 'aAcc', 'mAcc'):
+                assert cells[key][metric] == cells['clean'][metric]
+            assert cells[key]['max_linf'] == 0
+        else:
+            assert 0 < cells[key]['max_linf'] <= 0.5 + 1e-4
+            assert cells[key]['aAcc'] <= cells['clean']['aAcc'] + 1e-9
+    assert (work / 'class_weights.json').is_file()
+    assert 'apgd-mce' in (work / 'adversarial.md').read_text()
+
+
+def test_apgd_presets():
+    from mmseg_elliptical.analysis import robustness as rb
+    sea = rb.ATTACK_PROTOCOLS['sea']
+    assert sea.attacks == ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
+    assert (sea.norm, sea.epsilons, sea.steps) == ('linf', (0.25, 0.5, 1, 2),
+                                                   300)
+    # Per image: 1 clean forward; 3 losses x 4 eps x (300 iterations + 3
+    # stage starts + the prediction) forwards, 300 backwards each.
+    assert sea.passes() == (1 + 12 * 304, 12 * 300)
+    robust = rb.ATTACK_PROTOCOLS['sea-robust']
+    assert robust.epsilons == (4, 8, 12) and robust.attacks == sea.attacks
+    assert robust.passes() == (1 + 9 * 304, 9 * 300)
+    quick = rb.ATTACK_PROTOCOLS['quick']
+    assert 'apgd-mce' in quick.attacks
+    # PGD, SegPGD: 5 + 1 each; APGD-MCE: 5 + 3 + 1; at eps 1 and 4.
+    assert quick.passes() == (1 + 2 * (6 + 6 + 9), 2 * 15)
+    assert all(c.step_size == 2. for c in sea.cells())
