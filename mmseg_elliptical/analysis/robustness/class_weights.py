@@ -96,9 +96,10 @@ def train_class_weights(cfg: Config, cache: str) -> Tuple[float, ...]:
         found[key] = dict(
             dataset=text, counts=counts, weights=inverse_frequency(counts))
         os.makedirs(osp.dirname(osp.abspath(cache)), exist_ok=True)
-        with open(f'{cache}.tmp', 'w') as f:
+        tmp = f'{cache}.{os.getpid()}.tmp'  # each process its own
+        with open(tmp, 'w') as f:
             json.dump(found, f, indent=1)
-        os.replace(f'{cache}.tmp', cache)
+        os.replace(tmp, cache)
     return tuple(found[key]['weights'])
 
 
