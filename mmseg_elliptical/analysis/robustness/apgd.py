@@ -67,7 +67,21 @@ def project(norm: str, x: Tensor, x0: Tensor, radius: float) -> Tensor:
 
 @dataclass
 class State:
-    """One image's APGD state within a stage."""
+    """One image's APGD state within a stage.
+
+    Attributes:
+        x (Tensor): The current point; ``x_old`` the previous one.
+        grad (Tensor): The attack loss's gradient at ``x``.
+        loss (float): The tracked cross-entropy at the start.
+        acc (float): The lowest pixel accuracy seen, that of ``kept``.
+        step (float): The step size (pixels).
+        record (dict): What :func:`run_stage` returns for the image.
+        best (tuple): Point, gradient and tracked loss of the highest loss.
+        last_best (float): The highest loss at the last checkpoint.
+        reduced (bool): Whether the last checkpoint halved the step.
+        history (list[float]): The tracked loss of each iteration (0 until
+            it runs, as SEA's zero-initialised tensor).
+    """
     x: Tensor
     grad: Tensor
     loss: float
@@ -114,6 +128,8 @@ class State:
         """Halve the step and restart from the best point when the tracked
         loss rose in at most ``RHO`` of the last ``k`` iterations, or when
         the best did not improve since an unreduced checkpoint."""
+        # At the first checkpoint ``i - c - 1`` reaches -1: the last entry,
+        # still 0, as in SEA's and AutoAttack's code.
         ups = sum(self.history[i - c] > self.history[i - c - 1]
                   for c in range(k))
         reduce = ups <= k * RHO or (not self.reduced
