@@ -48,7 +48,9 @@ def run_package(model, batch, attack):
             attack.eps * unit, attack.steps, 255, attack.class_weights)
 
 
-def run_by_hand(model, batch, attack):
+def run_by_hand(model, batch, attack, forward=logits_by_hand):
+    """The oracle on each image alone; ``forward(model, x, meta)`` gives
+    its logits (default: computed by hand)."""
     out = []
     unit = attacks.UNIT[attack.norm]
     first = 2 * attack.eps if attack.norm == 'linf' else attack.eps
@@ -58,7 +60,7 @@ def run_by_hand(model, batch, attack):
         with adaptive_relevance(attack.adaptive):
             out.append(
                 apgd_by_hand(
-                    partial(logits_by_hand, model, meta=sample.metainfo), x0,
+                    partial(forward, model, meta=sample.metainfo), x0,
                     sample.gt_sem_seg.data[0].long(), attack.name, attack.norm,
                     attack.eps * unit, attack.steps, start, 255,
                     attack.class_weights))
@@ -334,3 +336,30 @@ def test_apgd_presets():
     # PGD, SegPGD: 5 + 1 each; APGD-MCE: 5 + 3 + 1; at eps 1 and 4.
     assert quick.passes() == (1 + 2 * (6 + 6 + 9), 2 * 15)
     assert all(c.step_size == 2. for c in sea.cells())
+
+
+def test_apgd_on_ignored_labels_and_images_near_0_and_255():
+    """A random demo model on an image within 3 levels of 0 (left) and 255
+    (right) whose top quarter and every 7th pixel are ignored: APGD equals
+    the hand-written one and stays in [0, 255]; the class weights given
+    to every cell weigh only apgd-mce-bal's loss."""
+
+    from builders import DEMO_ELLIPTICAL, build_segmentor, seg_samples
+    model = build_segmentor(DEMO_ELLIPTICAL).eval()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 4, (3, 64, 64), generator=g).float()
+    x[..., 32:] = 255 - x[..., 32:]
+    sample, = seg_samples(1, 64, 64, 5, torch.Generator().manual_seed(1))
+    labels = sample.gt_sem_seg.data
+    labels[:, :16] = 255
+    labels.view(-1)[::7] = 255
+    batch = dict(inputs=[x], data_samples=[sample])
+    sample.set_metainfo(dict(img_path='edge.png'))
+    for name in losses.LOSSES:
+        attack = attacks.Attack(name, 'linf', 2, 5, 1., class_weights=WEIGHTS)
+        got, trace = run_package(model, batch, attack)
+        (want, hand), = run_by_hand(model, batch, attack)
+        torch.testing.assert_close(got[0], want, atol=1e-3, rtol=0)
+        assert records_equal(trace[0], hand)
+        assert 0 <= got[0].min() and got[0].max() <= 255
+        assert (got[0] - x).abs().max() <= 2 + 1e-4

@@ -234,7 +234,8 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
         eps (float): The radius, in pixel units (0-255).
         steps (int): Iterations (one forward and backward each).
         ignore_index (int): Label of pixels without a class.
-        weights (Sequence[float], optional): Class weights (``apgd-mce-bal``).
+        weights (Sequence[float], optional): Class weights (used by
+            ``apgd-mce-bal`` only).
 
     Returns:
         tuple: The adversarial images and, per image, each stage's record
@@ -243,7 +244,7 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
     if name in BALANCED and weights is None:
         raise AnalysisError(f'{name} needs the class weights of the training '
                             'set: give the attack its class_weights.')
-    w = None if weights is None else torch.tensor(weights)
+    w = torch.tensor(weights) if name in BALANCED else None
     x0 = [x.detach() for x in x0]
 
     def run(xs, grad):
