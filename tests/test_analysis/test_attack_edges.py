@@ -48,7 +48,7 @@ def test_random_start_stays_in_0_255(norm, eps):
     assert (start == 0).sum() > 1000 and (start == 255).sum() > 1000
 
 
-@pytest.mark.parametrize('name', attacks.ATTACKS)
+@pytest.mark.parametrize('name', attacks.PGD_ATTACKS)
 def test_ignored_pixels_count_nowhere_in_the_loss(name):
     g = torch.Generator().manual_seed(2)
     logits = torch.randn(5, 64, 64, generator=g)
@@ -83,7 +83,7 @@ def check_attack(model, attack, image, sample):
     return got
 
 
-@pytest.mark.parametrize('name', attacks.ATTACKS)
+@pytest.mark.parametrize('name', attacks.PGD_ATTACKS)
 def test_attacks_on_ignored_labels_and_images_near_0_and_255(model, name):
     attack = attacks.Attack(name, 'linf', 4, 2, 1.5, random_start=True)
     check_attack(model, attack, dark_and_bright(), ignored_labels())
@@ -152,8 +152,14 @@ PRESETS = {
     'default': (('pgd', 'segpgd', 'cospgd'), (0.25, 0.5, 1, 2, 4, 8), 20,
                 lambda eps: 2.55),
     'paper': (('fgsm', 'pgd'), (1, 2, 3, 4, 5, 6), 20, lambda eps: 0.15 * eps),
-    'quick': (('pgd', 'segpgd'), (1, 4), 5, lambda eps: 1.),
+    'quick': (('pgd', 'segpgd', 'apgd-mce'), (1, 4), 5, lambda eps: 1.),
+    'sea':
+    (('apgd-mce', 'apgd-mce-bal', 'apgd-js'), (0.25, 0.5, 1, 2), 300, None),
+    'sea-robust':
+    (('apgd-mce', 'apgd-mce-bal', 'apgd-js'), (4, 8, 12), 300, None),
 }
+#: APGD sets its own step: 2 x the stage's radius.
+APGD_STEP = 2.
 
 
 @pytest.mark.parametrize('protocol', sorted(PRESETS))
@@ -167,7 +173,8 @@ def test_each_preset_runs_its_documented_cells(protocol, demo_models, tmp_path,
     want = []
     for name in names:
         for eps in epsilons:
-            n, step = (1, eps) if name == 'fgsm' else (steps, step_of(eps))
+            n, step = (1, eps) if name == 'fgsm' else (
+                steps, APGD_STEP if name.startswith('apgd') else step_of(eps))
             want.append((name, 'linf', eps, n, pytest.approx(step)))
     got = [(c.name, c.norm, c.eps, c.steps, c.step_size)
            for c in next(iter(cells.values()))]

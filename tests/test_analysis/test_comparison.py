@@ -68,11 +68,11 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
         # there is m; its clean cell is the accuracy section's.
         attacked = data['adversarial'][name]
         assert attacked['clean'] == acc['mIoU']
-        series = ['pgd/linf/5', 'segpgd/linf/5']
+        series = ['apgd-mce/linf/5', 'pgd/linf/5', 'segpgd/linf/5']
         if name == 'ell':
             series = [
-                'pgd-adaptive/linf/5', *series[:1], 'segpgd-adaptive/linf/5',
-                series[1]
+                f'{n}{a}/linf/5' for n in ('apgd-mce', 'pgd', 'segpgd')
+                for a in ('-adaptive', '')
             ]
         assert list(attacked['series']) == series
         assert sorted(attacked['worst']) == ['1', '4']

@@ -1,7 +1,8 @@
 """Adversarial robustness of one or more segmentors, side by side.
 
 Every model is attacked on the config's test images (PGD, SegPGD, CosPGD,
-FGSM; L-inf or L2) at each eps, through mmengine's runner and test loop, and
+FGSM, and APGD with SEA's losses: ``apgd-mce``, ``apgd-mce-bal``,
+``apgd-js``; L-inf or L2) at each eps, through mmengine's runner and test loop, and
 each finished cell is saved to ``<work-dir>/adversarial.json`` at once, so a
 rerun resumes. With ``--launcher pytorch`` (``tools/dist_adversarial.sh``) or
 ``slurm`` (``tools/slurm_adversarial.sh``) every cell's images are split
@@ -11,7 +12,9 @@ against ``--baseline``, a paired bootstrap over images. ``--adaptive`` lets
 the gradient flow through the relevance ``m`` too: each model with
 elliptical layers is attacked both ways (a model without them has no ``m``:
 its plain attack is the adaptive one). Outputs (in
-``--work-dir``): ``adversarial.{json,md,csv,png}`` and ``areas/``.
+``--work-dir``): ``adversarial.{json,md,csv,png}``, ``areas/`` and, with
+``apgd-mce-bal``, ``class_weights.json`` (the training set's class weights,
+counted once).
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
@@ -75,11 +78,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--steps',
         nargs='+',
         type=cli.positive_int,
-        help='steps of the iterative attacks')
+        help='steps of the iterative attacks (APGD: its iterations, >= 4 '
+        'for L-inf)')
     parser.add_argument(
         '--step-size',
         type=cli.positive_float,
-        help='step, in eps\'s unit (default: the protocol\'s)')
+        help='step, in eps\'s unit (default: the protocol\'s; APGD sets its '
+        'own)')
     parser.add_argument(
         '--random-start',
         action='store_true',
@@ -127,6 +132,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.specs = cli.models_of(parser, args)
     names = [s.name for s in args.specs]
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
+    args.class_weights = rb.class_weights_of(args.attacks, args.specs,
+                                             args.cfg_options, args.work_dir)
     if args.adaptive and not any(args.elliptical.values()):
         parser.error('argument --adaptive: no model has an elliptical layer '
                      f'({", ".join(names)}), so there is no relevance m to '
@@ -151,9 +158,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from mmengine.dist import is_main_process
     args = parse_args(argv)
     with process_group(cli.launcher_of(args)) as launch:
-        cells = rb.model_cells(
-            args.elliptical, args.cells,
-            attack_cells(args, True) if args.adaptive else [])
+        cells = rb.weighted_cells(
+            rb.model_cells(args.elliptical, args.cells,
+                           attack_cells(args, True) if args.adaptive else []),
+            args.class_weights)
         store = rb.run_cells(
             args.specs,
             cells,
