@@ -1,5 +1,6 @@
 """APGD with SEA's three losses (issue 37) against the independent
 re-implementation of ``apgd_oracle``, on the tiny demo model."""
+import json
 from functools import partial
 
 import pytest
@@ -290,19 +291,28 @@ def test_the_tool_refuses_bad_apgd_lines(demo_models, tmp_path, monkeypatch,
     assert not (tmp_path / 'w').exists()
 
 
-def test_grid_with_apgd_cells(demo_models, tmp_path):
+#: A small grid of the three APGD cells, eps 0 and 0.5.
+APGD_GRID = [
+    '--attacks', 'apgd-mce', 'apgd-mce-bal', 'apgd-js', '--epsilons', '0',
+    '0.5', '--steps', '4', '--step-size', '3', '--max-images', '3',
+    '--resamples', '50'
+]
+
+
+@pytest.fixture(scope='module')
+def apgd_run(demo_models, tmp_path_factory):
+    from processes import load_tool
+    tool = load_tool('analysis_tools/adversarial.py')
+    work = tmp_path_factory.mktemp('apgd_grid')
+    data = tool.main(demo_models[:2] + APGD_GRID + ['--work-dir', str(work)])
+    return work, json.loads(json.dumps(data))
+
+
+def test_grid_with_apgd_cells(apgd_run):
     """The three APGD cells through the tool: eps 0 is the clean cell, the
     cells are keyed ``ATTACK/NORM/EPS/STEPS`` with perturbations inside the
     ball, and apgd-mce-bal's weights are cached beside the store."""
-    from processes import load_tool
-    tool = load_tool('analysis_tools/adversarial.py')
-    work = tmp_path / 'w'
-    data = tool.main(demo_models[:2] + [
-        '--attacks', 'apgd-mce', 'apgd-mce-bal', 'apgd-js', '--epsilons', '0',
-        '0.5', '--steps', '4', '--step-size', '3', '--max-images', '2',
-        '--resamples', '50', '--work-dir',
-        str(work)
-    ])
+    work, data = apgd_run
     name, = data['models']
     cells = data['models'][name]['cells']
     keys = [f'{a}/linf/{e}/4' for a in losses.LOSSES for e in ('0', '0.5')]
@@ -363,3 +373,34 @@ def test_apgd_on_ignored_labels_and_images_near_0_and_255():
         assert records_equal(trace[0], hand)
         assert 0 <= got[0].min() and got[0].max() <= 255
         assert (got[0] - x).abs().max() <= 2 + 1e-4
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_single_process_apgd_cells(
+        demo_models, apgd_run, tmp_path):
+    """tools/dist_adversarial.sh on 2 gloo processes: the same APGD cells
+    and per-image areas (each process counts the class weights, and the
+    cache survives both writing it)."""
+    import numpy as np
+    from builders import ROOT
+    from processes import launch_env, run_command
+    work = tmp_path / 'dist'
+    run_command([
+        'bash', f'{ROOT}/tools/dist_adversarial.sh', '2', *demo_models[:2],
+        *APGD_GRID, '--work-dir',
+        str(work)
+    ],
+                env=launch_env())
+    data = json.loads((work / 'adversarial.json').read_text())
+    one_work, one = apgd_run
+    name, = one['models']
+    for key, cell in one['models'][name]['cells'].items():
+        got = data['models'][name]['cells'][key]
+        for metric in ('mIoU', 'aAcc', 'mAcc', 'max_linf', 'max_l2'):
+            assert got.get(metric) == cell.get(metric), (key, metric)
+        for area in ('intersect', 'union'):
+            with np.load(work / 'areas' / name / f'{key}.npz') as a, \
+                    np.load(one_work / 'areas' / name / f'{key}.npz') as b:
+                assert np.array_equal(a[area], b[area])
+    assert json.loads((work / 'class_weights.json').read_text()) == \
+        json.loads((one_work / 'class_weights.json').read_text())
