@@ -281,6 +281,7 @@ def test_grid_summary_against_an_independent_computation(attack_run):
     text = (work / 'adversarial.md').read_text()
     assert 'not reliable below 30 images (3)' in text
     assert 'ell - dot, worst case, eps 4:' in text
+    assert 'eps in 0-255 levels: 0 = 0/255 = 0, 4 = 4/255 = 0.01569;' in text
 
 
 def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
@@ -316,9 +317,11 @@ def test_new_cells_for_new_eps_steps_and_adaptive(demo_models, tmp_path,
         '--work-dir',
         str(tmp_path)
     ]
-    first = tool.main(base + ['--epsilons', '2', '--steps', '1'])
+    # As written in papers: 2/255 is the cell of 2 levels.
+    first = tool.main(base + ['--epsilons', '2/255', '--steps', '1'])
     name, = first['models']
     kept = first['models'][name]['cells']
+    assert sorted(kept) == ['clean', 'pgd/linf/2/1']
     ran = []
     run = rb.CorruptionGridLoop.run
 
@@ -348,6 +351,9 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
     for extra, words in (
         (['--epsilons', '-1'], "argument --epsilons: '-1' is not"),
         (['--epsilons', '256'], "'256' is above 255"),
+        (['--epsilons', '8', '0.03'], 'argument --epsilons: 0.03 means '
+         '0.03/255 here; for 0.03 of the range give 7.65'),
+        (['--epsilons', '8/0'], "argument --epsilons: '8/0' is not"),
         (['--steps', '0'], "argument --steps: '0' is not"),
         (['--step-size', '0'], "argument --step-size: '0' is not"),
         (['--step-size', '-2'], "argument --step-size: '-2' is not"),
@@ -359,6 +365,10 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
           'c'], "argument --baseline: 'c' is none of the models ['a', 'b']"),
     ):
         assert words in refused(capsys, tool.main, argv + extra), extra
+    # Meant: a radius below 0.25 levels, taken as written.
+    monkeypatch.setattr(tool, 'fitting_models', lambda *args: [])
+    args = tool.parse_args(argv + ['--epsilons', '0.03', '--allow-small-eps'])
+    assert args.epsilons == [0.03] and args.cells[0].eps == 0.03
     dot = demo_models[2:] + ['--adaptive', '--work-dir', str(tmp_path / 'w')]
     assert 'argument --adaptive: no model has an elliptical layer' in \
         refused(capsys, tool.main, dot)

@@ -3,6 +3,7 @@
 writes ``adversarial.{md,csv,png}``."""
 from typing import Dict, Optional, Sequence
 
+from ...utils.arguments import eps_units
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
@@ -18,6 +19,7 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
                        for s in summary.values()
                        for e in s['worst']},
                       key=float)
+    norm = settings.get('norm')
     header = [
         'model', 'attack', 'clean', *[f'eps {e}' for e in epsilons],
         'mean over eps'
@@ -35,7 +37,8 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
             ])
     lines = [
         'mIoU under white-box attacks (series `ATTACK/NORM/STEPS`; eps in '
-        f'{"0-255 levels" if settings.get("norm") == "linf" else "0-1"}; '
+        f'{"0-255 levels" if norm == "linf" else "0-1"}: '
+        f'{", ".join(eps_units(float(e), norm) for e in epsilons)}; '
         'the worst case takes, per image, the attack that hurts it most). '
         'Settings: ' +
         ', '.join(f'{k.replace("_", " ")} {v}'
