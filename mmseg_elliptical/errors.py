@@ -44,6 +44,11 @@ class ExportError(ValueError):
     that cannot serve (missing, not ONNX, its weights file apart)."""
 
 
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a grid: its message says how many finished cells the
+    store keeps (a tool ends on it with that one line, status 130)."""
+
+
 #: What a user gave wrong: a tool ends on these with one line, status 2.
 INPUT_ERRORS = (ConfigError, InputError, ConversionError, AnalysisError,
                 GridError, CheckpointError, SourceError, ExportError)

@@ -10,7 +10,8 @@ from typing import Callable, Optional, Sequence, Union
 
 from mmengine.config import DictAction
 
-from ..errors import INPUT_ERRORS, CheckpointError, ConfigError, ExportError
+from ..errors import (INPUT_ERRORS, CheckpointError, ConfigError, ExportError,
+                      GridInterrupted)
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
 from .registry import unknown_types_as_config_errors
@@ -35,6 +36,9 @@ def tool_main(main: Callable) -> Callable:
                 return main(argv)
         except INPUT_ERRORS as error:
             fail(str(error))
+        except GridInterrupted as stop:
+            sys.stderr.write(f'\n{osp.basename(sys.argv[0])}: {stop}\n')
+            raise SystemExit(130)
 
     return run
 
@@ -88,16 +92,15 @@ def parse_eps(value: Union[float, int, str],
     Args:
         value (float | int | str): The radius.
         norm (str): ``'linf'`` or ``'l2'``.
-        allow_small (bool): Take an L-inf radius below 0.25 levels as
-            written (refused by default: ``0.03`` is most likely 0.03 of
-            the range, i.e. 7.65 levels).
+        allow_small (bool): Take an L-inf radius in (0, 0.25) levels as
+            written (``0.03`` most likely means 7.65 levels).
 
     Returns:
         float: L-inf in levels, L2 on the 0-1 scale.
 
     Raises:
-        ConfigError: Not a number or fraction, negative, above 255 levels,
-            or (without ``allow_small``) an L-inf radius in (0, 0.25).
+        ConfigError: Not a number or fraction, negative, above 255, or
+            a small L-inf radius without ``allow_small``.
     """
     text = str(value).strip()
     try:
@@ -125,9 +128,8 @@ def parse_eps(value: Union[float, int, str],
 def eps_units(eps: float, norm: str = 'linf') -> str:
     """An L-inf radius in both units (``'8 = 8/255 = 0.0314'``); an L2
     radius as it is."""
-    if norm != 'linf':
-        return f'{eps:g}'
-    return f'{eps:g} = {eps:g}/255 = {eps / 255:.4g}'
+    return f'{eps:g} = {eps:g}/255 = {eps / 255:.4g}' if norm == 'linf' \
+        else f'{eps:g}'
 
 
 def existing_file(text: str) -> str:

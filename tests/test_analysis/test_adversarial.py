@@ -527,3 +527,48 @@ def test_attacks_through_every_decode_head(head):
             Config.fromfile(osp.join(ROOT, 'configs',
                                      HEAD_CONFIGS[head])).model, 64),
         attacks.Attack('cospgd', 'linf', 4, 2, 2., adaptive=True))
+
+
+def test_ctrl_c_keeps_the_finished_cells(demo_models, tmp_path, monkeypatch,
+                                         capsys):
+    """Ctrl-C in the middle of a grid: one line saying how many cells are
+    kept and that the same command resumes; it does."""
+    from mmseg_elliptical.analysis.robustness import grid
+    tool = load_tool('analysis_tools/adversarial.py')
+    argv = demo_models[:2] + [
+        '--attacks', 'pgd', '--epsilons', '2', '4', '--steps', '1',
+        '--step-size', '2', '--max-images', '1', '--names', 'ell',
+        '--work-dir',
+        str(tmp_path)
+    ]
+    record = grid.record_cell
+
+    def interrupted_after_two(store, *args):
+        record(store, *args)
+        if len(store.data['models']['ell']['cells']) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(grid, 'record_cell', interrupted_after_two)
+    capsys.readouterr()
+    with pytest.raises((SystemExit, KeyboardInterrupt)) as stop:
+        tool.main(argv)
+    err = capsys.readouterr().err
+    assert isinstance(stop.value, SystemExit), stop.value
+    assert stop.value.code == 130 and 'Traceback' not in err, err
+    assert err.strip().splitlines()[-1].endswith(
+        f'interrupted: 2 finished cells are kept in {tmp_path}/'
+        'adversarial.json; the same command resumes from them'), err
+    monkeypatch.setattr(grid, 'record_cell', record)
+    ran = []
+    run = rb.CorruptionGridLoop.run
+
+    def counting(self):
+        ran.append(sorted(rb.loop.key_of(c) for c in self.cells))
+        return run(self)
+
+    monkeypatch.setattr(rb.CorruptionGridLoop, 'run', counting)
+    data = tool.main(argv)
+    assert ran == [['pgd/linf/4/1']]
+    assert sorted(data['models']['ell']['cells']) == [
+        'clean', 'pgd/linf/2/1', 'pgd/linf/4/1'
+    ]

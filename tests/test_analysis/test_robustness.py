@@ -20,6 +20,7 @@ from saved_models import hand_miou
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.robustness.corruption_report import paired_lines
+from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.evaluation import PerClassIoUMetric
 from mmseg_elliptical.transforms import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                          EXTRA_CORRUPTIONS)
@@ -513,7 +514,7 @@ def test_launcher_options(monkeypatch):
     from mmseg_elliptical.engine import launch
     assert launch.start_launcher('none') == {}
     monkeypatch.delenv('RANK', raising=False)
-    with pytest.raises(RuntimeError, match='environment of torchrun'):
+    with pytest.raises(ConfigError, match='environment torchrun sets'):
         launch.start_launcher('pytorch', cuda=False)
     with pytest.raises(RuntimeError, match='--launcher slurm needs CUDA'):
         launch.start_launcher('slurm', cuda=False)

@@ -32,6 +32,7 @@ from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.utils import arguments as cli
+from mmseg_elliptical.utils.preflight import check_run
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -127,6 +128,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.step_ratio = preset.step_ratio if args.step_size is None else None
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
+    check_run(parser, args, args.specs, __file__)
     names = [s.name for s in args.specs]
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
     if args.adaptive and not any(args.elliptical.values()):
