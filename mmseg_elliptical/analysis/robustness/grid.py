@@ -103,10 +103,18 @@ def grid_config(spec: ModelSpec,
     return cfg, keep_class_iou
 
 
-def record_cell(store: ResultStore, name: str, metric: str,
-                keep_class_iou: bool, bar, key: str, metrics: Dict, areas,
-                seconds: float) -> None:
-    """Put a finished cell (its scalar metrics) in the store."""
+def record_cell(store: ResultStore,
+                name: str,
+                metric: str,
+                keep_class_iou: bool,
+                bar,
+                key: str,
+                metrics: Dict,
+                areas,
+                seconds: float,
+                images: Optional[Sequence[str]] = None) -> None:
+    """Put a finished cell (its scalar metrics) in the store, and the
+    model's test images (:meth:`~.store.ResultStore.set_images`)."""
     values = {
         k: round(float(v), 4)
         for k, v in metrics.items() if isinstance(v, numbers.Real) and (
@@ -116,6 +124,7 @@ def record_cell(store: ResultStore, name: str, metric: str,
         raise GridError(f'The evaluator reports {sorted(values)}, not the '
                         f'metric {metric!r} (--metric).')
     values.update(seconds=round(seconds, 3), finished=timestamp())
+    store.set_images(name, images)
     store.put(name, key, values, areas)
     if bar is not None:
         bar.update()
