@@ -572,3 +572,83 @@ def test_ctrl_c_keeps_the_finished_cells(demo_models, tmp_path, monkeypatch,
     assert sorted(data['models']['ell']['cells']) == [
         'clean', 'pgd/linf/2/1', 'pgd/linf/4/1'
     ]
+
+
+def test_models_on_different_test_images_are_not_paired(
+        demo_models, demo_root, tmp_path, capsys):
+    """The store records each model's test images; two models evaluated on
+    different ones (the same count) are refused a paired verdict in one
+    line."""
+    import shutil
+    other_root = tmp_path / 'other_data'
+    shutil.copytree(demo_root, other_root)
+    cfg = Config.fromfile(demo_models[2])
+    cfg.test_dataloader.dataset.data_root = str(other_root)
+    other = str(tmp_path / 'other.py')
+    cfg.dump(other)
+    tool = load_tool('analysis_tools/adversarial.py')
+    argv = [
+        demo_models[0], demo_models[1], other, demo_models[3], '--names',
+        'ell', 'dot', '--attacks', 'fgsm', '--epsilons', '2', '--max-images',
+        '2', '--resamples', '10', '--work-dir',
+        str(tmp_path / 'w')
+    ]
+    line = refused(capsys, tool.main, argv)
+    image = osp.join('images', 'validation', 'demo_00000.jpg')
+    assert line.endswith(
+        'The test sets differ: ell was evaluated on 2 images, dot on 2 '
+        f'(image 0: {osp.join(demo_root, image)} against '
+        f'{osp.join(other_root, image)}); a paired comparison needs the same '
+        'images: give the models configs with the same test data.'), line
+    data = json.loads((tmp_path / 'w' / 'adversarial.json').read_text())
+    assert data['models']['ell']['images'] == [
+        osp.join(demo_root, 'images', 'validation', f'demo_0000{i}.jpg')
+        for i in range(2)
+    ]
+    # The same images: paired as before.
+    argv[2] = demo_models[2]
+    summary = tool.main(argv[:-1] + [str(tmp_path / 'same')])['summary']
+    assert summary['ell']['paired']['worst']['2'] is not None
+
+
+def test_unequal_image_counts_in_an_old_store_are_named():
+    from mmseg_elliptical.analysis.robustness.paired import bootstrap_or_note
+    notes = []
+    three, two = (
+        rb.ImageAreas(np.ones((n, 2)), np.ones((n, 2))) for n in (3, 2))
+    assert bootstrap_or_note([three], [two], 'clean', notes, 10, 0) is None
+    assert notes == [
+        'No paired test on clean: the test sets differ (3 against 2 '
+        'images).'
+    ]
+
+
+def test_adaptive_curves_show_beside_their_plain_twins():
+    """adversarial.png: an adaptive curve on its plain twin's values stays
+    visible (its own markers and dashes, nudged right at eps > 0)."""
+    from mmseg_elliptical.analysis.robustness.attack_report import \
+        attack_curves
+    values = {'1': 50., '4': 30.}
+    summary = dict(
+        ell=dict(
+            clean=70.,
+            series={
+                'pgd/linf/5': values,
+                'pgd-adaptive/linf/5': dict(values)
+            },
+            worst=dict(values)))
+    fig = attack_curves(summary, 'linf')
+    lines = {
+        line.get_label().split(': ')[1]: line
+        for line in fig.axes[0].get_lines()
+    }
+    plain, adaptive = lines['pgd/linf/5'], lines['pgd-adaptive/linf/5']
+    assert list(plain.get_ydata()) == list(adaptive.get_ydata())
+    xp, xa = list(plain.get_xdata()), list(adaptive.get_xdata())
+    assert xp == [0., 1., 4.] and xa[0] == 0.
+    assert all(a > p for a, p in zip(xa[1:], xp[1:]))
+    assert max(a - p for a, p in zip(xa, xp)) < 0.1  # within 2.5 % of eps
+    assert plain.get_marker() != adaptive.get_marker()
+    assert plain.get_linestyle() != adaptive.get_linestyle()
+    import matplotlib.pyplot as plt
+    plt.close(fig)
