@@ -50,6 +50,11 @@ class CompiledOpError(RuntimeError):
     message names the op and how to install full mmcv."""
 
 
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a grid: its message says how many finished cells the
+    store keeps (a tool ends on it with that one line, status 130)."""
+
+
 #: What a user gave wrong (or a venv set up without what was asked): a tool
 #: ends on these with one line, status 2.
 INPUT_ERRORS = (ConfigError, InputError, ConversionError, AnalysisError,

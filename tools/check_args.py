@@ -29,6 +29,9 @@ def main(argv) -> None:
                          f'{TOOLS}\n')
         raise SystemExit(2)
     sys.argv = [path, *argv[1:]]
+    # torchrun starts the tool next: its environment is not there yet.
+    from mmseg_elliptical.utils import preflight
+    preflight.LAUNCHING = True
     if argv[0] in ('train.py', 'test.py'):
         import mmseg_elliptical  # noqa: F401
         from mmseg_elliptical.engine.launch import check_mmseg_tool_args

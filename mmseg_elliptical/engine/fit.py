@@ -13,6 +13,7 @@ import logging
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
@@ -86,10 +87,50 @@ def weights_fit(model_state: Dict, state: Dict) -> WeightsFit:
         total=len(model_state))
 
 
+def _type_of(part) -> Optional[str]:
+    """The class name a model part's config gives (the first of a list)."""
+    if isinstance(part, (list, tuple)) and part:
+        part = part[0]
+    kind = part.get('type') if isinstance(part, dict) else None
+    return kind.split('.')[-1] if isinstance(kind, str) else None
+
+
+def swapped_types(cfg, meta: Optional[Dict], config: str,
+                  checkpoint: str) -> Optional[str]:
+    """Name a backbone or decode head type of ``cfg`` other than the one
+    the checkpoint was trained with (the config mmengine's runner records
+    in its ``meta['cfg']``): a test-time swap, or swapped pairs.
+
+    Returns:
+        str, optional: One line naming both types; None when they agree or
+        the checkpoint records no readable config.
+    """
+    text = (meta or {}).get('cfg')
+    if not isinstance(text, str):
+        return None
+    try:
+        trained = Config.fromstring(text, '.py').get('model') or {}
+    except Exception:  # noqa: BLE001  # an unreadable record says nothing
+        return None
+    parts = [(part, _type_of(trained.get(part)), _type_of(cfg.model.get(part)))
+             for part in ('backbone', 'decode_head')]
+    parts = [
+        f'{part} {theirs} in training, {ours} here'
+        for part, theirs, ours in parts if theirs and ours and theirs != ours
+    ]
+    if not parts:
+        return None
+    return (f'Checkpoint {checkpoint} was trained with another model than '
+            f'{config} ({"; ".join(parts)}; from its meta): the results are '
+            f'those of {config}\'s model with these weights (a test-time '
+            'swap?).')
+
+
 def check_weights_fit(config: str,
                       checkpoint: str,
                       cfg_options: Optional[Dict] = None,
-                      allow_partial: bool = False) -> Optional[str]:
+                      allow_partial: bool = False,
+                      swaps: Optional[List[str]] = None) -> Optional[str]:
     """Refuse a checkpoint whose weights do not fit the config's model.
 
     Builds the model on the CPU and reads the checkpoint once; nothing runs.
@@ -99,6 +140,8 @@ def check_weights_fit(config: str,
         checkpoint (str): The checkpoint (already checked to be one).
         cfg_options (dict, optional): The tool's ``--cfg-options``.
         allow_partial (bool): Accept a partial load (``--allow-partial``).
+        swaps (list[str], optional): Gets the :func:`swapped_types` line,
+            if any.
 
     Returns:
         str, optional: With ``allow_partial``, a note for the report when
@@ -114,11 +157,12 @@ def check_weights_fit(config: str,
     check_model_types(cfg)
     with unknown_types_as_config_errors():
         model_state = init_model(cfg, None, device='cpu').state_dict()
-    fit = weights_fit(
-        model_state,
-        checkpoint_state(
-            CheckpointLoader.load_checkpoint(
-                checkpoint, map_location='cpu', logger='silent')))
+    loaded = CheckpointLoader.load_checkpoint(
+        checkpoint, map_location='cpu', logger='silent')
+    swap = swapped_types(cfg, loaded.get('meta'), config, checkpoint)
+    if swap and swaps is not None:
+        swaps.append(swap)
+    fit = weights_fit(model_state, checkpoint_state(loaded))
     if fit.exact:
         return None
     if allow_partial:
@@ -135,7 +179,8 @@ def check_models_fit(specs: Sequence,
                      cfg_options: Optional[Dict] = None,
                      allow_partial: bool = False) -> List[str]:
     """:func:`check_weights_fit` for every ``CONFIG CHECKPOINT`` model of a
-    tool; each partial load's note is also printed.
+    tool; each note (a partial load, a swapped backbone or head type) is
+    also printed.
 
     Args:
         specs (Sequence[ModelSpec]): The models.
@@ -147,10 +192,11 @@ def check_models_fit(specs: Sequence,
     """
     notes = []
     for spec in specs:
+        swaps: List[str] = []
         note = check_weights_fit(spec.config, spec.checkpoint, cfg_options,
-                                 allow_partial)
-        if note:
-            notes.append(f'{spec.name}: {note}')
+                                 allow_partial, swaps)
+        for line in swaps + [note] * bool(note):
+            notes.append(f'{spec.name}: {line}')
             print_log(notes[-1], logger='current', level=logging.WARNING)
     return notes
 

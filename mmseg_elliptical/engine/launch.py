@@ -16,6 +16,7 @@ from mmengine.logging import print_log
 from ..errors import INPUT_ERRORS, ConfigError
 from ..utils import load_config, mmseg_tool_path
 from ..utils.arguments import CfgOptions, checkpoint_file, config_file, fail
+from ..utils.preflight import check_data, check_launcher, check_work_dir
 from ..utils.registry import check_model_types, unknown_types_as_config_errors
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` there).
@@ -67,9 +68,7 @@ def prepare_cpu_launch(argv: Sequence[str],
 def init_cpu_group() -> None:
     """Join torchrun's process group on the CPU (gloo), once."""
     if 'RANK' not in os.environ:
-        raise RuntimeError('--launcher pytorch expects the environment of '
-                           'torchrun (RANK, WORLD_SIZE, MASTER_ADDR, '
-                           'MASTER_PORT); use tools/dist_train.sh.')
+        check_launcher('pytorch')
     if not dist.is_initialized():
         dist.init_process_group(backend='gloo')
 
@@ -168,6 +167,13 @@ def process_group(launcher: str) -> Iterator[Dict[str, object]]:
         yield options
 
 
+#: The data folders each of mmseg's tools reads.
+DATA_OF = {
+    'train.py': ('train_dataloader', 'val_dataloader'),
+    'test.py': ('test_dataloader', )
+}
+
+
 def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
     """Check the command line of mmseg's ``tools/<name>`` (its parser, the
     config, ``test.py``'s checkpoint, ``--cfg-options``); a bad one ends the
@@ -201,16 +207,24 @@ def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
         except argparse.ArgumentTypeError as e:
             fail(f'argument {dest}: {e}')
     try:
-        check_model_types(
-            load_config(parsed.config, getattr(parsed, 'cfg_options', None)))
+        check_work_dir(getattr(parsed, 'work_dir', None))
+        cfg = load_config(parsed.config, getattr(parsed, 'cfg_options', None))
+        check_data(cfg, parsed.config, DATA_OF.get(name, ()))
+        check_model_types(cfg)
     except ConfigError as e:
-        fail(f'{parsed.config}: {e}')
+        fail(
+            str(e) if str(e).startswith((
+                '--', parsed.config)) else f'{parsed.config}: {e}')
 
 
 def run_mmseg_tool(name: str) -> None:
     """Execute mmseg's ``tools/<name>`` as ``__main__`` (reads ``sys.argv``);
     the plugin's input errors end it with one line and status 2."""
     check_mmseg_tool_args(name, sys.argv)
+    try:
+        check_launcher(argv_launcher(sys.argv), name)
+    except ConfigError as e:
+        fail(str(e))
     sys.argv = prepare_cpu_launch(sys.argv)
     try:
         with ending_process_group(), unknown_types_as_config_errors():

@@ -281,6 +281,7 @@ def test_grid_summary_against_an_independent_computation(attack_run):
     text = (work / 'adversarial.md').read_text()
     assert 'not reliable below 30 images (3)' in text
     assert 'ell - dot, worst case, eps 4:' in text
+    assert 'eps in 0-255 levels: 0 = 0/255 = 0, 4 = 4/255 = 0.01569;' in text
 
 
 #: A rerun of :data:`GRID` with any of these changes stored cells.
@@ -324,9 +325,11 @@ def test_new_cells_for_new_eps_steps_and_adaptive(demo_models, tmp_path,
         '--work-dir',
         str(tmp_path)
     ]
-    first = tool.main(base + ['--epsilons', '2', '--steps', '1'])
+    # As written in papers: 2/255 is the cell of 2 levels.
+    first = tool.main(base + ['--epsilons', '2/255', '--steps', '1'])
     name, = first['models']
     kept = first['models'][name]['cells']
+    assert sorted(kept) == ['clean', 'pgd/linf/2/1']
     ran = []
     run = rb.CorruptionGridLoop.run
 
@@ -356,6 +359,9 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
     for extra, words in (
         (['--epsilons', '-1'], "argument --epsilons: '-1' is not"),
         (['--epsilons', '256'], "'256' is above 255"),
+        (['--epsilons', '8', '0.03'], 'argument --epsilons: 0.03 means '
+         '0.03/255 here; for 0.03 of the range give 7.65'),
+        (['--epsilons', '8/0'], "argument --epsilons: '8/0' is not"),
         (['--steps', '0'], "argument --steps: '0' is not"),
         (['--step-size', '0'], "argument --step-size: '0' is not"),
         (['--step-size', '-2'], "argument --step-size: '-2' is not"),
@@ -367,6 +373,10 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
           'c'], "argument --baseline: 'c' is none of the models ['a', 'b']"),
     ):
         assert words in refused(capsys, tool.main, argv + extra), extra
+    # Meant: a radius below 0.25 levels, taken as written.
+    monkeypatch.setattr(tool, 'fitting_models', lambda *args: [])
+    args = tool.parse_args(argv + ['--epsilons', '0.03', '--allow-small-eps'])
+    assert args.epsilons == [0.03] and args.cells[0].eps == 0.03
     dot = demo_models[2:] + ['--adaptive', '--work-dir', str(tmp_path / 'w')]
     assert 'argument --adaptive: no model has an elliptical layer' in \
         refused(capsys, tool.main, dot)
@@ -525,3 +535,128 @@ def test_attacks_through_every_decode_head(head):
             Config.fromfile(osp.join(ROOT, 'configs',
                                      HEAD_CONFIGS[head])).model, 64),
         attacks.Attack('cospgd', 'linf', 4, 2, 2., adaptive=True))
+
+
+def test_ctrl_c_keeps_the_finished_cells(demo_models, tmp_path, monkeypatch,
+                                         capsys):
+    """Ctrl-C in the middle of a grid: one line saying how many cells are
+    kept and that the same command resumes; it does."""
+    from mmseg_elliptical.analysis.robustness import grid
+    tool = load_tool('analysis_tools/adversarial.py')
+    argv = demo_models[:2] + [
+        '--attacks', 'pgd', '--epsilons', '2', '4', '--steps', '1',
+        '--step-size', '2', '--max-images', '1', '--names', 'ell',
+        '--work-dir',
+        str(tmp_path)
+    ]
+    record = grid.record_cell
+
+    def interrupted_after_two(store, *args):
+        record(store, *args)
+        if len(store.data['models']['ell']['cells']) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(grid, 'record_cell', interrupted_after_two)
+    capsys.readouterr()
+    with pytest.raises((SystemExit, KeyboardInterrupt)) as stop:
+        tool.main(argv)
+    err = capsys.readouterr().err
+    assert isinstance(stop.value, SystemExit), stop.value
+    assert stop.value.code == 130 and 'Traceback' not in err, err
+    assert err.strip().splitlines()[-1].endswith(
+        f'interrupted: 2 finished cells are kept in {tmp_path}/'
+        'adversarial.json; the same command resumes from them'), err
+    monkeypatch.setattr(grid, 'record_cell', record)
+    ran = []
+    run = rb.CorruptionGridLoop.run
+
+    def counting(self):
+        ran.append(sorted(rb.loop.key_of(c) for c in self.cells))
+        return run(self)
+
+    monkeypatch.setattr(rb.CorruptionGridLoop, 'run', counting)
+    data = tool.main(argv)
+    assert ran == [['pgd/linf/4/1']]
+    assert sorted(data['models']['ell']['cells']) == [
+        'clean', 'pgd/linf/2/1', 'pgd/linf/4/1'
+    ]
+
+
+def test_models_on_different_test_images_are_not_paired(
+        demo_models, demo_root, tmp_path, capsys):
+    """The store records each model's test images; two models evaluated on
+    different ones (the same count) are refused a paired verdict in one
+    line."""
+    import shutil
+    other_root = tmp_path / 'other_data'
+    shutil.copytree(demo_root, other_root)
+    cfg = Config.fromfile(demo_models[2])
+    cfg.test_dataloader.dataset.data_root = str(other_root)
+    other = str(tmp_path / 'other.py')
+    cfg.dump(other)
+    tool = load_tool('analysis_tools/adversarial.py')
+    argv = [
+        demo_models[0], demo_models[1], other, demo_models[3], '--names',
+        'ell', 'dot', '--attacks', 'fgsm', '--epsilons', '2', '--max-images',
+        '2', '--resamples', '10', '--work-dir',
+        str(tmp_path / 'w')
+    ]
+    line = refused(capsys, tool.main, argv)
+    image = osp.join('images', 'validation', 'demo_00000.jpg')
+    assert line.endswith(
+        'The test sets differ: ell was evaluated on 2 images, dot on 2 '
+        f'(image 0: {osp.join(demo_root, image)} against '
+        f'{osp.join(other_root, image)}); a paired comparison needs the same '
+        'images: give the models configs with the same test data.'), line
+    data = json.loads((tmp_path / 'w' / 'adversarial.json').read_text())
+    assert data['models']['ell']['images'] == [
+        osp.join(demo_root, 'images', 'validation', f'demo_0000{i}.jpg')
+        for i in range(2)
+    ]
+    # The same images: paired as before.
+    argv[2] = demo_models[2]
+    summary = tool.main(argv[:-1] + [str(tmp_path / 'same')])['summary']
+    assert summary['ell']['paired']['worst']['2'] is not None
+
+
+def test_unequal_image_counts_in_an_old_store_are_named():
+    from mmseg_elliptical.analysis.robustness.paired import bootstrap_or_note
+    notes = []
+    three, two = (
+        rb.ImageAreas(np.ones((n, 2)), np.ones((n, 2))) for n in (3, 2))
+    assert bootstrap_or_note([three], [two], 'clean', notes, 10, 0) is None
+    assert notes == [
+        'No paired test on clean: the test sets differ (3 against 2 '
+        'images).'
+    ]
+
+
+def test_adaptive_curves_show_beside_their_plain_twins():
+    """adversarial.png: an adaptive curve on its plain twin's values stays
+    visible (its own markers and dashes, nudged right at eps > 0)."""
+    from mmseg_elliptical.analysis.robustness.attack_report import \
+        attack_curves
+    values = {'1': 50., '4': 30.}
+    summary = dict(
+        ell=dict(
+            clean=70.,
+            series={
+                'pgd/linf/5': values,
+                'pgd-adaptive/linf/5': dict(values)
+            },
+            worst=dict(values)))
+    fig = attack_curves(summary, 'linf')
+    lines = {
+        line.get_label().split(': ')[1]: line
+        for line in fig.axes[0].get_lines()
+    }
+    plain, adaptive = lines['pgd/linf/5'], lines['pgd-adaptive/linf/5']
+    assert list(plain.get_ydata()) == list(adaptive.get_ydata())
+    xp, xa = list(plain.get_xdata()), list(adaptive.get_xdata())
+    assert xp == [0., 1., 4.] and xa[0] == 0.
+    assert all(a > p for a, p in zip(xa[1:], xp[1:]))
+    assert max(a - p for a, p in zip(xa, xp)) < 0.1  # within 2.5 % of eps
+    assert plain.get_marker() != adaptive.get_marker()
+    assert plain.get_linestyle() != adaptive.get_linestyle()
+    import matplotlib.pyplot as plt
+    plt.close(fig)

@@ -150,3 +150,63 @@ def test_a_partial_load_is_allowed_and_reported(demo_models, other_vit,
     assert 'Partial load (--allow-partial)' in report
     assert other_vit in report
     assert 'Partial load (--allow-partial)' in capsys.readouterr().out
+
+
+@pytest.fixture(scope='module')
+def trained_as_dot(demo_models, tmp_path_factory):
+    """The elliptical demo checkpoint as a runner saves one: its ``meta``
+    records the config it was trained with, here the dot-product twin's."""
+    from mmengine.config import Config
+    from mmengine.runner.checkpoint import save_checkpoint
+    tmp = tmp_path_factory.mktemp('trained_as')
+    paths = {}
+    for name, config in (('dot', demo_models[2]), ('ell', demo_models[0])):
+        ckpt = torch.load(demo_models[1], weights_only=False)
+        ckpt['meta'] = dict(
+            ckpt.get('meta', {}), cfg=Config.fromfile(config).pretty_text)
+        paths[name] = str(tmp / f'trained_as_{name}.pth')
+        save_checkpoint(ckpt, paths[name])
+    return paths
+
+
+def test_a_swapped_backbone_is_named_not_refused(demo_models, trained_as_dot):
+    from mmseg_elliptical.engine import check_models_fit
+    from mmseg_elliptical.utils.config import ModelSpec
+    config = demo_models[0]
+    swaps = []
+    assert check_weights_fit(config, trained_as_dot['dot'], swaps=swaps) is \
+        None
+    assert swaps == [
+        f'Checkpoint {trained_as_dot["dot"]} was trained with another model '
+        f'than {config} (backbone VisionTransformer in training, '
+        'EllipticalVisionTransformer here; from its meta): the results are '
+        f'those of {config}\'s model with these weights (a test-time swap?).'
+    ]
+    # The same model, or no recorded config: nothing to say.
+    for ckpt in (trained_as_dot['ell'], demo_models[1]):
+        swaps = []
+        check_weights_fit(config, ckpt, swaps=swaps)
+        assert swaps == [], ckpt
+    notes = check_models_fit([ModelSpec('ell', config, trained_as_dot['dot'])])
+    assert len(notes) == 1 and notes[0].startswith('ell: Checkpoint ')
+
+
+def test_a_tool_warns_of_a_swap_in_one_line_and_its_report(
+        demo_models, trained_as_dot, tmp_path, capsys):
+    tool = load_tool('analysis_tools/collapse.py')
+    work = tmp_path / 'collapse'
+    capsys.readouterr()
+    tool.main([
+        demo_models[0], trained_as_dot['dot'], '--max-images', '1',
+        '--work-dir',
+        str(work)
+    ])
+    out = capsys.readouterr()
+    lines = [
+        line for line in (out.out + out.err).splitlines()
+        if 'was trained with another model' in line
+    ]
+    assert len(lines) >= 1 and 'backbone VisionTransformer in training, ' \
+        'EllipticalVisionTransformer here' in lines[0]
+    assert 'backbone VisionTransformer in training' in (
+        work / 'collapse.md').read_text()

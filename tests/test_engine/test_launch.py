@@ -25,6 +25,7 @@ from processes import free_port, run_command
 from torch import Tensor
 
 from mmseg_elliptical.engine.launch import end_process_group
+from mmseg_elliptical.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -163,7 +164,7 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
     with pytest.raises(RuntimeError, match='--launcher slurm needs CUDA'):
         prepare_cpu_launch(['t.py', '--launcher', 'slurm'], cuda=False)
     monkeypatch.delenv('RANK', raising=False)
-    with pytest.raises(RuntimeError, match='environment of torchrun'):
+    with pytest.raises(ConfigError, match='environment torchrun sets'):
         prepare_cpu_launch(argv, cuda=False)
     # In a torchrun process the gloo group is set up and DDP gets no
     # device_ids (mmengine merges the repeated --cfg-options).
@@ -180,6 +181,7 @@ import os, sys, time
 import torch, torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 from mmseg_elliptical.engine.launch import end_process_group
+from mmseg_elliptical.errors import ConfigError
 
 def native_threads():
     return len(os.listdir('/proc/self/task'))

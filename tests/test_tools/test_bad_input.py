@@ -297,3 +297,81 @@ def test_the_printed_error(files):
                               timeout=300)
         assert proc.returncode == 2, proc.stderr
         assert expected in proc.stderr and 'Traceback' not in proc.stderr
+
+
+#: The run around a tool: output folder, data folder, launcher.
+NO_DATA = ('--cfg-options test_dataloader.dataset.data_root={tmp}/nodata '
+           'test_dataloader.dataset.generate=None')
+
+
+@pytest.mark.parametrize('path, script', [
+    ('analysis_tools/adversarial.py', 'tools/dist_adversarial.sh'),
+    ('analysis_tools/robustness.py', 'tools/dist_robustness.sh'),
+    ('analysis_tools/collapse.py',
+     'tools/dist_launch.sh analysis_tools/collapse.py NPROC'),
+    ('analysis_tools/compare_models.py',
+     'tools/dist_launch.sh analysis_tools/compare_models.py NPROC'),
+])
+@pytest.mark.parametrize(
+    'argv, expected', [
+        ('{models} --work-dir {notes}', '--work-dir {notes} is a file, not a '
+         'folder'),
+        ('{models} ' + NO_DATA, 'the test data folder {tmp}/nodata does not '
+         'exist; put the dataset there or point --cfg-options '
+         'test_dataloader.dataset.data_root=DIR at it'),
+        ('{models} --launcher pytorch', '--launcher pytorch expects the '
+         'environment torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, '
+         'MASTER_PORT); start it with {script}, or drop --launcher'),
+    ],
+    ids=['work-dir', 'data', 'launcher'])
+def test_the_run_around_a_tool_is_checked_at_the_door(path, script, argv,
+                                                      expected, files, capsys,
+                                                      monkeypatch):
+    values = dict(files, script=script)
+    monkeypatch.delenv('RANK', raising=False)
+    from mmseg.registry import MODELS
+    for target in ('mmengine.runner.Runner.from_cfg', 'mmseg.apis.init_model'):
+        monkeypatch.setattr(target, forbidden)
+    monkeypatch.setattr(MODELS, 'build', forbidden)
+    line = refused(capsys, load_tool(path).main, argv.format(**values).split())
+    assert expected.format(**values) in line, line
+
+
+@pytest.mark.parametrize('tool, argv, expected', [
+    ('test.py', '{ell_cfg} {ell_ckpt} --work-dir {notes}',
+     '--work-dir {notes} is a file'),
+    ('test.py', '{ell_cfg} {ell_ckpt} ' + NO_DATA,
+     'the test data folder {tmp}/nodata does not exist'),
+    ('train.py', '{ell_cfg} --cfg-options '
+     'train_dataloader.dataset.data_root={tmp}/nodata '
+     'train_dataloader.dataset.generate=None',
+     'the train data folder {tmp}/nodata does not exist'),
+    ('test.py', '{ell_cfg} {ell_ckpt} --launcher pytorch',
+     'start it with tools/dist_test.sh, or drop --launcher'),
+    ('train.py', '{ell_cfg} --launcher pytorch',
+     'start it with tools/dist_train.sh, or drop --launcher'),
+])
+def test_the_run_around_train_and_test(tool, argv, expected, files, capsys,
+                                       monkeypatch):
+    monkeypatch.delenv('RANK', raising=False)
+    monkeypatch.setattr('mmengine.runner.Runner.from_cfg', forbidden)
+    line = refused(capsys,
+                   lambda args: run_tool_main(monkeypatch, tool, *args),
+                   argv.format(**files).split())
+    assert expected.format(**files) in line, line
+
+
+def test_check_args_leaves_the_launcher_to_torchrun(files, monkeypatch):
+    """``tools/dist_launch.sh`` checks the command line before torchrun
+    sets the environment: the launcher is not refused there."""
+    from builders import ROOT
+    monkeypatch.delenv('RANK', raising=False)
+    check = load_tool('check_args.py')
+    monkeypatch.setattr('mmseg_elliptical.utils.preflight.LAUNCHING', False)
+    monkeypatch.setattr('mmseg_elliptical.engine.fit.check_models_fit',
+                        lambda *args: [])
+    check.main([
+        'analysis_tools/collapse.py', '--launcher', 'pytorch',
+        *files['models'].split()
+    ])
+    assert osp.isdir(osp.join(ROOT, 'tools'))

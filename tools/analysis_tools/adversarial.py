@@ -33,17 +33,9 @@ import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
+from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.utils import arguments as cli
-
-
-def epsilon(text: str) -> float:
-    """An eps: a finite number in [0, 255]."""
-    value = cli.non_negative_float(text)
-    if value > 255:
-        raise argparse.ArgumentTypeError(f'{text!r} is above 255 (eps is in '
-                                         '0-255 levels for L-inf, 0-1 for '
-                                         'L2)')
-    return value
+from mmseg_elliptical.utils.preflight import check_run
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -72,8 +64,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--epsilons',
         nargs='+',
-        type=epsilon,
-        help='radii: 0-255 levels for linf (4 = 4/255), 0-1 for l2')
+        help='radii: 0-255 levels for linf (4, or 4/255 as in papers), 0-1 '
+        'for l2')
+    parser.add_argument(
+        '--allow-small-eps',
+        action='store_true',
+        help='take an L-inf eps below 0.25 levels as written (refused by '
+        'default: 0.03 is most likely 0.03 of the range, 7.65 levels)')
     parser.add_argument(
         '--steps',
         nargs='+',
@@ -119,7 +116,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     preset = rb.ATTACK_PROTOCOLS[args.protocol]
     args.attacks = args.attacks or list(preset.attacks)
     args.norm = args.norm or preset.norm
-    args.epsilons = args.epsilons or list(preset.epsilons)
+    try:
+        args.epsilons = [
+            cli.parse_eps(e, args.norm, args.allow_small_eps)
+            for e in args.epsilons
+        ] if args.epsilons else list(preset.epsilons)
+    except ConfigError as e:
+        parser.error(f'argument --epsilons: {e}')
     args.steps = args.steps or [preset.steps]
     args.labels = args.labels or preset.labels
     if args.norm == 'linf' and args.step_size is None:
@@ -130,6 +133,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.step_ratio = preset.step_ratio if args.step_size is None else None
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
+    check_run(parser, args, args.specs, __file__)
     names = [s.name for s in args.specs]
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
     args.class_weights = rb.class_weights_of(args.attacks, args.specs,

@@ -33,6 +33,7 @@ from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_models, add_work_dir, device,
                                               launcher_of, models_of,
                                               positive_int, tool_main)
+from mmseg_elliptical.utils.preflight import check_run
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -62,6 +63,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_launcher(parser)
     args = parser.parse_args(argv)
     args.specs = models_of(parser, args)
+    check_run(parser, args, args.specs, __file__)
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args

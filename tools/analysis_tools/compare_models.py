@@ -39,6 +39,7 @@ from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               device, image_file, launcher_of,
                                               models_of, non_negative_int,
                                               positive_int, tool_main)
+from mmseg_elliptical.utils.preflight import check_run
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -129,6 +130,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         except rb.GridError as e:
             p.error(f'argument --{option}: {e}')
     args.specs = models_of(p, args)
+    check_run(p, args, args.specs, __file__)
     if len(args.specs) < 2:
         p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
                 f'more models, got {len(args.specs)}.')

@@ -3,11 +3,16 @@
 writes ``adversarial.{md,csv,png}``."""
 from typing import Dict, Optional, Sequence
 
+from ...utils.arguments import eps_units
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
 from .paired import interval
 from .store import ResultStore
+
+#: How far right an adaptive curve is drawn, as a fraction of the largest
+#: eps (its points keep their eps in the table and the CSV).
+ADAPTIVE_SHIFT = 0.012
 
 
 def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
@@ -18,6 +23,7 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
                        for s in summary.values()
                        for e in s['worst']},
                       key=float)
+    norm = settings.get('norm')
     header = [
         'model', 'attack', 'clean', *[f'eps {e}' for e in epsilons],
         'mean over eps'
@@ -35,7 +41,8 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
             ])
     lines = [
         'mIoU under white-box attacks (series `ATTACK/NORM/STEPS`; eps in '
-        f'{"0-255 levels" if settings.get("norm") == "linf" else "0-1"}; '
+        f'{"0-255 levels" if norm == "linf" else "0-1"}: '
+        f'{", ".join(eps_units(float(e), norm) for e in epsilons)}; '
         'the worst case takes, per image, the attack that hurts it most). '
         'Settings: ' +
         ', '.join(f'{k.replace("_", " ")} {v}'
@@ -75,8 +82,10 @@ def attack_rows(store: ResultStore, names: Sequence[str]) -> tuple:
 
 def attack_curves(summary: Dict[str, Dict], norm: str):
     """mIoU against eps, the clean mIoU at eps 0: a colour per attack (the
-    worst case black), a line style per model, crosses for the adaptive
-    attacks."""
+    worst case black), a line style per model; the adaptive attacks dashed,
+    with hollow diamonds, drawn over the plain ones and nudged right by
+    :data:`ADAPTIVE_SHIFT` of the largest eps (where the two coincide, both
+    stay visible)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     styles = ['-', '--', ':', '-.']
@@ -88,11 +97,20 @@ def attack_curves(summary: Dict[str, Dict], norm: str):
             points = [(0., s['clean'])] + [(float(e), v)
                                            for e, v in values.items()]
             points = [(e, v) for e, v in points if v is not None]
+            adaptive = attack.endswith('-adaptive')
+            # An adaptive curve often lies on its plain twin: drawn over it,
+            # thinner, dashed, hollow and nudged right, so both show.
+            shift = ADAPTIVE_SHIFT * max(
+                (float(e) for e in values), default=1.) if adaptive else 0.
             ax.plot(
-                *zip(*points),
-                linestyle=styles[m % len(styles)],
-                marker='x' if attack.endswith('-adaptive') else 'o',
-                markersize=4,
+                [e + shift * (e > 0) for e, _ in points],
+                [v for _, v in points],
+                linestyle=(0, (3, 2)) if adaptive else styles[m % len(styles)],
+                linewidth=1. if adaptive else 1.5,
+                marker='D' if adaptive else 'o',
+                markerfacecolor='none' if adaptive else None,
+                markersize=5 if adaptive else 4,
+                zorder=3 if adaptive else 2,
                 color=colours.get(attack.replace('-adaptive', ''), 'black'),
                 label=wrap_label(f'{name}: {series}', 32))
     ax.set_xlabel(f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})')

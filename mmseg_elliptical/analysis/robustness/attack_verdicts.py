@@ -43,6 +43,7 @@ def attack_summary(store: ResultStore,
         s['paired'] = None
         if baseline in (None, name):
             continue
+        store.check_same_images(name, baseline)
         base = out[baseline]
         paired: Dict = dict(series={}, worst={}, notes=[])
 

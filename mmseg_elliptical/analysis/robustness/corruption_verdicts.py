@@ -18,6 +18,7 @@ def paired_test(store: ResultStore, name: str, baseline: str,
         dict: ``baseline``, ``metric`` and, for ``clean`` and ``mPC``, the
         :func:`~.bootstrap.paired_bootstrap` result or None with a ``note``.
     """
+    store.check_same_images(name, baseline)
     out: Dict = dict(baseline=baseline, metric='mIoU', notes=[])
     corrupted = [cell_key(c, s) for c in corruptions for s in severities]
     for what, keys in (('clean', [CLEAN]), ('mPC', corrupted)):

@@ -16,6 +16,7 @@ from typing import Dict, Optional, Sequence, Union
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from ...errors import GridInterrupted
 from ...utils.config import ModelSpec, load_config
 from .attacks import Attack
 from .loop import Cell, CellHook, key_of
@@ -102,10 +103,18 @@ def grid_config(spec: ModelSpec,
     return cfg, keep_class_iou
 
 
-def record_cell(store: ResultStore, name: str, metric: str,
-                keep_class_iou: bool, bar, key: str, metrics: Dict, areas,
-                seconds: float) -> None:
-    """Put a finished cell (its scalar metrics) in the store."""
+def record_cell(store: ResultStore,
+                name: str,
+                metric: str,
+                keep_class_iou: bool,
+                bar,
+                key: str,
+                metrics: Dict,
+                areas,
+                seconds: float,
+                images: Optional[Sequence[str]] = None) -> None:
+    """Put a finished cell (its scalar metrics) in the store, and the
+    model's test images (:meth:`~.store.ResultStore.set_images`)."""
     values = {
         k: round(float(v), 4)
         for k, v in metrics.items() if isinstance(v, numbers.Real) and (
@@ -115,6 +124,7 @@ def record_cell(store: ResultStore, name: str, metric: str,
         raise GridError(f'The evaluator reports {sorted(values)}, not the '
                         f'metric {metric!r} (--metric).')
     values.update(seconds=round(seconds, 3), finished=timestamp())
+    store.set_images(name, images)
     store.put(name, key, values, areas)
     if bar is not None:
         bar.update()
@@ -221,25 +231,31 @@ def run_cells(specs: Sequence[ModelSpec],
         f'done, {pending} to compute.',
         logger='current')
     bar = ProgressBar(pending) if pending and is_main_process() else None
-    for spec in specs:
-        if not todo[spec.name]:
-            continue
-        cfg, keep_class_iou = grid_config(spec, todo[spec.name], work_dir,
-                                          seed, max_images, cfg_options,
-                                          launch_options, quiet, per_class)
-        if batch_size is not None:
-            cfg.test_dataloader.batch_size = batch_size
-        with warnings.catch_warnings():
-            if quiet:
-                warnings.simplefilter('ignore')
-            runner = Runner.from_cfg(cfg)
-            runner.register_hook(
-                CellHook(
-                    partial(record_cell, store, spec.name, metric,
-                            keep_class_iou, bar)))
-            runner.test()
-    if bar is not None:
-        bar.file.write('\n')
+    try:
+        for spec in specs:
+            if not todo[spec.name]:
+                continue
+            cfg, keep_class_iou = grid_config(spec, todo[spec.name], work_dir,
+                                              seed, max_images, cfg_options,
+                                              launch_options, quiet, per_class)
+            if batch_size is not None:
+                cfg.test_dataloader.batch_size = batch_size
+            with warnings.catch_warnings():
+                if quiet:
+                    warnings.simplefilter('ignore')
+                runner = Runner.from_cfg(cfg)
+                runner.register_hook(
+                    CellHook(
+                        partial(record_cell, store, spec.name, metric,
+                                keep_class_iou, bar)))
+                runner.test()
+        if bar is not None:
+            bar.file.write('\n')
+    except KeyboardInterrupt:
+        kept = sum(len(m['cells']) for m in store.data['models'].values())
+        raise GridInterrupted(
+            f'interrupted: {kept} finished cells are kept in {path}; the '
+            'same command resumes from them') from None
     return store
 
 

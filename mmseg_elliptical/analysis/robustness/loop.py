@@ -130,14 +130,30 @@ def image_areas(evaluator) -> Optional[ImageAreas]:
     return None
 
 
+def image_paths(dataloader) -> Optional[List[str]]:
+    """The paths of a dataloader's images, in the order a test loop
+    evaluates them (its dataset's ``img_path``), or None when the dataset
+    does not give them."""
+    dataset = getattr(dataloader, 'dataset', None)
+    try:
+        paths = [
+            dataset.get_data_info(i).get('img_path')
+            for i in range(len(dataset))
+        ]
+    except (AttributeError, TypeError, KeyError, IndexError):
+        return None
+    return paths if all(isinstance(p, str) for p in paths) else None
+
+
 class CellHook(Hook):
     """Hand every finished cell of a :class:`CorruptionGridLoop` to a
-    callback: ``on_cell(key, metrics, areas, seconds)``.
+    callback: ``on_cell(key, metrics, areas, seconds, images)``.
 
     ``metrics`` are the evaluator's (the same on every process) and, for an
     attack, ``max_linf`` and ``max_l2`` of its perturbations, ``areas`` the
     per-image areas (on the main process, when kept; else None) and
-    ``seconds`` the cell's wall time.
+    ``seconds`` the cell's wall time, ``images`` the paths of its images in
+    order (:func:`image_paths`).
 
     Args:
         on_cell (Callable): The callback.
@@ -161,4 +177,4 @@ class CellHook(Hook):
                 metrics.update(loop.loop.perturbation_norms())
             self.on_cell(
                 key_of(loop.cell), metrics, image_areas(loop.evaluator),
-                time.time() - self.start)
+                time.time() - self.start, image_paths(loop.dataloader))

@@ -21,6 +21,12 @@ def bootstrap_or_note(
     if not a or any(x is None for x in (*a, *b)):
         notes.append(f'No paired test on {what}: {missing}')
         return None
+    counts = {len(x[0]) for x in a}, {len(x[0]) for x in b}
+    if counts[0] != counts[1]:  # a store without the images' paths
+        notes.append(f'No paired test on {what}: the test sets differ '
+                     f'({"/".join(map(str, sorted(counts[0])))} against '
+                     f'{"/".join(map(str, sorted(counts[1])))} images).')
+        return None
     try:
         return paired_bootstrap(a, b, resamples, seed)
     except ValueError as e:

@@ -2,11 +2,11 @@
 import json
 import os
 import os.path as osp
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
-from ...errors import GridError  # noqa: F401
+from ...errors import GridError
 from .bootstrap import ImageAreas
 
 CLEAN = 'clean'
@@ -60,6 +60,39 @@ class ResultStore:
                 f'{self.path} holds results of model {name!r} from '
                 f'{found}, not {ident}: pass --names to tell them apart, '
                 'another --work-dir, or delete the file to start over.')
+
+    def set_images(self, name: str, images: Optional[List[str]]) -> None:
+        """Record the test images (paths, in order) a model's cells were
+        evaluated on; they must stay the same in a resumed grid."""
+        entry = self.data['models'][name]
+        if images is None or entry.get('images') == list(images):
+            return
+        if entry.get('images') is not None:
+            raise GridError(
+                f'{self.path} holds results of model {name!r} on other test '
+                f'images ({len(entry["images"])} images, now '
+                f'{len(images)}): pass another --work-dir, or delete the '
+                'file to start over.')
+        entry['images'] = list(images)
+
+    def check_same_images(self, name: str, other: str) -> None:
+        """Refuse to pair two models evaluated on different test images (in
+        a store that recorded them).
+
+        Raises:
+            GridError: The test sets differ, in one line.
+        """
+        a, b = (self.data['models'][n].get('images') for n in (name, other))
+        if a is None or b is None or a == b:
+            return
+        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y),
+                 min(len(a), len(b)))
+        first = f'image {i}: {a[i]} against {b[i]}' if i < min(
+            len(a), len(b)) else f'the first {i} agree'
+        raise GridError(
+            f'The test sets differ: {name} was evaluated on {len(a)} images, '
+            f'{other} on {len(b)} ({first}); a paired comparison needs the '
+            'same images: give the models configs with the same test data.')
 
     def get(self, name: str, key: str) -> Optional[Dict]:
         """Metrics of a finished cell, or None."""
