@@ -18,15 +18,18 @@ def baseline_key(store: ResultStore, baseline: str, key: str) -> str:
     return key
 
 
-def attack_summary(store: ResultStore,
-                   names: Sequence[str],
-                   baseline: Optional[str] = None,
-                   resamples: int = 1000,
-                   seed: int = 0) -> Dict[str, Dict]:
+def attack_summary(
+        store: ResultStore,
+        names: Sequence[str],
+        baseline: Optional[str] = None,
+        resamples: int = 1000,
+        seed: int = 0,
+        epsilons: Optional[Sequence[float]] = None) -> Dict[str, Dict]:
     """Every model's :func:`~.summary.attack_model_summary` and, but for the
     baseline's, ``paired``: the paired bootstrap of ``model - baseline`` in
     mIoU of each series and of the worst case at each eps, and of the worst
-    case's mean over eps.
+    case's mean over eps. ``epsilons``: the headline eps that get a worst
+    case (default: every eps of the store).
 
     Returns:
         dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
@@ -36,7 +39,9 @@ def attack_summary(store: ResultStore,
     for name in names:
         out[name] = attack_model_summary(
             store.data['models'][name]['cells'],
-            lambda key, n=name: read(n, key))
+            lambda key, n=name: read(n, key),
+            labelled=lambda key, n=name: store.labelled(n, key),
+            epsilons=epsilons)
         out[name]['baseline'] = baseline
     for name in names:
         s = out[name]

@@ -13,6 +13,7 @@ import copy
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 from mmseg.registry import LOOPS
@@ -130,13 +131,24 @@ def image_areas(evaluator) -> Optional[ImageAreas]:
     return None
 
 
+def image_labelled(evaluator) -> Optional[np.ndarray]:
+    """The labelled pixels of every image an evaluator's metric kept
+    (``[images]``), or None."""
+    for metric in getattr(evaluator, 'metrics', []):
+        found = getattr(metric, 'image_labelled', None)
+        if found is not None:
+            return found
+    return None
+
+
 class CellHook(Hook):
     """Hand every finished cell of a :class:`CorruptionGridLoop` to a
     callback: ``on_cell(key, metrics, areas, seconds)``.
 
     ``metrics`` are the evaluator's (the same on every process) and, for an
     attack, ``max_linf`` and ``max_l2`` of its perturbations, ``areas`` the
-    per-image areas (on the main process, when kept; else None) and
+    per-image areas (on the main process, when kept; else None; with the
+    labelled pixels of each image as a third entry when kept) and
     ``seconds`` the cell's wall time.
 
     Args:
@@ -159,6 +171,10 @@ class CellHook(Hook):
             metrics = dict(metrics or {})
             if isinstance(loop.loop, AdversarialTestLoop):
                 metrics.update(loop.loop.perturbation_norms())
+            areas = image_areas(loop.evaluator)
+            labelled = image_labelled(loop.evaluator)
+            if areas is not None and labelled is not None:
+                areas = (*areas, labelled)
             self.on_cell(
-                key_of(loop.cell), metrics, image_areas(loop.evaluator),
+                key_of(loop.cell), metrics, areas,
                 time.time() - self.start)
