@@ -64,7 +64,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default='default',
         help=f'defaults of the options below: {presets}')
     parser.add_argument(
-        '--attacks', nargs='+', choices=rb.ATTACKS, help='attacks to run')
+        '--attacks',
+        nargs='+',
+        choices=[*rb.ATTACKS, *rb.PERTURBERS],
+        help='attacks to run (square: the query attack, L-inf, --queries)')
+    parser.add_argument(
+        '--queries',
+        type=cli.positive_int,
+        default=100,
+        help='queries of the square attack per image (default: 100)')
     parser.add_argument('--norm', choices=rb.NORMS, help='threat model')
     parser.add_argument(
         '--epsilons',
@@ -123,6 +131,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('argument --step-size: give the L2 step (0-1 scale); '
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
+    if 'square' in args.attacks and args.norm != 'linf':
+        parser.error('argument --attacks: the square attack is L-inf only; '
+                     'pass --norm linf or drop square.')
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     names = [s.name for s in args.specs]
@@ -137,10 +148,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def attack_cells(args: argparse.Namespace, adaptive: bool) -> List[rb.Attack]:
-    """The attack cells of the command line (:func:`rb.attack_cells`)."""
-    return rb.attack_cells(args.attacks, args.norm, args.epsilons, args.steps,
-                           args.step_size, args.step_ratio, args.random_start,
-                           adaptive, args.labels, args.seed)
+    """The attack cells of the command line (:func:`rb.attack_cells`); the
+    square attack's steps are its queries, and it has no adaptive form (it
+    reads outputs only)."""
+    gradient = [a for a in args.attacks if a != 'square']
+    cells = rb.attack_cells(gradient, args.norm, args.epsilons, args.steps,
+                            args.step_size, args.step_ratio, args.random_start,
+                            adaptive, args.labels, args.seed)
+    if 'square' in args.attacks and not adaptive:
+        cells += rb.attack_cells(['square'], args.norm, args.epsilons,
+                                 [args.queries], 1., None, False, False,
+                                 args.labels, args.seed)
+    return cells
 
 
 @cli.tool_main

@@ -10,13 +10,15 @@ rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images;
 summaries and paired tests (:mod:`.paired`), :mod:`.corruption_report`,
 :mod:`.corruption_figure` and :mod:`.attack_report` write them.
 :mod:`.attacks` adds the adversarial cells (PGD, FGSM, SegPGD, CosPGD) to
-the same grid. The command lines:
+the same grid, :mod:`.square` the query attack, :mod:`.worst` SEA's worst
+case over them. The command lines:
 ``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
 """
 from .attack_report import attack_markdown, write_attack_report
 from .attack_verdicts import attack_summary
-from .attacks import (ATTACKS, LABELS, NORMS, AdversarialTestLoop, Attack,
-                      elliptical_models, has_elliptical_layers, perturb)
+from .attacks import (ATTACKS, LABELS, NORMS, PERTURBERS, AdversarialTestLoop,
+                      Attack, elliptical_models, has_elliptical_layers,
+                      perturb)
 from .bootstrap import ImageAreas, miou, paired_bootstrap
 from .corruption_figure import heatmaps
 from .corruption_report import (csv_rows, grid_markdown, summary_rows,
@@ -30,6 +32,7 @@ from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
                         AttackProtocol, Protocol, attack_cells,
                         attack_settings, group_of, model_cells,
                         resolve_corruptions, resolve_severities)
+from .square import square_perturb
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
 
@@ -45,5 +48,6 @@ __all__ = [
     'resolve_corruptions', 'resolve_severities', 'csv_rows', 'grid_summary',
     'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
     'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
-    'grid_scores', 'model_summary', 'robustness_summary'
+    'grid_scores', 'model_summary', 'robustness_summary', 'PERTURBERS',
+    'square_perturb'
 ]

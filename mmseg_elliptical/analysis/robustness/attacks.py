@@ -27,6 +27,9 @@ from ...utils.config import ModelSpec, load_config
 from ...utils.registry import model_class
 
 ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
+#: Attacks of their own modules (e.g. ``square``): name -> a function with
+#: :func:`perturb`'s arguments, which :func:`perturb` hands them to.
+PERTURBERS: Dict[str, Callable] = {}
 NORMS = ('linf', 'l2')
 LABELS = ('gt', 'prediction')
 #: Pixels per unit of eps and step: L-inf in 0-255 levels, L2 on 0-1.
@@ -80,8 +83,9 @@ class Attack:
 def check_attack(attack: Attack) -> None:
     """Raise :class:`AnalysisError` for an attack that cannot run."""
     problems = []
-    if attack.name not in ATTACKS:
-        problems.append(f'attack {attack.name!r} is none of {ATTACKS}')
+    if attack.name not in ATTACKS + tuple(PERTURBERS):
+        problems.append(f'attack {attack.name!r} is none of '
+                        f'{ATTACKS + tuple(PERTURBERS)}')
     if attack.norm not in NORMS:
         problems.append(f'norm {attack.norm!r} is none of {NORMS}')
     if attack.labels not in LABELS:
@@ -215,6 +219,10 @@ def perturb(model,
     Returns:
         list[Tensor]: The float images, within the ball and [0, 255].
     """
+    if attack.name in PERTURBERS:
+        return PERTURBERS[attack.name](model, images, samples, attack,
+                                       ignore_index, forward, labels,
+                                       start_keys)
     device = next(model.parameters()).device
     x0 = [img.to(device).float() for img in images]
     if forward is None:
