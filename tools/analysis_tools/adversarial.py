@@ -102,6 +102,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='what the loss attacks: the ground truth, or the clean '
         'prediction (default: the protocol\'s)')
     parser.add_argument(
+        '--transfer',
+        metavar='SOURCE',
+        help='also evaluate every other model on the adversarial images '
+        'crafted on this model (a name of --names): cells '
+        'ATTACK@SOURCE/NORM/EPS/STEPS')
+    parser.add_argument(
         '--max-images',
         type=cli.positive_int,
         help='attack only the first N images')
@@ -137,6 +143,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     names = [s.name for s in args.specs]
+    if args.transfer is not None and (args.transfer not in names
+                                      or len(names) < 2):
+        parser.error(f'argument --transfer: {args.transfer!r} is none of '
+                     f'the models {names}, or there is no other model to '
+                     'evaluate on its adversarial images.')
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
     if args.adaptive and not any(args.elliptical.values()):
         parser.error('argument --adaptive: no model has an elliptical layer '
@@ -173,6 +184,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         cells = rb.model_cells(
             args.elliptical, args.cells,
             attack_cells(args, True) if args.adaptive else [])
+        if args.transfer is not None:
+            source = next(s for s in args.specs if s.name == args.transfer)
+            crafted = rb.transfer_cells(
+                [c for c in cells[source.name] if isinstance(c, rb.Attack)],
+                source, args.cfg_options)
+            for name in cells:
+                if name != source.name:
+                    cells[name] += crafted
         store = rb.run_cells(
             args.specs,
             cells,

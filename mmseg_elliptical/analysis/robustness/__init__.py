@@ -10,8 +10,9 @@ rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images;
 summaries and paired tests (:mod:`.paired`), :mod:`.corruption_report`,
 :mod:`.corruption_figure` and :mod:`.attack_report` write them.
 :mod:`.attacks` adds the adversarial cells (PGD, FGSM, SegPGD, CosPGD) to
-the same grid, :mod:`.square` the query attack, :mod:`.worst` SEA's worst
-case over them. The command lines:
+the same grid, :mod:`.square` the query attack, :mod:`.transfer` the
+transfer cells, :mod:`.worst` SEA's worst case over them. The command
+lines:
 ``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
 """
 from .attack_report import attack_markdown, write_attack_report
@@ -35,6 +36,7 @@ from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
 from .square import square_perturb
 from .store import CLEAN, GridError, ResultStore, cell_key
 from .summary import grid_scores, model_summary, robustness_summary
+from .transfer import TransferAttack, TransferTestLoop, transfer_cells
 
 __all__ = [
     'ATTACKS', 'LABELS', 'NORMS', 'AdversarialTestLoop', 'Attack',
@@ -49,5 +51,5 @@ __all__ = [
     'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
     'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
     'grid_scores', 'model_summary', 'robustness_summary', 'PERTURBERS',
-    'square_perturb'
+    'square_perturb', 'TransferAttack', 'TransferTestLoop', 'transfer_cells'
 ]

@@ -263,11 +263,12 @@ class AdversarialTestLoop(TestLoop):
         attack (dict): :class:`Attack`'s fields.
         **kwargs: ``TestLoop``'s arguments.
     """
+    cell_type = Attack
 
     def __init__(self, runner, dataloader, evaluator, attack: Dict,
                  **kwargs) -> None:
         super().__init__(runner, dataloader, evaluator, **kwargs)
-        self.attack = Attack(**attack)
+        self.attack = self.cell_type(**attack)
         self.max_linf = 0.
         self.max_l2 = 0.
 
@@ -281,8 +282,7 @@ class AdversarialTestLoop(TestLoop):
         ignore = getattr(head, 'ignore_index', 255)
         samples = data_batch['data_samples']
         with autocast(enabled=self.fp16):
-            xs = perturb(model, data_batch['inputs'], samples, self.attack,
-                         ignore)
+            xs = self.craft(model, data_batch['inputs'], samples, ignore)
             for x, img in zip(xs, data_batch['inputs']):
                 linf, l2 = norms(x, img.to(x.device).float())
                 self.max_linf, self.max_l2 = max(self.max_linf,
@@ -296,6 +296,10 @@ class AdversarialTestLoop(TestLoop):
             batch_idx=idx,
             data_batch=data_batch,
             outputs=outputs)
+
+    def craft(self, model, images, samples, ignore_index: int) -> List:
+        """The batch's adversarial images (:func:`perturb` on ``model``)."""
+        return perturb(model, images, samples, self.attack, ignore_index)
 
     def perturbation_norms(self) -> Dict[str, float]:
         """``max_linf`` and ``max_l2`` over every process (call on all)."""

@@ -23,6 +23,7 @@ from .attacks import AdversarialTestLoop, Attack
 from .bootstrap import ImageAreas
 from .pipeline import corrupted_loader_cfg
 from .store import cell_key
+from .transfer import TransferAttack, TransferTestLoop
 
 #: ``(corruption, severity)``, ``(None, None)`` (clean) or an attack.
 Cell = Union[Tuple[Optional[str], Optional[int]], Attack]
@@ -33,7 +34,7 @@ def as_cell(cell: Union[Sequence, Dict, Attack]) -> Cell:
     if isinstance(cell, Attack):
         return cell
     if isinstance(cell, dict):
-        return Attack(**cell)
+        return (TransferAttack if 'source' in cell else Attack)(**cell)
     return tuple(cell)
 
 
@@ -101,7 +102,8 @@ class CorruptionGridLoop(BaseLoop):
         for cell in self.cells:
             if isinstance(cell, Attack):
                 loop_cfg = dict(
-                    type=AdversarialTestLoop.__name__,
+                    type=(TransferTestLoop if isinstance(cell, TransferAttack)
+                          else AdversarialTestLoop).__name__,
                     attack=cell.to_dict(),
                     fp16=self.test_loop.get('fp16', False))
                 loader = subset_loader_cfg(self.loader_cfg, self.max_images)
