@@ -108,6 +108,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'crafted on this model (a name of --names): cells '
         'ATTACK@SOURCE/NORM/EPS/STEPS')
     parser.add_argument(
+        '--audit',
+        action='store_true',
+        help='the gradient-masking audit: also runs the eps sweep (up to 64 '
+        'levels), doubled steps, the square attack (--queries) and transfer '
+        'from every other model on the same images; a table and a verdict '
+        'per model')
+    parser.add_argument(
         '--max-images',
         type=cli.positive_int,
         help='attack only the first N images')
@@ -140,6 +147,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if 'square' in args.attacks and args.norm != 'linf':
         parser.error('argument --attacks: the square attack is L-inf only; '
                      'pass --norm linf or drop square.')
+    if args.audit and args.norm != 'linf':
+        parser.error('argument --audit: its eps sweep and square attack are '
+                     'L-inf; pass --norm linf.')
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     names = [s.name for s in args.specs]
@@ -192,6 +202,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             for name in cells:
                 if name != source.name:
                     cells[name] += crafted
+        if args.audit:
+            cells = rb.audit_cells(cells, args.specs, args.epsilons,
+                                   args.queries, args.step_ratio,
+                                   args.cfg_options)
         store = rb.run_cells(
             args.specs,
             cells,
@@ -208,9 +222,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                                         args.step_ratio, args.random_start,
                                         args.labels))
         if is_main_process():
-            text = rb.write_attack_report(store, [s.name for s in args.specs],
-                                          args.work_dir, args.baseline,
-                                          args.resamples, args.bootstrap_seed)
+            text = rb.write_attack_report(
+                store, [s.name for s in args.specs], args.work_dir,
+                args.baseline, args.resamples, args.bootstrap_seed,
+                args.epsilons, args.elliptical if args.audit else None)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

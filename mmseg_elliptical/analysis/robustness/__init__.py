@@ -11,8 +11,8 @@ summaries and paired tests (:mod:`.paired`), :mod:`.corruption_report`,
 :mod:`.corruption_figure` and :mod:`.attack_report` write them.
 :mod:`.attacks` adds the adversarial cells (PGD, FGSM, SegPGD, CosPGD) to
 the same grid, :mod:`.square` the query attack, :mod:`.transfer` the
-transfer cells, :mod:`.worst` SEA's worst case over them. The command
-lines:
+transfer cells, :mod:`.worst` SEA's worst case over them, :mod:`.audit` the
+gradient-masking audit. The command lines:
 ``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
 """
 from .attack_report import attack_markdown, write_attack_report
@@ -20,6 +20,7 @@ from .attack_verdicts import attack_summary
 from .attacks import (ATTACKS, LABELS, NORMS, PERTURBERS, AdversarialTestLoop,
                       Attack, elliptical_models, has_elliptical_layers,
                       perturb)
+from .audit import audit_cells, audit_markdown, gradient_masking_audit
 from .bootstrap import ImageAreas, miou, paired_bootstrap
 from .corruption_figure import heatmaps
 from .corruption_report import (csv_rows, grid_markdown, summary_rows,
@@ -51,5 +52,6 @@ __all__ = [
     'heatmaps', 'grid_markdown', 'paired_test', 'summary_rows',
     'write_robustness_report', 'CLEAN', 'GridError', 'ResultStore', 'cell_key',
     'grid_scores', 'model_summary', 'robustness_summary', 'PERTURBERS',
-    'square_perturb', 'TransferAttack', 'TransferTestLoop', 'transfer_cells'
+    'square_perturb', 'TransferAttack', 'TransferTestLoop', 'transfer_cells',
+    'audit_cells', 'audit_markdown', 'gradient_masking_audit'
 ]

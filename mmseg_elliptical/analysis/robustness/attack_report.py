@@ -6,6 +6,7 @@ from typing import Dict, Optional, Sequence
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
+from .audit import audit_markdown
 from .paired import interval
 from .store import ResultStore
 
@@ -54,6 +55,7 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
     ]
     if worst:
         lines += ['', '## Worst case', '', *worst]
+    lines += audit_markdown(summary)
     paired = []
     for name, s in summary.items():
         p = s.get('paired')
@@ -128,14 +130,18 @@ def write_attack_report(store: ResultStore,
                         work_dir: str,
                         baseline: Optional[str] = None,
                         resamples: int = 1000,
-                        seed: int = 0) -> str:
+                        seed: int = 0,
+                        epsilons: Optional[Sequence[float]] = None,
+                        audit: Optional[Dict[str, bool]] = None) -> str:
     """Add the summary to ``adversarial.json`` and write
-    ``adversarial.{md,csv,png}``.
+    ``adversarial.{md,csv,png}`` (``epsilons``, ``audit``: see
+    :func:`~.attack_verdicts.attack_summary`).
 
     Returns:
         str: The markdown: a title, then :func:`attack_markdown`.
     """
-    summary = attack_summary(store, names, baseline, resamples, seed)
+    summary = attack_summary(store, names, baseline, resamples, seed, epsilons,
+                             audit)
     store.data['summary'] = summary
     store.save()
     settings = store.data['settings']
