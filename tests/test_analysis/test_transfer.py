@@ -81,3 +81,35 @@ def test_bad_transfer_is_refused(extra, words, demo_models, capsys):
     assert words in refused(capsys, tool.main, demo_models + ARGS + extra)
     one = demo_models[:2] + ['--transfer', 'elliptical']
     assert 'no other model' in refused(capsys, tool.main, one)
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_single_process_cells(demo_models, tmp_path):
+    """Transfer and square cells on 2 processes (each crafts its share of
+    the images on the source) equal one process's."""
+    import json
+    import os.path as osp
+
+    from builders import ROOT
+    from processes import launch_env, run_command
+    argv = ARGS + [
+        '--attacks', 'pgd', 'square', '--queries', '3', '--transfer', 'ell'
+    ]
+    one = load_tool('analysis_tools/adversarial.py').main(
+        demo_models + argv +
+        ['--work-dir', str(tmp_path / 'one')])
+    run_command([
+        'bash',
+        osp.join(ROOT, 'tools', 'dist_adversarial.sh'), '2', *demo_models,
+        *argv, '--work-dir',
+        str(tmp_path / 'two')
+    ],
+                env=launch_env())
+    two = json.loads((tmp_path / 'two' / 'adversarial.json').read_text())
+    cells = two['models']['dot']['cells']
+    assert {'pgd@ell/linf/4/1', 'square@ell/linf/4/3'} <= set(cells)
+    for name in ('ell', 'dot'):
+        for key, cell in one['models'][name]['cells'].items():
+            for metric in ('mIoU', 'aAcc', 'max_linf'):
+                assert two['models'][name]['cells'][key][metric] == \
+                    cell[metric], (name, key, metric)

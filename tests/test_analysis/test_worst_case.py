@@ -104,6 +104,7 @@ def test_model_summary_takes_every_cell_at_the_headline_eps():
     stored = dict(zip(keys, cells))
     metrics = {k: dict(mIoU=1.) for k in keys}
     metrics['clean'] = dict(mIoU=2.)
+    metrics['pgd/linf/8/2'] = dict(mIoU=5.)  # the audit's sweep
     s = attack_model_summary(
         metrics,
         lambda k: rb.ImageAreas(*stored[k]),
@@ -116,6 +117,7 @@ def test_model_summary_takes_every_cell_at_the_headline_eps():
     assert s['worst']['4']['mIoU'] == pytest.approx(want.miou)
     assert s['worst']['4']['aAcc'] == pytest.approx(want.aacc)
     assert s['mean_over_eps']['worst'] == pytest.approx(want.miou)
+    assert s['mean_over_eps']['pgd/linf/2'] == 1.  # the headline eps only
     old = attack_model_summary(metrics, lambda k: rb.ImageAreas(*stored[k]))
     assert old['worst']['8']['aAcc'] is None
     assert any('labelled pixels' in n for n in old['notes'])

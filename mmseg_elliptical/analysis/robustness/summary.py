@@ -221,7 +221,8 @@ def attack_model_summary(cells: Dict[str, Dict],
         dict: ``clean``, ``series`` (``{series: {eps: value}}``), ``worst``
         (``{eps: {'mIoU', 'aAcc', 'choice', 'cells'}}``, see
         :func:`~.worst.worst_record`; None where areas are missing),
-        ``mean_over_eps`` (``{series or 'worst': value}``), ``worst_areas``
+        ``mean_over_eps`` (``{series or 'worst': value}``, over the
+        headline eps), ``worst_areas``
         (``{eps: ImageAreas}``, not JSON), ``series_keys``
         (:func:`attack_series`, not JSON) and ``notes``.
     """
@@ -259,8 +260,9 @@ def attack_model_summary(cells: Dict[str, Dict],
         result = greedy_worst_case(found, counts[0] if counts else None, seed)
         out['worst_areas'][f'{e:g}'] = result.areas
         out['worst'][f'{e:g}'] = worst_record(result, keys)
+    headline = {f'{e:g}' for e in found_eps}
     out['mean_over_eps'] = {
-        s: _mean(values.values())
+        s: _mean([v for e, v in values.items() if e in headline])
         for s, values in out['series'].items()
     }
     out['mean_over_eps']['worst'] = _mean(
