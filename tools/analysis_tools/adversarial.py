@@ -10,7 +10,11 @@ and eps, the per-image worst case over the attacks, the means over eps and,
 against ``--baseline``, a paired bootstrap over images. ``--adaptive`` lets
 the gradient flow through the relevance ``m`` too: each model with
 elliptical layers is attacked both ways (a model without them has no ``m``:
-its plain attack is the adaptive one). Outputs (in
+its plain attack is the adaptive one). ``--attacks square`` adds the query
+attack (``--queries``), ``--transfer SOURCE`` evaluates every other model on
+the images crafted on SOURCE, and ``--audit`` adds the cells of a
+gradient-masking audit and its verdict per model. The worst case is SEA's
+over every attack cell at each eps (docs/evidence.md). Outputs (in
 ``--work-dir``): ``adversarial.{json,md,csv,png}`` and ``areas/``.
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
