@@ -14,11 +14,11 @@ import torch
 from attack_oracles import (attack_by_hand, chosen_areas, logits_by_hand,
                             min_accuracy_by_hand, miou_by_hand,
                             switches_that_lower)
-from builders import (BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_head_model,
-                      tiny_mask_model)
+from builders import BACKBONES, HAS_MMDET, ROOT, seg_samples
 from mmengine.config import Config
 from processes import launch_env, load_tool, refused, run_command
 from saved_models import first_images, load_model
+from shipped_configs import tiny_head_model, tiny_mask_model
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
@@ -302,6 +302,18 @@ def test_grid_summary_against_an_independent_computation(attack_run):
     assert 'ell, eps 4: mIoU' in text
 
 
+#: A rerun of :data:`GRID` with any of these changes stored cells.
+STALE = (
+    ['--max-images', '2'],
+    ['--step-size', '1'],
+    ['--random-start'],
+    ['--labels', 'prediction'],
+    ['--cfg-options', 'model.test_cfg.mode=whole'],
+    ['--seed', '1'],
+    ['--norm', 'l2'],
+)
+
+
 def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
                                                  monkeypatch, capsys):
     tool = load_tool('analysis_tools/adversarial.py')
@@ -318,12 +330,8 @@ def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
     again = tool.main(argv)
     assert same(again['models'], data['models'])
     # Every setting that changes a cell but is not in its key refuses the
-    # stored results.
-    for extra in (['--max-images',
-                   '2'], ['--step-size',
-                          '1'], ['--random-start'], ['--labels', 'prediction'],
-                  ['--cfg-options',
-                   'model.test_cfg.mode=whole'], ['--seed', '1']):
+    # stored results; so does another norm (one threat model per store).
+    for extra in STALE:
         assert 'settings' in refused(capsys, tool.main, argv + extra), extra
 
 
