@@ -73,9 +73,9 @@ def test_square_reads_outputs_only(demo_models, monkeypatch):
     for x, img in zip(xs, batch['inputs']):
         delta = x - img.float()
         assert delta.abs().max() <= 8 and 0 <= x.min() and x.max() <= 255
-        inside = (x > 0) & (x < 255)  # not clamped: at a vertex
-        assert torch.equal(delta[inside].abs(),
-                           torch.full_like(delta[inside], 8.))
+        inside = (x > 0) & (x < 255)  # not clamped: 0 or at a vertex
+        moved = delta[inside].abs()
+        assert bool(((moved == 0) | (moved == 8)).all())
 
 
 def test_square_never_raises_the_accuracy_and_is_seeded(demo_models):
@@ -92,8 +92,10 @@ def test_square_never_raises_the_accuracy_and_is_seeded(demo_models):
     # More queries continue the same trajectory (the same draws first).
     one, many = run(1), run(30)
     clean = right_pixels(model, [x.float() for x in batch['inputs']], samples)
-    assert right_pixels(model, many,
-                        samples) <= right_pixels(model, one, samples)
+    for a, b, c in zip(
+            right_pixels(model, many, samples),
+            right_pixels(model, one, samples), clean):
+        assert a <= b <= c  # never above the clean image's
     assert sum(right_pixels(model, many, samples)) < sum(clean)
     again = run(30)
     assert all(torch.equal(a, b) for a, b in zip(many, again))

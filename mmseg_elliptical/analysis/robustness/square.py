@@ -3,16 +3,18 @@
 A query attack: it reads only the model's outputs, never a gradient, so it
 is the audit's black-box leg against gradient masking. L-inf: the
 perturbation starts at vertical stripes of +-eps (one sign per channel and
-column) and each query redraws one square window of it, one sign per
-channel, at the ball's vertices; the window's side follows the original
-schedule of ``p`` (the fraction of the image it covers, halved at fixed
-fractions of the queries). A query is kept when it lowers the image's pixel
-accuracy over its labelled pixels, or keeps it and raises the masked
-cross-entropy (over the pixels still classified right, SEA's MCE). Each
+column; at 0 when the stripes do not beat the clean image) and each query
+redraws one square window of it, one sign per channel, at +-eps; the
+window's side follows the original schedule of ``p`` (the fraction of the
+image it covers, halved at fixed fractions of the queries). A query is kept
+when it lowers the image's pixel accuracy over its labelled pixels, or keeps
+it and raises the masked cross-entropy (over the pixels still classified
+right, SEA's MCE); so the result is never more accurate than the clean
+image. Each
 image draws from its own generator, seeded by its path and the attack's
 seed, as the random starts of the gradient attacks. Cells
 ``square/linf/EPS/QUERIES``: :class:`~.attacks.Attack`'s ``steps`` are the
-queries, one forward per query and image (and one for the start).
+queries, one forward per query and image (and two for the start).
 """
 import math
 import zlib
@@ -88,8 +90,8 @@ def square_perturb(model,
     gradient).
 
     Returns:
-        list[Tensor]: The float images, at the ball's vertices (clamped to
-        [0, 255]).
+        list[Tensor]: The float images: each pixel moved by 0 or +-eps
+        (clamped to [0, 255]).
     """
     if attack.norm != 'linf' or attack.adaptive:
         raise AnalysisError('The square attack is L-inf and reads outputs '
@@ -115,6 +117,13 @@ def square_perturb(model,
         accuracy_and_mce(lg, lb, ignore_index)
         for lg, lb in zip(forward(xs), labels)
     ]
+    # The stripes are kept only when they beat the clean image: the result
+    # is never more accurate than the clean image.
+    for i, clean in enumerate(
+            accuracy_and_mce(lg, lb, ignore_index)
+            for lg, lb in zip(forward(x0), labels)):
+        if not better(scores[i], clean):
+            scores[i], deltas[i], xs[i] = clean, torch.zeros_like(x0[i]), x0[i]
     for q in range(attack.steps):
         trial = []
         for x, d, g in zip(x0, deltas, gens):
