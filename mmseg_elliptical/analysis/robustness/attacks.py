@@ -30,6 +30,9 @@ from .apgd import APGD_ATTACKS, apgd_images, apgd_problems
 
 PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
+#: Attacks of their own modules (e.g. ``square``): name -> a function with
+#: :func:`perturb`'s arguments, which :func:`perturb` hands them to.
+PERTURBERS: Dict[str, Callable] = {}
 NORMS = ('linf', 'l2')
 LABELS = ('gt', 'prediction')
 #: Pixels per unit of eps and step: L-inf in 0-255 levels, L2 on 0-1.
@@ -93,8 +96,9 @@ class Attack:
 def check_attack(attack: Attack) -> None:
     """Raise :class:`AnalysisError` for an attack that cannot run."""
     problems = []
-    if attack.name not in ATTACKS:
-        problems.append(f'attack {attack.name!r} is none of {ATTACKS}')
+    if attack.name not in ATTACKS + tuple(PERTURBERS):
+        problems.append(f'attack {attack.name!r} is none of '
+                        f'{ATTACKS + tuple(PERTURBERS)}')
     if attack.norm not in NORMS:
         problems.append(f'norm {attack.norm!r} is none of {NORMS}')
     if attack.labels not in LABELS:
@@ -233,6 +237,10 @@ def perturb(model,
     Returns:
         list[Tensor]: The float images, within the ball and [0, 255].
     """
+    if attack.name in PERTURBERS:
+        return PERTURBERS[attack.name](model, images, samples, attack,
+                                       ignore_index, forward, labels,
+                                       start_keys)
     device = next(model.parameters()).device
     x0 = [img.to(device).float() for img in images]
     if forward is None:
@@ -277,11 +285,12 @@ class AdversarialTestLoop(TestLoop):
         attack (dict): :class:`Attack`'s fields.
         **kwargs: ``TestLoop``'s arguments.
     """
+    cell_type = Attack
 
     def __init__(self, runner, dataloader, evaluator, attack: Dict,
                  **kwargs) -> None:
         super().__init__(runner, dataloader, evaluator, **kwargs)
-        self.attack = Attack(**attack)
+        self.attack = self.cell_type(**attack)
         self.max_linf = 0.
         self.max_l2 = 0.
 
@@ -295,8 +304,7 @@ class AdversarialTestLoop(TestLoop):
         ignore = getattr(head, 'ignore_index', 255)
         samples = data_batch['data_samples']
         with autocast(enabled=self.fp16):
-            xs = perturb(model, data_batch['inputs'], samples, self.attack,
-                         ignore)
+            xs = self.craft(model, data_batch['inputs'], samples, ignore)
             for x, img in zip(xs, data_batch['inputs']):
                 linf, l2 = norms(x, img.to(x.device).float())
                 self.max_linf, self.max_l2 = max(self.max_linf,
@@ -310,6 +318,10 @@ class AdversarialTestLoop(TestLoop):
             batch_idx=idx,
             data_batch=data_batch,
             outputs=outputs)
+
+    def craft(self, model, images, samples, ignore_index: int) -> List:
+        """The batch's adversarial images (:func:`perturb` on ``model``)."""
+        return perturb(model, images, samples, self.attack, ignore_index)
 
     def perturbation_norms(self) -> Dict[str, float]:
         """``max_linf`` and ``max_l2`` over every process (call on all)."""
