@@ -25,14 +25,18 @@
 # make export (make demo's checkpoint, trained first if missing, exported to
 # ONNX, verified against PyTorch and tested with onnxruntime: its mIoU must
 # equal PyTorch's within 0.01).
-# Optional: WHEELHOUSE=DIR points pip at prebuilt wheels (e.g. an mmcv 2.1.0
-# wheel built for torch 2.13.0) so mmcv need not be compiled (~15 min).
+# mmcv: without CUDA the set-up installs mmcv-lite and a stand-in for mmcv's
+# compiled ops (about 3 min in all); MMCV=full installs full mmcv (compiled
+# for ~15 min unless WHEELHOUSE=DIR points pip at prebuilt wheels, e.g. an
+# mmcv 2.1.0 wheel built for torch 2.13.0). make test-full-mmcv: the tests
+# that touch mmcv's ops in a second venv with full mmcv (FULL_VENV).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
 # demo's matrices are small, and two threads competing with other processes
 # for two cores run many times slower than one.
 PYTHON ?= python3
 VENV ?= .venv
 WHEELHOUSE ?=
+MMCV ?= auto
 DEMO_THREADS ?= 1
 DEMO_CONFIG ?= configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
 DEMO_DOT_CONFIG ?= configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
@@ -42,10 +46,11 @@ PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
 .PHONY: setup demo demo-dot demo-tb compare export lint test test-fast benchmark \
-	speed report adversarial
+	speed report adversarial test-full-mmcv
 
 setup:
-	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" bash tools/misc/setup_env.sh
+	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" MMCV="$(MMCV)" \
+		bash tools/misc/setup_env.sh
 
 demo: setup
 	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_CONFIG) --work-dir work_dirs/demo_elliptical
@@ -114,6 +119,25 @@ test: setup lint
 
 test-fast: setup
 	$(PYTEST) -m "not slow"
+
+# Full mmcv keeps a test: a second venv with mmcv's compiled ops (from
+# FULL_WHEELHOUSE, CI's ../shared/wheels; compiled without it), running the
+# tests that reach mmcv's ops (deformable attention, Mask2Former and
+# MaskFormer, their export) and the stand-in's tests (a real extension found).
+FULL_VENV ?= .venv-full
+FULL_WHEELHOUSE ?= ../shared/wheels
+FULL_MMCV_TESTS ?= tests/test_tools/test_mmcv_ext_standin.py \
+	tests/test_models/test_decode_heads/test_mmdet_extra.py \
+	tests/test_models/test_decode_heads/test_query_decoder.py \
+	tests/test_models/test_decode_heads/test_mask_head_configs.py \
+	tests/test_deploy/test_query_head_export.py \
+	tests/test_benchmark/test_query_head_variants.py
+
+test-full-mmcv:
+	@PYTHON="$(PYTHON)" VENV="$(abspath $(FULL_VENV))" MMCV=full EXTRAS=tests,mmdet,deploy \
+		WHEELHOUSE="$(if $(wildcard $(FULL_WHEELHOUSE)),$(abspath $(FULL_WHEELHOUSE)))" \
+		bash tools/misc/setup_env.sh
+	OMP_NUM_THREADS=1 $(FULL_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) $(FULL_MMCV_TESTS)
 
 benchmark: setup
 	$(PY) tools/analysis_tools/benchmark.py $(BENCHMARK_ARGS) --out-dir work_dirs/benchmark

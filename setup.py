@@ -1,5 +1,18 @@
 """Packaging for mmseg-elliptical, an MMSegmentation 1.x plugin."""
+from importlib.metadata import PackageNotFoundError, version
 from setuptools import find_packages, setup
+
+MMCV_VERSIONS = '>=2.0.0rc4,<2.2.0'
+
+
+def mmcv_requirement() -> str:
+    """mmcv-lite where the set-up installed it (a CPU venv, with a stand-in
+    for the compiled ops: docs/install.md), else full mmcv."""
+    try:
+        version('mmcv-lite')
+    except PackageNotFoundError:
+        return 'mmcv' + MMCV_VERSIONS
+    return 'mmcv-lite' + MMCV_VERSIONS
 
 
 def readme() -> str:
@@ -18,7 +31,7 @@ setup(
     packages=find_packages(include=['mmseg_elliptical', 'mmseg_elliptical.*']),
     install_requires=[
         'torch>=2.0,<2.14',
-        'mmcv>=2.0.0rc4,<2.2.0',
+        mmcv_requirement(),
         'mmengine>=0.10.0,<1.0',
         'mmsegmentation>=1.2.0,<1.3',
         # mmengine resolves `mmseg::` configs through pkg_resources

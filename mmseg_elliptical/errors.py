@@ -44,11 +44,19 @@ class ExportError(ValueError):
     that cannot serve (missing, not ONNX, its weights file apart)."""
 
 
+class CompiledOpError(RuntimeError):
+    """A compiled mmcv op reached in a venv set up with mmcv-lite, whose
+    ``mmcv._ext`` is a stand-in (tools/misc/mmcv_ext_standin.py); the
+    message names the op and how to install full mmcv."""
+
+
 class GridInterrupted(KeyboardInterrupt):
     """Ctrl-C during a grid: its message says how many finished cells the
     store keeps (a tool ends on it with that one line, status 130)."""
 
 
-#: What a user gave wrong: a tool ends on these with one line, status 2.
+#: What a user gave wrong (or a venv set up without what was asked): a tool
+#: ends on these with one line, status 2.
 INPUT_ERRORS = (ConfigError, InputError, ConversionError, AnalysisError,
-                GridError, CheckpointError, SourceError, ExportError)
+                GridError, CheckpointError, SourceError, ExportError,
+                CompiledOpError)

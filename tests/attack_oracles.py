@@ -3,6 +3,7 @@
 config's mean and std, mmseg's ``inference`` (whole or slide), the resize to
 the label's size, the per-pixel losses from log-softmax, and the ascent and
 projection steps with textbook formulas, one image at a time."""
+import itertools
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -98,23 +99,47 @@ def attack_by_hand(model,
     return x
 
 
-def worst_case_by_hand(cells: List[tuple]) -> tuple:
-    """Per image, the ``(intersect, union)`` row of the cell with the
-    lowest mIoU of that image alone, with loops."""
+def min_accuracy_by_hand(cells: List[tuple], labelled: np.ndarray) -> tuple:
+    """Per image the cell of lowest pixel accuracy (correct over labelled
+    pixels, the first on a tie), and the pooled accuracy (percent) of that
+    choice, with loops."""
+    pick, correct = [], 0
+    for i in range(cells[0][0].shape[0]):
+        accs = [float(a[i].sum()) / max(int(labelled[i]), 1) for a, _ in cells]
+        j = accs.index(min(accs))
+        pick.append(j)
+        correct += int(cells[j][0][i].sum())
+    return pick, 100 * correct / int(np.sum(labelled))
+
+
+def chosen_areas(cells: List[tuple], choice: List[int]) -> tuple:
+    """The ``(intersect, union)`` rows of each image's chosen cell."""
+    return (np.array([cells[c][0][i] for i, c in enumerate(choice)]),
+            np.array([cells[c][1][i] for i, c in enumerate(choice)]))
+
+
+def switches_that_lower(cells: List[tuple],
+                        choice: List[int],
+                        tol: float = 1e-9) -> List[tuple]:
+    """Every ``(image, cell)`` whose switch alone lowers the pooled mIoU of
+    ``choice`` (empty: a local optimum), with loops."""
+    now = miou_by_hand(*chosen_areas(cells, choice))
+    found = []
+    for i in range(len(choice)):
+        for c in range(len(cells)):
+            other = list(choice)
+            other[i] = c
+            if miou_by_hand(*chosen_areas(cells, other)) < now - tol:
+                found.append((i, c))
+    return found
+
+
+def lowest_miou_brute_force(cells: List[tuple]) -> float:
+    """The lowest pooled mIoU over every choice of one cell per image."""
     images = cells[0][0].shape[0]
-    inter, union = [], []
-    for i in range(images):
-        best, pick = None, 0
-        for j, (a, b) in enumerate(cells):
-            present = b[i] > 0
-            if not present.any():
-                continue
-            score = np.mean(a[i][present] / b[i][present])
-            if best is None or score < best:
-                best, pick = score, j
-        inter.append(cells[pick][0][i])
-        union.append(cells[pick][1][i])
-    return np.array(inter), np.array(union)
+    return min(
+        miou_by_hand(*chosen_areas(cells, list(choice)))
+        for choice in itertools.product(range(len(cells)), repeat=images))
 
 
 def miou_by_hand(inter: np.ndarray, union: np.ndarray) -> float:

@@ -1,23 +1,23 @@
-"""Builders of the tests: paths, the one table of tiny models, configs,
-models, segmentors, samples and the benchmark's variants.
+"""Builders of the tests: paths, the one table of tiny models, the demo
+configs, models, segmentors and samples.
 
 Every test that needs a tiny model of a family takes it from
 :data:`TINY_MODELS` (the deploy tests' shrunk shipped configs aside:
-``tests/test_deploy/test_export.py``). Saved models on the demo data are
-:mod:`saved_models`' job; shared checks :mod:`checks`', spies
-:mod:`spies`', processes :mod:`processes`'. ``pytest.ini`` puts this folder
+``tests/test_deploy/test_export.py``). The shipped configs shrunk are
+:mod:`shipped_configs`' job, the benchmark's variants :mod:`bench_builders`',
+ONNX files :mod:`onnx_builders`', saved models on the demo data
+:mod:`saved_models`'; shared checks :mod:`checks`', spies :mod:`spies`',
+processes :mod:`processes`'. ``pytest.ini`` puts this folder
 on ``sys.path``, so any test imports these modules whatever its depth.
 """
 import copy
-import glob
 import importlib.util
-import os
 import os.path as osp
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-from mmengine.config import Config, ConfigDict
+from mmengine.config import Config
 from torch import Tensor
 
 from mmseg_elliptical.models import (EllipticalBEiT, EllipticalMAE,
@@ -210,7 +210,7 @@ def tiny_family(name: str, device='cpu', dropout: bool = True, **kwargs):
     return model.train(), [x] if name == 'head' else x
 
 
-# ---------------------------------------------------------------- configs
+# ------------------------------------------------------ the demo configs
 
 
 def demo_config(path: str, demo_root: str, work_dir: str) -> Config:
@@ -255,64 +255,6 @@ def tiny_config(path: str, demo_root: str, work_dir: str,
         **overrides
     })
     return cfg
-
-
-def config_paths(*dirs: str) -> List[str]:
-    """The shipped configs of ``configs/<dir>/`` for each of ``dirs``,
-    sorted."""
-    return sorted(
-        p for d in dirs
-        for p in glob.glob(osp.join(ROOT, 'configs', d, '*.py')))
-
-
-def sync_bn_to_bn(cfg):
-    """SyncBN -> BN everywhere in a (nested) config, in place; returns it."""
-    if isinstance(cfg, dict):
-        if cfg.get('type') == 'SyncBN':
-            cfg['type'] = 'BN'
-        for v in cfg.values():
-            sync_bn_to_bn(v)
-    elif isinstance(cfg, (list, tuple)):
-        for v in cfg:
-            sync_bn_to_bn(v)
-    return cfg
-
-
-def mmseg_names() -> Dict[str, str]:
-    """Elliptical class name -> the name of the mmseg class it converts."""
-    from mmseg_elliptical.models.conversion import ELLIPTICAL_VERSIONS
-    return {
-        cls.__name__: src.__name__
-        for src, cls in ELLIPTICAL_VERSIONS.items()
-    }
-
-
-def mmseg_config_file(name: str) -> str:
-    """The file of an ``mmseg::`` config, where mmengine's resolution finds
-    it (``mmseg/.mim/configs``), for reading it without its
-    ``custom_imports``."""
-    from mmengine.utils import get_installed_path
-    path = osp.join(
-        get_installed_path('mmsegmentation'), '.mim', 'configs',
-        name.split('::', 1)[-1])
-    assert osp.isfile(path), path
-    return path
-
-
-def mmseg_base(path: str) -> str:
-    """The ``mmseg::`` config a shipped config inherits (maybe through one of
-    ours)."""
-    import ast
-    with open(path, encoding='utf-8') as f:
-        tree = ast.parse(f.read())
-    bases = next(
-        ast.literal_eval(node.value) for node in tree.body
-        if isinstance(node, ast.Assign) and node.targets[0].id == '_base_')
-    bases = [bases] if isinstance(bases, str) else bases
-    assert len(bases) == 1, (path, bases)
-    if bases[0].startswith('mmseg::'):
-        return bases[0]
-    return mmseg_base(osp.join(osp.dirname(path), bases[0]))
 
 
 # --------------------------------------------------------- samples, models
@@ -378,146 +320,6 @@ def build_module(cfg: dict, seed: int = 0) -> torch.nn.Module:
     return module
 
 
-def tiny_query_head(head: ConfigDict,
-                    in_channels: Sequence[int],
-                    num_queries: int,
-                    num_points: int,
-                    channels: int = 16,
-                    heads: int = 2) -> ConfigDict:
-    """Shrink a MaskFormer / Mask2Former head config in place: ``channels``
-    wide with ``heads`` heads and feed-forwards twice as wide in the decoder
-    (and in Mask2Former's deformable pixel decoder, one layer of 2 points),
-    GN(4) in the pixel decoder.
-
-    Args:
-        head (ConfigDict): The ``decode_head`` of a config.
-        in_channels (Sequence[int]): The backbone's stage widths.
-        num_queries (int): Queries of the decoder.
-        num_points (int): Mask2Former's points of the mask loss.
-        channels (int): Width of the decoder and pixel decoder.
-        heads (int): Heads of their attentions.
-
-    Returns:
-        ConfigDict: ``head``.
-    """
-    C = channels
-    head.update(
-        in_channels=in_channels,
-        feat_channels=C,
-        out_channels=C,
-        num_queries=num_queries)
-    pixel_decoder = head.pixel_decoder
-    pixel_decoder.norm_cfg = dict(type='GN', num_groups=4)
-    encoder = pixel_decoder.get('encoder')
-    if encoder:  # Mask2Former's deformable pixel decoder
-        encoder.num_layers = 1
-        encoder.layer_cfg.self_attn_cfg.update(
-            embed_dims=C, num_heads=heads, num_points=2)
-        encoder.layer_cfg.ffn_cfg.update(
-            embed_dims=C, feedforward_channels=2 * C)
-        pixel_decoder.positional_encoding.num_feats = C // 2
-        head.train_cfg.num_points = num_points
-    head.positional_encoding.num_feats = C // 2
-    layer = head.transformer_decoder.layer_cfg
-    for attn in ('self_attn_cfg', 'cross_attn_cfg'):
-        layer[attn].update(embed_dims=C, num_heads=heads)
-    layer.ffn_cfg.update(embed_dims=C, feedforward_channels=2 * C)
-    return head
-
-
-def tiny_swin(bb: ConfigDict, size: int) -> list:
-    """Shrink a Swin config in place (depths and heads kept); returns the
-    stage widths."""
-    bb.embed_dims //= 4  # 8 channels per head in every Swin of these configs
-    bb.pop('init_cfg', None)
-    bb.pretrain_img_size = size
-    return [bb.embed_dims * 2**i for i in range(4)]
-
-
-def _map_channels(cfg, mapping):
-    """Replace channel counts of the old backbone by the tiny one's."""
-    if isinstance(cfg, (list, tuple)):
-        return type(cfg)(_map_channels(c, mapping) for c in cfg)
-    if not isinstance(cfg, dict):
-        return cfg
-    for key, value in cfg.items():
-        if key in ('in_channels', 'out_channels', 'embed_dims', 'channels'):
-            if isinstance(value, int):
-                cfg[key] = mapping.get(value, value)
-            elif isinstance(value, (list, tuple)):
-                cfg[key] = type(value)(mapping.get(v, v) for v in value)
-        else:
-            cfg[key] = _map_channels(value, mapping)
-    return cfg
-
-
-def tiny_head_model(model_cfg: ConfigDict, size: int) -> ConfigDict:
-    """A ViT, MiT or PCPVT config's model (its decode, auxiliary heads and
-    neck) shrunk to a few tiny layers for ``size`` x ``size`` inputs,
-    offline, BN for SyncBN."""
-    cfg = copy.deepcopy(model_cfg)
-    cfg.pretrained = None
-    cfg.data_preprocessor.size = (size, size)
-    bb = cfg.backbone
-    bb.pop('init_cfg', None)
-    kind = mmseg_names().get(bb.type, bb.type)
-    if kind == 'VisionTransformer':
-        mapping = {bb.get('embed_dims', 768): 16}
-        k = len(bb.out_indices) if isinstance(bb.out_indices,
-                                              (list, tuple)) else 1
-        bb.update(
-            embed_dims=16,
-            num_heads=2,
-            num_layers=4,
-            mlp_ratio=2,
-            img_size=(size, size),
-            out_indices=tuple(range(4 - k, 4)) if k > 1 else 3)
-    elif kind == 'MixVisionTransformer':
-        old = [bb.embed_dims * h for h in bb.num_heads]
-        bb.update(
-            embed_dims=8, num_heads=[1, 2, 2, 4], num_layers=[2, 2, 2, 2])
-        mapping = dict(zip(old, [8, 16, 16, 32]))
-    elif kind == 'PCPVT':
-        mapping = dict(zip(bb.embed_dims, [8, 16, 32, 64]))
-        bb.update(
-            embed_dims=[8, 16, 32, 64],
-            num_heads=[1, 2, 4, 8],
-            depths=[2, 2, 2, 2])
-    else:
-        raise AssertionError(f'no shrink rule for {kind}')
-    for part in ('neck', 'decode_head', 'auxiliary_head'):
-        if cfg.get(part):
-            cfg[part] = sync_bn_to_bn(_map_channels(cfg[part], mapping))
-    return cfg
-
-
-def tiny_mask_model(path: str, size: int, channels: int) -> ConfigDict:
-    """A MaskFormer, Mask2Former or KNet config's model at a tiny size
-    (``size`` x ``size`` inputs, ``channels`` wide heads), offline, BN for
-    SyncBN."""
-    model = copy.deepcopy(Config.fromfile(path).model)
-    model.pretrained = None
-    model.data_preprocessor.size = (size, size)
-    widths = tiny_swin(model.backbone, size)
-    head = model.decode_head
-    C = channels
-    if osp.basename(osp.dirname(path)) == 'knet':
-        head.kernel_generate_head.update(in_channels=widths, channels=C)
-        for stage in head.kernel_update_head:
-            stage.update(
-                in_channels=C,
-                out_channels=C,
-                feedforward_channels=2 * C,
-                num_heads=2)
-            stage.kernel_updator_cfg.update(
-                in_channels=C, feat_channels=C, out_channels=C)
-        model.auxiliary_head.update(in_channels=widths[2], channels=C)
-    else:
-        tiny_query_head(
-            head, widths, num_queries=8, num_points=256, channels=C, heads=2)
-    return sync_bn_to_bn(model)
-
-
 def build_segmentor(path: str = DEMO_ELLIPTICAL,
                     **overrides) -> torch.nn.Module:
     """The tiny demo segmentor of ``path`` (see :func:`tiny_config`),
@@ -538,8 +340,6 @@ def build_segmentor(path: str = DEMO_ELLIPTICAL,
 
 
 # The tiny demo segmentor without any dropout and with the elliptical head
-# (deterministic training steps: DDP, checkpoints).
-
 # The tiny demo segmentor without any dropout and with the elliptical head
 # (deterministic training steps: DDP, checkpoints).
 SEGMENTOR_NO_DROPOUT = {
@@ -587,58 +387,6 @@ def set_fused(model, fused: bool) -> None:
             module.fused_attn = fused
 
 
-# ---------------------------------------------------------- benchmark
-
-BENCH_VIT_T = osp.join(
-    ROOT, 'configs', 'segmenter',
-    'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
-
-
-BENCH_MMSEG_VIT_T = 'mmseg::segmenter/segmenter_vit-t_mask_8xb1-160k_' \
-    'ade20k-512x512.py'
-# The ViT-T config shrunk for the benchmark tests (as --cfg-options).
-
-# The ViT-T config shrunk for the benchmark tests (as --cfg-options).
-BENCH_TINY = {
-    'model.backbone.num_layers': 3,
-    'model.backbone.embed_dims': 24,
-    'model.backbone.img_size': 64,
-    'model.decode_head.in_channels': 24,
-    'model.decode_head.channels': 24,
-    'model.decode_head.embed_dims': 24,
-}
-
-BENCH_TINY_ARGS = ['--cfg-options'
-                   ] + [f'{k}={v}' for k, v in BENCH_TINY.items()]
-
-
-def tiny_variants(
-        roles=('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref'),
-        config=BENCH_VIT_T,
-        **kwargs):
-    """The benchmark's variants of a shrunk (:data:`BENCH_TINY`) config."""
-    from mmseg_elliptical.benchmark.variants import derive_variants
-    from mmseg_elliptical.utils.config import load_config
-    cfg = load_config(config, BENCH_TINY, no_pretrained=True)
-    return derive_variants('vit', config, cfg.model.to_dict(), roles, **kwargs)
-
-
-def tiny_family_variants(family: str,
-                         roles=('elliptical', 'fused-dot', 'mmseg-dot'),
-                         whole_model: bool = False,
-                         **overrides):
-    """The benchmark's variants of a segmentor around the tiny ``family``
-    backbone of :data:`TINY_MODELS` (mmseg's ``FCNHead`` on its last feature
-    map); ``overrides`` change the backbone's arguments."""
-    from mmseg_elliptical.benchmark.variants import derive_variants
-    tiny = TINY_MODELS[family]
-    model = dict(
-        type='EncoderDecoder',
-        backbone=dict(tiny.args, type=tiny.cls.__name__, **overrides),
-        decode_head=tiny_fcn_head(family))
-    return derive_variants(family, f'{family}.py', model, roles, whole_model)
-
-
 def tiny_fcn_head(family: str) -> dict:
     """mmseg's ``FCNHead`` (5 classes, 8 channels) on the last feature map
     of the tiny ``family`` backbone."""
@@ -651,64 +399,3 @@ def tiny_fcn_head(family: str) -> dict:
         concat_input=False,
         num_classes=5,
         loss_decode=dict(type='CrossEntropyLoss'))
-
-
-def onnx_graph(path: str,
-               classes: int = 4,
-               op: str = 'Conv',
-               weights_apart: bool = False) -> str:
-    """A small ONNX model written with onnx's helpers (no export): a 1x1
-    convolution from ``[batch, 3, height, width]`` to ``classes`` channels
-    (``op`` another name: a graph onnxruntime refuses); ``weights_apart``
-    keeps the weights in ``PATH.data``, as torch's exporter does."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    weight = numpy_helper.from_array(
-        np.ones((classes, 3, 1, 1), np.float32), 'weight')
-    graph = helper.make_graph(
-        [helper.make_node(op, ['input', 'weight'], ['seg_logits'])], 'tiny', [
-            helper.make_tensor_value_info('input', TensorProto.FLOAT,
-                                          ['batch', 3, 'height', 'width'])
-        ], [
-            helper.make_tensor_value_info(
-                'seg_logits', TensorProto.FLOAT,
-                ['batch', classes, 'height', 'width'])
-        ], [weight])
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid('', 18)])
-    model.ir_version = 8
-    onnx.save_model(
-        model,
-        path,
-        save_as_external_data=weights_apart,
-        location=osp.basename(path) + '.data',
-        size_threshold=0)
-    return path
-
-
-#: What :func:`onnx_files` writes: a good graph and the ONNX files that
-#: cannot serve, by name.
-ONNX_FILES = ('good', 'cut', 'empty', 'page', 'apart', 'unknown')
-
-
-def onnx_files(folder) -> Dict[str, str]:
-    """A good ONNX graph (:func:`onnx_graph`) and the bad ones beside it in
-    ``folder``: cut short, empty, a text page, one whose weights file is
-    gone, one with an operator onnxruntime does not know.
-
-    Returns:
-        dict: ``{name: path}`` for the names of :data:`ONNX_FILES`.
-    """
-    paths = {n: osp.join(str(folder), f'{n}.onnx') for n in ONNX_FILES}
-    with open(onnx_graph(paths['good']), 'rb') as f:
-        data = f.read()
-    with open(paths['cut'], 'wb') as f:
-        f.write(data[:len(data) // 2])
-    open(paths['empty'], 'wb').close()
-    with open(paths['page'], 'w') as f:
-        f.write('<html>404 Not Found</html>\n')
-    onnx_graph(paths['apart'], weights_apart=True)
-    os.remove(paths['apart'] + '.data')
-    onnx_graph(paths['unknown'], op='NoSuchOp')
-    return paths

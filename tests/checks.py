@@ -11,9 +11,9 @@ from typing import Callable, Dict, Optional
 import pytest
 import torch
 import torch.nn as nn
-from builders import (BEIT_ARCH, randomise, seg_samples, set_fused,
-                      sync_bn_to_bn)
+from builders import BEIT_ARCH, randomise, seg_samples, set_fused
 from mmengine.config import Config
+from shipped_configs import sync_bn_to_bn
 from spies import saved_bytes, saved_scores_bytes
 from torch import Tensor
 from torch.utils._pytree import tree_flatten

@@ -1,14 +1,16 @@
 """Fixtures shared by the tests. The support modules (``builders``,
-``saved_models``, ``checks``, ``spies``, ``processes``) and the oracles are
+``shipped_configs``, ``bench_builders``, ``onnx_builders``, ``saved_models``,
+``checks``, ``spies``, ``processes``) and the oracles are
 registered for pytest's assert rewriting, so their asserts report as the
 tests' own."""
 import sys
 
 import pytest
 
-pytest.register_assert_rewrite('attack_oracles', 'builders', 'checks',
-                               'evidence_oracles', 'oracles', 'processes',
-                               'saved_models', 'spies')
+pytest.register_assert_rewrite('attack_oracles', 'bench_builders', 'builders',
+                               'checks', 'evidence_oracles', 'onnx_builders',
+                               'oracles', 'processes', 'saved_models',
+                               'shipped_configs', 'spies')
 
 import builders  # noqa: E402
 import saved_models  # noqa: E402

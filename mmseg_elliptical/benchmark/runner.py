@@ -2,7 +2,7 @@
 ratios of each config's elliptical model to its baselines."""
 import os
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -61,6 +61,14 @@ class BenchmarkOptions:
     flops_sizes: List[int] = field(default_factory=list)
     seed: int = 0
     onnxruntime: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> 'BenchmarkOptions':
+        """The options of a parsed command line with an argument per field
+        (``compile`` a flag and its backend in ``compile_backend``)."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        values['compile'] = args.compile_backend if args.compile else None
+        return cls(**values)
 
     def groups(self) -> List[Tuple[int, Tuple[str, ...]]]:
         """The (size, modes) timed together, in order."""

@@ -19,7 +19,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 from ..errors import CheckpointError, ConfigError
 from ..utils.config import load_config
-from ..utils.registry import unknown_types_as_config_errors
+from ..utils.registry import check_model_types, unknown_types_as_config_errors
 
 
 class WeightsFit(NamedTuple):
@@ -154,6 +154,7 @@ def check_weights_fit(config: str,
     """
     from mmseg.apis import init_model
     cfg = load_config(config, copy.deepcopy(cfg_options), no_pretrained=True)
+    check_model_types(cfg)
     with unknown_types_as_config_errors():
         model_state = init_model(cfg, None, device='cpu').state_dict()
     loaded = CheckpointLoader.load_checkpoint(

@@ -15,6 +15,9 @@ from ..errors import ConfigError
 NOT_REGISTERED = re.compile(r'(\w+) is not in the (\w+)::(\w+) registry')
 #: The parts of an mmseg segmentor config built from ``MODELS``.
 MODEL_PARTS = ('backbone', 'neck', 'decode_head', 'auxiliary_head')
+#: Layer configs mmcv's builders look up in ``MODELS``; their ``KeyError``
+#: does not name the type ("Cannot find None in registry ...").
+LAYER_CFGS = ('norm_cfg', 'act_cfg', 'conv_cfg')
 
 
 def registry_named(scope: str, name: str) -> Optional[Registry]:
@@ -84,9 +87,22 @@ def model_class(kind) -> Optional[type]:
     return kind if isinstance(kind, type) else MODELS.get(kind)
 
 
+def layer_types(cfg) -> Iterator[str]:
+    """The ``type`` of every :data:`LAYER_CFGS` dict in a (nested) config."""
+    items = cfg.items() if isinstance(cfg, dict) else enumerate(cfg) \
+        if isinstance(cfg, (list, tuple)) else ()
+    for key, value in items:
+        if key in LAYER_CFGS and isinstance(value, dict) and isinstance(
+                value.get('type'), str):
+            yield value['type']
+        else:
+            yield from layer_types(value)
+
+
 def check_model_types(cfg: Config) -> None:
-    """Check, without building it, that mmseg's ``MODELS`` registry holds the
-    types of the config's model and of its backbone, neck and heads.
+    """Check, without building it, that mmseg's ``MODELS`` registry (with
+    its parents) holds the types of the config's model, of its backbone,
+    neck and heads, and of every norm, activation and convolution layer.
 
     Raises:
         ConfigError: One of them is not registered.
@@ -97,7 +113,7 @@ def check_model_types(cfg: Config) -> None:
         return
     parts = [model] + [model.get(p) for p in MODEL_PARTS]
     parts = [c for p in parts for c in (p if isinstance(p, list) else [p])]
-    for part in parts:
-        kind = part.get('type') if isinstance(part, dict) else None
+    kinds = [p.get('type') for p in parts if isinstance(p, dict)]
+    for kind in kinds + list(layer_types(model)):
         if isinstance(kind, str) and MODELS.get(kind) is None:
             raise unknown_type_error(kind, MODELS.scope, MODELS.name)

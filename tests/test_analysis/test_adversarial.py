@@ -11,13 +11,14 @@ import time
 import numpy as np
 import pytest
 import torch
-from attack_oracles import (attack_by_hand, logits_by_hand, miou_by_hand,
-                            worst_case_by_hand)
-from builders import (BACKBONES, HAS_MMDET, ROOT, seg_samples, tiny_head_model,
-                      tiny_mask_model)
+from attack_oracles import (attack_by_hand, chosen_areas, logits_by_hand,
+                            min_accuracy_by_hand, miou_by_hand,
+                            switches_that_lower)
+from builders import BACKBONES, HAS_MMDET, ROOT, seg_samples
 from mmengine.config import Config
 from processes import launch_env, load_tool, refused, run_command
 from saved_models import first_images, load_model
+from shipped_configs import tiny_head_model, tiny_mask_model
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
@@ -83,7 +84,7 @@ def test_attacks_equal_the_hand_written_ones_on_every_family(
     model.eval()
     norm, eps, steps, step, adaptive = FAMILY_ATTACKS[family]
     batch = first_batch(paths[0])
-    for name in attacks.ATTACKS:
+    for name in attacks.PGD_ATTACKS:
         got = check_against_hand(
             model, batch,
             attacks.Attack(name, norm, eps, steps, step, adaptive=adaptive))
@@ -97,7 +98,7 @@ def test_attacks_equal_the_hand_written_ones_on_every_family(
     assert all(p.grad is None for p in model.parameters())
 
 
-@pytest.mark.parametrize('name', attacks.ATTACKS)
+@pytest.mark.parametrize('name', attacks.PGD_ATTACKS)
 @pytest.mark.parametrize('norm', attacks.NORMS)
 def test_every_attack_and_norm_on_the_demo_model(name, norm, demo_models):
     """L-inf on the ground truth, L2 on the prediction from a random
@@ -218,6 +219,11 @@ def areas_of(work, name, key):
         return f['intersect'], f['union']
 
 
+def labelled_of(work, name, key):
+    with np.load(osp.join(work, 'areas', name, f'{key}.npz')) as f:
+        return f['labelled']
+
+
 def test_grid_cells(attack_run):
     work, data = attack_run
     for name in ('ell', 'dot'):
@@ -251,26 +257,38 @@ def test_grid_summary_against_an_independent_computation(attack_run):
         assert s['series']['pgd/linf/2']['4'] == cells['pgd/linf/4/2']['mIoU']
         for eps in ('0', '4'):
             keys = [f'fgsm/linf/{eps}/1', f'pgd/linf/{eps}/2']
-            inter, union = worst_case_by_hand(
-                [areas_of(work, name, k) for k in keys])
-            assert s['worst'][eps] == pytest.approx(miou_by_hand(inter, union))
+            found = [areas_of(work, name, k) for k in keys]
+            labelled = labelled_of(work, name, keys[0])
+            worst = s['worst'][eps]
+            assert worst['cells'] == keys
+            choice = [keys.index(worst['choice'][str(i)]) for i in range(3)]
+            assert switches_that_lower(found, choice) == []
+            assert worst['mIoU'] == pytest.approx(
+                miou_by_hand(*chosen_areas(found, choice)))
+            assert worst['aAcc'] == pytest.approx(
+                min_accuracy_by_hand(found, labelled)[1])
+            # The stored labelled pixels are mmseg's: the clean aAcc.
+            inter, _ = areas_of(work, name, 'clean')
+            assert 100 * inter.sum() / labelled.sum() == pytest.approx(
+                cells['clean']['aAcc'], abs=0.01)
         means = s['mean_over_eps']
         assert means['pgd/linf/2'] == pytest.approx(
             (cells['pgd/linf/0/2']['mIoU'] + cells['pgd/linf/4/2']['mIoU']) /
             2)
         assert means['worst'] == pytest.approx(
-            (s['worst']['0'] + s['worst']['4']) / 2)
+            (s['worst']['0']['mIoU'] + s['worst']['4']['mIoU']) / 2)
     assert summary['dot']['paired'] is None
     paired = summary['ell']['paired']
-    worst = {
-        n: [
-            worst_case_by_hand([
-                areas_of(work, n, f'fgsm/linf/{e}/1'),
-                areas_of(work, n, f'pgd/linf/{e}/2')
-            ]) for e in ('0', '4')
+
+    def worst_of(n, e):
+        keys = [f'fgsm/linf/{e}/1', f'pgd/linf/{e}/2']
+        choice = [
+            keys.index(summary[n]['worst'][e]['choice'][str(i)])
+            for i in range(3)
         ]
-        for n in ('ell', 'dot')
-    }
+        return chosen_areas([areas_of(work, n, k) for k in keys], choice)
+
+    worst = {n: [worst_of(n, e) for e in ('0', '4')] for n in ('ell', 'dot')}
     want = rb.paired_bootstrap([rb.ImageAreas(*worst['ell'][1])],
                                [rb.ImageAreas(*worst['dot'][1])], 100, 0)
     assert paired['worst']['4'] == pytest.approx(want)
@@ -282,6 +300,19 @@ def test_grid_summary_against_an_independent_computation(attack_run):
     assert 'not reliable below 30 images (3)' in text
     assert 'ell - dot, worst case, eps 4:' in text
     assert 'eps in 0-255 levels: 0 = 0/255 = 0, 4 = 4/255 = 0.01569;' in text
+    assert 'ell, eps 4: mIoU' in text
+
+
+#: A rerun of :data:`GRID` with any of these changes stored cells.
+STALE = (
+    ['--max-images', '2'],
+    ['--step-size', '1'],
+    ['--random-start'],
+    ['--labels', 'prediction'],
+    ['--cfg-options', 'model.test_cfg.mode=whole'],
+    ['--seed', '1'],
+    ['--norm', 'l2'],
+)
 
 
 def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
@@ -300,12 +331,8 @@ def test_grid_resumes_and_refuses_stale_settings(demo_models, attack_run,
     again = tool.main(argv)
     assert same(again['models'], data['models'])
     # Every setting that changes a cell but is not in its key refuses the
-    # stored results.
-    for extra in (['--max-images',
-                   '2'], ['--step-size',
-                          '1'], ['--random-start'], ['--labels', 'prediction'],
-                  ['--cfg-options',
-                   'model.test_cfg.mode=whole'], ['--seed', '1']):
+    # stored results; so does another norm (one threat model per store).
+    for extra in STALE:
         assert 'settings' in refused(capsys, tool.main, argv + extra), extra
 
 

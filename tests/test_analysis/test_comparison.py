@@ -68,13 +68,20 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
         # there is m; its clean cell is the accuracy section's.
         attacked = data['adversarial'][name]
         assert attacked['clean'] == acc['mIoU']
-        series = ['pgd/linf/5', 'segpgd/linf/5']
+        series = ['apgd-mce/linf/5', 'pgd/linf/5', 'segpgd/linf/5']
         if name == 'ell':
             series = [
-                'pgd-adaptive/linf/5', *series[:1], 'segpgd-adaptive/linf/5',
-                series[1]
+                f'{n}{a}/linf/5' for n in ('apgd-mce', 'pgd', 'segpgd')
+                for a in ('-adaptive', '')
             ]
-        assert list(attacked['series']) == series
+        assert [s for s in attacked['series'] if s in series] == series
+        # The audit's cells (doubled steps, square, transfer from the other
+        # model) and verdict; its eps sweep stays out of the worst case.
+        other = 'dot' if name == 'ell' else 'ell'
+        assert {'pgd/linf/10', 'square/linf/20',
+                f'pgd@{other}/linf/5'} <= set(attacked['series'])
+        assert attacked['series']['pgd/linf/5'].keys() >= {'8', '64'}
+        assert attacked['audit']['verdict']
         assert sorted(attacked['worst']) == ['1', '4']
         for mode in ('infer', 'train'):
             row = data['speed'][name][mode]

@@ -5,8 +5,8 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import (BACKBONES, BENCH_TINY, ROOT, TINY_MODELS,
-                      tiny_family_variants)
+from bench_builders import BENCH_TINY, tiny_family_variants
+from builders import BACKBONES, ROOT, TINY_MODELS
 
 from mmseg_elliptical.benchmark import runner as runner_module
 from mmseg_elliptical.benchmark.runner import (BenchmarkOptions, run_benchmark,

@@ -5,8 +5,8 @@
 import json
 
 import pytest
-from builders import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T
-from processes import load_tool
+from bench_builders import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T
+from processes import load_tool, refused
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -200,3 +200,26 @@ def _cells(markdown: str) -> str:
                                        for c in line.strip('|').split('|')) +
                      ' |' if line.startswith('|') else line
                      for line in markdown.splitlines())
+
+
+def test_onnxruntime_without_the_deploy_extra_is_one_line(
+        tool, capsys, monkeypatch):
+    from mmseg_elliptical.deploy import requirements
+    monkeypatch.setattr(requirements, 'missing_packages', lambda:
+                        ('onnxruntime', ))
+    line = refused(capsys, tool.main, ['--onnxruntime'])
+    assert '--onnxruntime needs onnxruntime, which are not installed; ' \
+        'install the deploy extra: pip install' in line, line
+
+
+def test_the_options_are_the_command_lines(tool):
+    args = tool.parse_args([
+        '--sizes', '64', '32', '--attack-sizes', '32', '--compile',
+        '--compile-backend', 'eager'
+    ])
+    options = tool.BenchmarkOptions.from_args(args)
+    assert (options.sizes, options.train_sizes, options.flops_sizes,
+            options.attack_sizes) == ([64, 32], [64, 32], [64, 32], [32])
+    assert options.compile == 'eager'
+    args = tool.parse_args(['--train-sizes', '512'])
+    assert tool.BenchmarkOptions.from_args(args).compile is None

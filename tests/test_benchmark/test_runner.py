@@ -2,7 +2,7 @@
 a step under ``torch.compile``."""
 import pytest
 import torch
-from builders import tiny_variants
+from bench_builders import tiny_variants
 
 from mmseg_elliptical.benchmark.runner import (MEMORY, BenchmarkOptions,
                                                ratios, run_benchmark,

@@ -7,7 +7,8 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn.functional as F
-from builders import BENCH_MMSEG_VIT_T, BENCH_TINY, ROOT, tiny_variants
+from bench_builders import BENCH_MMSEG_VIT_T, BENCH_TINY, tiny_variants
+from builders import ROOT
 from mmseg.models.backbones import VisionTransformer
 from oracles import naive_attention
 

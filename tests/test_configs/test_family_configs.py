@@ -6,14 +6,14 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import (ROOT, config_paths, mmseg_base, seg_samples,
-                      tiny_head_model)
+from builders import ROOT, seg_samples
 from checks import (check_interchange, check_loss_trains_every_parameter,
                     tiny_train_step)
 from mmengine.config import Config, ConfigDict
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope, init_default_scope
 from mmseg.registry import MODELS
+from shipped_configs import config_paths, mmseg_base, tiny_head_model
 
 from mmseg_elliptical.models import (EllipticalBEiT, EllipticalMAE,
                                      EllipticalSwinTransformer)

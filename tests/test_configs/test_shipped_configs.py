@@ -8,9 +8,10 @@ import sys
 
 import pytest
 from builders import (DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, MMDET_CONFIG_DIRS,
-                      ROOT, mmseg_base, mmseg_config_file, mmseg_names)
+                      ROOT)
 from mmengine.config import Config
 from processes import run_command
+from shipped_configs import mmseg_base, mmseg_config_file, mmseg_names
 
 CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))

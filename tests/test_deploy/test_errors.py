@@ -8,9 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from builders import HAS_MMDET, ROOT, onnx_files, tiny_query_head
+from builders import HAS_MMDET, ROOT
 from mmengine.config import Config
+from onnx_builders import onnx_files
 from processes import load_tool, refused
+from shipped_configs import tiny_query_head
 
 from mmseg_elliptical.deploy import (ExportError, ONNXRuntimeSegmentor,
                                      build_segmentor, check_input, export_onnx,

@@ -14,8 +14,9 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import HAS_MMDET, ROOT, tiny_query_head
+from builders import HAS_MMDET, ROOT
 from mmengine.config import ConfigDict
+from shipped_configs import tiny_query_head
 
 from mmseg_elliptical.deploy import build_segmentor, export_onnx
 from mmseg_elliptical.utils import load_config

@@ -13,9 +13,10 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import ROOT, build_module, seg_samples, tiny_query_head
+from builders import ROOT, build_module, seg_samples
 from mmcv.cnn.bricks.transformer import MultiScaleDeformableAttention
 from mmengine.config import Config
+from shipped_configs import tiny_query_head
 from torch.utils._pytree import tree_leaves
 
 from mmseg_elliptical.deploy.deform_attn import \

@@ -12,11 +12,12 @@ import sys
 import pytest
 import torch
 from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, ROOT,
-                      sync_bn_to_bn, tiny_config, tiny_query_head)
+                      tiny_config)
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 from processes import free_port, run_command
 from saved_models import family_config
+from shipped_configs import sync_bn_to_bn, tiny_query_head
 
 from mmseg_elliptical.analysis import measure_collapse
 from mmseg_elliptical.errors import ConfigError
@@ -328,6 +329,48 @@ def test_measure_leaves_the_model_and_the_random_state(demo_root, tmp_path,
     torch.set_rng_state(states[2])
     hook.measure(runner, 3, images=True)
     assert [f() for f in rng] == expected
+
+
+def test_a_measure_that_draws_random_numbers_leaves_every_generator(
+        demo_root, tmp_path, monkeypatch) -> None:
+    """A measure that draws from Python's, numpy's and torch's CPU
+    generators: it draws the numbers training would have drawn next, and
+    training still draws them after it."""
+    import random
+
+    import numpy as np
+
+    from mmseg_elliptical.engine.hooks import (EllipticalEvidenceHook,
+                                               evidence_hook)
+    runner = Runner.from_cfg(
+        hooked_config(
+            DEMO_ELLIPTICAL,
+            demo_root,
+            str(tmp_path),
+            experiment_name=f'draws_{tmp_path.name}'))
+    hook = [h for h in runner.hooks
+            if isinstance(h, EllipticalEvidenceHook)][0]
+    hook.before_run(runner)
+    entropy = evidence_hook.layer_entropy
+    drawn = []
+
+    def drawing(*args, **kwargs):
+        drawn.append(draw())
+        return entropy(*args, **kwargs)
+
+    def draw() -> tuple:
+        return random.random(), float(np.random.rand()), torch.rand(1).item()
+
+    def seed() -> None:
+        random.seed(5), np.random.seed(5), torch.manual_seed(5)
+
+    monkeypatch.setattr(evidence_hook, 'layer_entropy', drawing)
+    seed()
+    expected = draw()
+    seed()
+    hook.measure(runner, 1)
+    assert drawn == [expected]
+    assert draw() == expected
 
 
 def measured(cfg, tmp_path, hook: dict) -> tuple:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from builders import onnx_graph
+from onnx_builders import onnx_graph
 from processes import load_tool, refused
 from saved_models import load_model
 
@@ -61,6 +61,29 @@ def test_the_error_names_the_files_the_counts_and_the_fix(
         assert part in text, text
     note = check_weights_fit(config, other_vit, allow_partial=True)
     assert note.startswith('Partial load (--allow-partial)')
+
+
+@pytest.mark.parametrize('fault', ['missing', 'unexpected'])
+def test_a_checkpoint_one_key_off_is_refused(demo_models, tmp_path, fault):
+    """The demo checkpoint with exactly one key gone (or one extra), every
+    other key and shape right: refused, naming that key."""
+    config, good = demo_models[:2]
+    checkpoint = torch.load(good, weights_only=False)
+    state = checkpoint['state_dict']
+    key = 'backbone.cls_token'
+    if fault == 'missing':
+        state.pop(key)
+        words = f'1 of them are not in the checkpoint (first: {key})'
+    else:
+        key = 'backbone.extra'
+        state[key] = torch.zeros(1)
+        words = f"1 of the checkpoint's are not in the model (first: {key})"
+    path = str(tmp_path / f'{fault}.pth')
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError) as error:
+        check_weights_fit(config, path)
+    assert words in str(error.value)
+    assert 'differ in shape' not in str(error.value)
 
 
 def forbidden(*args, **kwargs):

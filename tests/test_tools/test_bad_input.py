@@ -10,7 +10,7 @@ import os.path as osp
 import sys
 
 import pytest
-from builders import onnx_files
+from onnx_builders import onnx_files
 from processes import load_tool, refused, run_tool_main
 
 import mmseg_elliptical  # noqa: F401

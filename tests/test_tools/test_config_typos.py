@@ -17,14 +17,17 @@ TYPO = "type='EllipticVisionTransformer' is not in the mmseg::model " \
 
 @pytest.fixture(scope='module')
 def typos(demo_models, tmp_path_factory) -> dict:
-    """The demo config with a misspelt backbone type, and with a misspelt
-    loss type (found only when the model is built)."""
+    """The demo config with a misspelt backbone type, with a misspelt loss
+    type (found only when the model is built), and with a misspelt norm type
+    (registered in mmengine's registry only)."""
     tmp = tmp_path_factory.mktemp('typos')
     paths = {}
     for name, key, value in (('backbone', 'model.backbone.type',
                               'EllipticVisionTransformer'),
                              ('loss', 'model.decode_head.loss_decode.type',
-                              'CrossEntropyLos')):
+                              'CrossEntropyLos'),
+                             ('norm', 'model.backbone.norm_cfg.type',
+                              'SynBN')):
         cfg = Config.fromfile(demo_models[0])
         cfg.merge_from_dict({key: value, 'work_dir': str(tmp / 'wd')})
         paths[name] = str(tmp / f'{name}.py')
@@ -89,3 +92,25 @@ def test_the_launch_check_names_a_misspelt_type(tool, argv, typos, demo_models,
     argv = argv.format(backbone=typos['backbone'], ckpt=demo_models[1])
     line = refused(capsys, check_args.main, [tool, *argv.split()])
     assert TYPO in line, line
+
+
+#: The norm typo's line: mmengine's registry, mmseg's parent, holds SyncBN.
+NORM_TYPO = "type='SynBN' is not in the mmseg::model registry (closest " \
+    'registered: SyncBN'
+
+
+@pytest.mark.parametrize('tool', ['train.py', 'analysis_tools/collapse.py'])
+def test_a_misspelt_norm_is_named_with_mmengines_names(tool, typos,
+                                                       demo_models, capsys,
+                                                       monkeypatch):
+    """mmcv's ``build_norm_layer`` would raise "Cannot find None in
+    registry", naming no type."""
+    monkeypatch.setattr('mmengine.runner.Runner.from_cfg', forbidden)
+    if tool == 'train.py':
+        line = refused(capsys,
+                       lambda args: run_tool_main(monkeypatch, tool, *args),
+                       [typos['norm']])
+    else:
+        line = refused(capsys,
+                       load_tool(tool).main, [typos['norm'], demo_models[1]])
+    assert NORM_TYPO in line, line

@@ -43,6 +43,34 @@ def test_a_typo_deep_in_a_nested_build_is_found_too():
                            ' registry (closest registered: CrossEntropyLoss')
 
 
+def test_a_typo_of_a_type_only_mmengines_registry_holds():
+    """``SyncBN`` is registered in mmengine's ``MODELS`` (mmseg's parent)
+    only: the suggestions search the parents too."""
+    assert 'SyncBN' not in MODELS.module_dict
+    assert "type='SynBN' is not in the mmseg::model registry (closest " \
+        'registered: SyncBN' in str(unknown_type_error('SynBN', 'mmseg',
+                                                       'model'))
+
+
+@pytest.mark.parametrize('key', [
+    'model.backbone.norm_cfg.type', 'model.backbone.act_cfg.type',
+    'model.decode_head.loss_decode.type'
+])
+def test_check_model_types_reads_the_layers_too(key):
+    """mmcv's ``build_norm_layer`` raises "Cannot find None in registry"
+    for an unknown norm, without its name: checked before building."""
+    cfg = Config.fromfile(DEMO_ELLIPTICAL)
+    cfg.merge_from_dict({key: 'SynBN'})
+    if 'loss' in key:  # not a layer config: left to the build
+        check_model_types(cfg)
+        return
+    with pytest.raises(ConfigError) as error:
+        check_model_types(cfg)
+    assert str(error.value).startswith(
+        "type='SynBN' is not in the mmseg::model registry (closest "
+        'registered: SyncBN')
+
+
 def test_other_errors_are_left_alone():
     assert registry_error(KeyError('backbone')) is None
     assert registry_error(

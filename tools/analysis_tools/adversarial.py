@@ -1,7 +1,8 @@
 """Adversarial robustness of one or more segmentors, side by side.
 
 Every model is attacked on the config's test images (PGD, SegPGD, CosPGD,
-FGSM; L-inf or L2) at each eps, through mmengine's runner and test loop, and
+FGSM, and APGD with SEA's losses: ``apgd-mce``, ``apgd-mce-bal``,
+``apgd-js``; L-inf or L2) at each eps, through mmengine's runner and test loop, and
 each finished cell is saved to ``<work-dir>/adversarial.json`` at once, so a
 rerun resumes. With ``--launcher pytorch`` (``tools/dist_adversarial.sh``) or
 ``slurm`` (``tools/slurm_adversarial.sh``) every cell's images are split
@@ -10,8 +11,14 @@ and eps, the per-image worst case over the attacks, the means over eps and,
 against ``--baseline``, a paired bootstrap over images. ``--adaptive`` lets
 the gradient flow through the relevance ``m`` too: each model with
 elliptical layers is attacked both ways (a model without them has no ``m``:
-its plain attack is the adaptive one). Outputs (in
-``--work-dir``): ``adversarial.{json,md,csv,png}`` and ``areas/``.
+its plain attack is the adaptive one). ``--attacks square`` adds the query
+attack (``--queries``), ``--transfer SOURCE`` evaluates every other model on
+the images crafted on SOURCE, and ``--audit`` adds the cells of a
+gradient-masking audit and its verdict per model. The worst case is SEA's
+over every attack cell at each eps (docs/evidence.md). Outputs (in
+``--work-dir``): ``adversarial.{json,md,csv,png}``, ``areas/`` and, with
+``apgd-mce-bal``, ``class_weights.json`` (the training set's class weights,
+counted once).
 
 Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 
@@ -56,7 +63,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default='default',
         help=f'defaults of the options below: {presets}')
     parser.add_argument(
-        '--attacks', nargs='+', choices=rb.ATTACKS, help='attacks to run')
+        '--attacks',
+        nargs='+',
+        choices=[*rb.ATTACKS, *rb.PERTURBERS],
+        help='attacks to run (square: the query attack, L-inf, --queries)')
+    parser.add_argument(
+        '--queries',
+        type=cli.positive_int,
+        default=100,
+        help='queries of the square attack per image (default: 100)')
     parser.add_argument('--norm', choices=rb.NORMS, help='threat model')
     parser.add_argument(
         '--epsilons',
@@ -72,11 +87,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--steps',
         nargs='+',
         type=cli.positive_int,
-        help='steps of the iterative attacks')
+        help='steps of the iterative attacks (APGD: its iterations, >= 4 '
+        'for L-inf)')
     parser.add_argument(
         '--step-size',
         type=cli.positive_float,
-        help='step, in eps\'s unit (default: the protocol\'s)')
+        help='step, in eps\'s unit (default: the protocol\'s; APGD sets its '
+        'own)')
     parser.add_argument(
         '--random-start',
         action='store_true',
@@ -90,6 +107,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         choices=rb.LABELS,
         help='what the loss attacks: the ground truth, or the clean '
         'prediction (default: the protocol\'s)')
+    parser.add_argument(
+        '--transfer',
+        metavar='SOURCE',
+        help='also evaluate every other model on the adversarial images '
+        'crafted on this model (a name of --names): cells '
+        'ATTACK@SOURCE/NORM/EPS/STEPS')
+    parser.add_argument(
+        '--audit',
+        action='store_true',
+        help='the gradient-masking audit: also runs the eps sweep (up to 64 '
+        'levels), doubled steps, the square attack (--queries) and transfer '
+        'from every other model on the same images; a table and a verdict '
+        'per model')
     parser.add_argument(
         '--max-images',
         type=cli.positive_int,
@@ -126,11 +156,24 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('argument --step-size: give the L2 step (0-1 scale); '
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
+    if 'square' in args.attacks and args.norm != 'linf':
+        parser.error('argument --attacks: the square attack is L-inf only; '
+                     'pass --norm linf or drop square.')
+    if args.audit and args.norm != 'linf':
+        parser.error('argument --audit: its eps sweep and square attack are '
+                     'L-inf; pass --norm linf.')
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     check_run(parser, args, args.specs, __file__)
     names = [s.name for s in args.specs]
+    if args.transfer is not None and (args.transfer not in names
+                                      or len(names) < 2):
+        parser.error(f'argument --transfer: {args.transfer!r} is none of '
+                     f'the models {names}, or there is no other model to '
+                     'evaluate on its adversarial images.')
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
+    args.class_weights = rb.class_weights_of(args.attacks, args.specs,
+                                             args.cfg_options, args.work_dir)
     if args.adaptive and not any(args.elliptical.values()):
         parser.error('argument --adaptive: no model has an elliptical layer '
                      f'({", ".join(names)}), so there is no relevance m to '
@@ -141,10 +184,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def attack_cells(args: argparse.Namespace, adaptive: bool) -> List[rb.Attack]:
-    """The attack cells of the command line (:func:`rb.attack_cells`)."""
-    return rb.attack_cells(args.attacks, args.norm, args.epsilons, args.steps,
-                           args.step_size, args.step_ratio, args.random_start,
-                           adaptive, args.labels, args.seed)
+    """The attack cells of the command line (:func:`rb.attack_cells`); the
+    square attack's steps are its queries, and it has no adaptive form (it
+    reads outputs only)."""
+    gradient = [a for a in args.attacks if a != 'square']
+    cells = rb.attack_cells(gradient, args.norm, args.epsilons, args.steps,
+                            args.step_size, args.step_ratio, args.random_start,
+                            adaptive, args.labels, args.seed)
+    if 'square' in args.attacks and not adaptive:
+        cells += rb.attack_cells(['square'], args.norm, args.epsilons,
+                                 [args.queries], 1., None, False, False,
+                                 args.labels, args.seed)
+    return cells
 
 
 @cli.tool_main
@@ -155,9 +206,22 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from mmengine.dist import is_main_process
     args = parse_args(argv)
     with process_group(cli.launcher_of(args)) as launch:
-        cells = rb.model_cells(
-            args.elliptical, args.cells,
-            attack_cells(args, True) if args.adaptive else [])
+        cells = rb.weighted_cells(
+            rb.model_cells(args.elliptical, args.cells,
+                           attack_cells(args, True) if args.adaptive else []),
+            args.class_weights)
+        if args.transfer is not None:
+            source = next(s for s in args.specs if s.name == args.transfer)
+            crafted = rb.transfer_cells(
+                [c for c in cells[source.name] if isinstance(c, rb.Attack)],
+                source, args.cfg_options)
+            for name in cells:
+                if name != source.name:
+                    cells[name] += crafted
+        if args.audit:
+            cells = rb.audit_cells(cells, args.specs, args.epsilons,
+                                   args.queries, args.step_ratio,
+                                   args.cfg_options)
         store = rb.run_cells(
             args.specs,
             cells,
@@ -174,9 +238,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                                         args.step_ratio, args.random_start,
                                         args.labels))
         if is_main_process():
-            text = rb.write_attack_report(store, [s.name for s in args.specs],
-                                          args.work_dir, args.baseline,
-                                          args.resamples, args.bootstrap_seed)
+            text = rb.write_attack_report(
+                store, [s.name for s in args.specs], args.work_dir,
+                args.baseline, args.resamples, args.bootstrap_seed,
+                args.epsilons, args.elliptical if args.audit else None)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

@@ -26,7 +26,7 @@ Example::
     python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
 """
 import argparse
-import dataclasses
+import operator
 import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
@@ -37,6 +37,7 @@ from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
                                         BenchmarkOptions, config_variants,
                                         run_benchmark)
 from mmseg_elliptical.benchmark.reporting import csv_table, figure, markdown
+from mmseg_elliptical.deploy.requirements import require_deploy
 from mmseg_elliptical.utils import model_names, write_report
 from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
                                               config_file, device,
@@ -175,16 +176,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error('--clock process measures CPU time: use it with --device cpu')
     if args.onnxruntime and args.device != 'cpu':
         p.error('--onnxruntime runs on the CPU: use it with --device cpu')
-    if args.onnxruntime:
-        from mmseg_elliptical.deploy.requirements import (INSTALL_HINT,
-                                                          missing_packages)
-        if missing_packages():
-            p.error(f'--onnxruntime needs {", ".join(missing_packages())}: '
-                    f'{INSTALL_HINT}')
-    args.train_sizes = args.sizes if args.train_sizes is None \
-        else args.train_sizes
-    args.flops_sizes = args.sizes if args.flops_sizes is None \
-        else args.flops_sizes
+    try:
+        if args.onnxruntime:
+            require_deploy('--onnxruntime')
+    except ImportError as e:
+        p.error(str(e))
+    for kind in ('train', 'flops'):  # default: --sizes
+        if getattr(args, f'{kind}_sizes') is None:
+            setattr(args, f'{kind}_sizes', args.sizes)
     for kind in ('train', 'attack'):
         if set(getattr(args, f'{kind}_sizes')) - set(args.sizes):
             p.error(f'--{kind}-sizes must be among --sizes')
@@ -208,12 +207,10 @@ def judge(ratio: Dict) -> Dict:
         target = verdict = None
         if bound is not None and q1 is not None:
             limit, strict = bound
-
-            def ok(value: float) -> bool:
-                return value < limit if strict else value <= limit
-
+            ok = operator.lt if strict else operator.le
             target = f'{"<" if strict else "<="} {limit:g}'
-            verdict = MET if ok(q3) else NOISE if ok(q1) else MISSED
+            verdict = MET if ok(q3, limit) else NOISE if ok(q1, limit) \
+                else MISSED
         ratio[f'{quantity}_target'], ratio[f'{quantity}_verdict'] = \
             target, verdict
     return ratio
@@ -225,13 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     args = parse_args(argv)
     specs = config_variants(args.configs, args.names, args.roles,
                             args.whole_model, args.cfg_options)
-    options = BenchmarkOptions(
-        **{
-            f.name: getattr(args, f.name)
-            for f in dataclasses.fields(BenchmarkOptions)
-            if f.name != 'compile'
-        },
-        compile=args.compile_backend if args.compile else None)
+    options = BenchmarkOptions.from_args(args)
     print('Models: ' + ', '.join(s.name for s in specs))
     bar = ProgressBar(
         sum(len(modes)

@@ -115,6 +115,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--no-adaptive',
         action='store_true',
         help='leave out the adaptive attack through m')
+    p.add_argument(
+        '--no-audit',
+        action='store_true',
+        help='leave out the gradient-masking audit (its eps sweep, doubled '
+        'steps, transfer and square cells)')
+    p.add_argument(
+        '--audit-queries',
+        type=positive_int,
+        default=20,
+        help='queries of the audit\'s square attack (default: 20)')
     p.add_argument('--work-dir', default='work_dirs/report')
     p.add_argument('--device', type=device, default='cpu')
     p.add_argument(
@@ -163,7 +173,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         cfg_options=args.cfg_options or {},
         device=args.device,
         attack_protocol=args.attack_protocol,
-        adaptive=not args.no_adaptive)
+        adaptive=not args.no_adaptive,
+        audit=not args.no_audit,
+        audit_queries=args.audit_queries)
     with process_group(launcher_of(args)) as options.launch:
         data = compare_models(
             args.specs, options, args.work_dir, quiet=not args.verbose)

@@ -99,7 +99,10 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         work_dir,
         baseline_of(specs, options),
         resamples=options.resamples,
-        seed=options.bootstrap_seed)
+        seed=options.bootstrap_seed,
+        epsilons=rb.ATTACK_PROTOCOLS[options.attack_protocol].epsilons,
+        audit=rb.elliptical_models(specs, options.cfg_options)
+        if options.audit else None)
     adversarial = rb.attack_markdown(attacked.data['summary'],
                                      attacked.data['settings'])
     preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]

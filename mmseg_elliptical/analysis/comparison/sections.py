@@ -44,6 +44,10 @@ class ReportOptions:
         attack_protocol (str): The adversarial section's preset
             (:data:`~..robustness.ATTACK_PROTOCOLS`).
         adaptive (bool): Also attack the elliptical models through ``m``.
+        audit (bool): Add the gradient-masking audit's cells (the preset's
+            first attack swept to 64 levels, doubled steps, transfer between
+            the models, ``audit_queries`` square queries) and verdicts.
+        audit_queries (int): The audit's square-attack queries.
     """
     corruptions: List[str] = field(
         default_factory=lambda: list(DEFAULT_CORRUPTIONS))
@@ -66,6 +70,8 @@ class ReportOptions:
     launch: Dict = field(default_factory=dict)
     attack_protocol: str = 'quick'
     adaptive: bool = True
+    audit: bool = True
+    audit_queries: int = 20
 
 
 def store_of(work_dir: str,
@@ -128,6 +134,15 @@ def adversarial(specs: Sequence[ModelSpec],
     cells = rb.model_cells(
         rb.elliptical_models(specs, options.cfg_options), preset.cells(),
         preset.cells(adaptive=True) if options.adaptive else [])
+    if options.audit:
+        cells = rb.audit_cells(
+            cells,
+            specs,
+            preset.epsilons,
+            options.audit_queries,
+            preset.step_ratio,
+            options.cfg_options,
+            sweep_attacks=preset.attacks[:1])
     return rb.run_cells(
         specs,
         cells,

@@ -7,6 +7,7 @@ from ...utils.arguments import eps_units
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
+from .audit import audit_markdown
 from .paired import interval
 from .store import ResultStore
 
@@ -31,7 +32,7 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
     rows = []
     for name, s in summary.items():
         for series, values in {
-                **s['series'], 'worst case': s['worst']
+                **s['series'], 'worst case': worst_miou(s)
         }.items():
             mean = s['mean_over_eps']['worst' if series ==
                                       'worst case' else series]
@@ -43,13 +44,25 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
         'mIoU under white-box attacks (series `ATTACK/NORM/STEPS`; eps in '
         f'{"0-255 levels" if norm == "linf" else "0-1"}: '
         f'{", ".join(eps_units(float(e), norm) for e in epsilons)}; '
-        'the worst case takes, per image, the attack that hurts it most). '
+        'the worst case is SEA\'s: per image one of every attack cell at '
+        'that eps, chosen by a greedy search for the lowest pooled mIoU). '
         'Settings: ' +
         ', '.join(f'{k.replace("_", " ")} {v}'
                   for k, v in settings.items() if v not in
                   (None, {}) and k not in ('threat', 'per_class')) + '.', '',
         markdown_table(header, rows, '.2f', left=2)
     ]
+    worst = [
+        f'- {name}, eps {e}: mIoU {w["mIoU"]:.2f}, aAcc '
+        f'{"n/a" if w["aAcc"] is None else format(w["aAcc"], ".2f")} '
+        f'(per-image minimum accuracy), over {len(w["cells"])} cells: ' +
+        ', '.join(f'`{k}`' for k in w['cells']) + '.'
+        for name, s in summary.items() for e, w in s['worst'].items()
+        if w is not None
+    ]
+    if worst:
+        lines += ['', '## Worst case', '', *worst]
+    lines += audit_markdown(summary)
     paired = []
     for name, s in summary.items():
         p = s.get('paired')
@@ -72,6 +85,14 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
     return '\n'.join(lines) + '\n'
 
 
+def worst_miou(summary: Dict) -> Dict[str, Optional[float]]:
+    """``{eps: mIoU}`` of a model's worst case (None: not computed)."""
+    return {
+        e: None if w is None else w['mIoU']
+        for e, w in summary['worst'].items()
+    }
+
+
 def attack_rows(store: ResultStore, names: Sequence[str]) -> tuple:
     """CSV header and one row per model and cell."""
     header = ['model', 'cell', 'mIoU', 'aAcc', 'mAcc', 'max_linf', 'max_l2']
@@ -91,7 +112,7 @@ def attack_curves(summary: Dict[str, Dict], norm: str):
     styles = ['-', '--', ':', '-.']
     colours = {a: f'C{i}' for i, a in enumerate(ATTACKS)}
     for m, (name, s) in enumerate(summary.items()):
-        curves = {**s['series'], 'worst case': s['worst']}
+        curves = {**s['series'], 'worst case': worst_miou(s)}
         for series, values in curves.items():
             attack = series.split('/')[0]
             points = [(0., s['clean'])] + [(float(e), v)
@@ -127,14 +148,18 @@ def write_attack_report(store: ResultStore,
                         work_dir: str,
                         baseline: Optional[str] = None,
                         resamples: int = 1000,
-                        seed: int = 0) -> str:
+                        seed: int = 0,
+                        epsilons: Optional[Sequence[float]] = None,
+                        audit: Optional[Dict[str, bool]] = None) -> str:
     """Add the summary to ``adversarial.json`` and write
-    ``adversarial.{md,csv,png}``.
+    ``adversarial.{md,csv,png}`` (``epsilons``, ``audit``: see
+    :func:`~.attack_verdicts.attack_summary`).
 
     Returns:
         str: The markdown: a title, then :func:`attack_markdown`.
     """
-    summary = attack_summary(store, names, baseline, resamples, seed)
+    summary = attack_summary(store, names, baseline, resamples, seed, epsilons,
+                             audit)
     store.data['summary'] = summary
     store.save()
     settings = store.data['settings']

@@ -3,8 +3,9 @@
 baseline, from the stored per-image areas. :mod:`.attack_report` renders
 them."""
 from functools import lru_cache
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
+from .audit import gradient_masking_audit
 from .paired import bootstrap_or_note
 from .store import ResultStore
 from .summary import attack_model_summary
@@ -18,15 +19,29 @@ def baseline_key(store: ResultStore, baseline: str, key: str) -> str:
     return key
 
 
+def correct_pixels(store: ResultStore, name: str, key: str,
+                   read: Callable) -> Optional[tuple]:
+    """``(correct, labelled)`` pixels per image of a cell, or None."""
+    areas, labelled = read(name, key), store.labelled(name, key)
+    if areas is None or labelled is None:
+        return None
+    return areas.intersect.sum(1), labelled
+
+
 def attack_summary(store: ResultStore,
                    names: Sequence[str],
                    baseline: Optional[str] = None,
                    resamples: int = 1000,
-                   seed: int = 0) -> Dict[str, Dict]:
+                   seed: int = 0,
+                   epsilons: Optional[Sequence[float]] = None,
+                   audit: Optional[Dict[str, bool]] = None) -> Dict[str, Dict]:
     """Every model's :func:`~.summary.attack_model_summary` and, but for the
     baseline's, ``paired``: the paired bootstrap of ``model - baseline`` in
     mIoU of each series and of the worst case at each eps, and of the worst
-    case's mean over eps.
+    case's mean over eps. ``epsilons``: the headline eps that get a worst
+    case (default: every eps of the store). ``audit``: ``{model: whether it
+    has elliptical layers}``; then each model gets ``audit``
+    (:func:`~.audit.gradient_masking_audit` at the headline eps).
 
     Returns:
         dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
@@ -36,8 +51,21 @@ def attack_summary(store: ResultStore,
     for name in names:
         out[name] = attack_model_summary(
             store.data['models'][name]['cells'],
-            lambda key, n=name: read(n, key))
+            lambda key, n=name: read(n, key),
+            labelled=lambda key, n=name: store.labelled(n, key),
+            epsilons=epsilons)
         out[name]['baseline'] = baseline
+    if audit is not None:
+        headline = epsilons or sorted(
+            {float(e)
+             for s in out.values()
+             for e in s['worst']})
+        for name in names:
+            out[name]['audit'] = gradient_masking_audit(
+                store.data['models'][name]['cells'],
+                lambda key, n=name: correct_pixels(store, n, key, read),
+                headline,
+                audit.get(name, False))
     for name in names:
         s = out[name]
         s['paired'] = None

@@ -1,4 +1,4 @@
-"""White-box attacks on a segmentor: PGD, FGSM, SegPGD and CosPGD.
+"""White-box attacks on a segmentor: PGD, FGSM, SegPGD, CosPGD and APGD.
 
 The attacked function is the whole of mmseg's inference from the 0-255
 images the data preprocessor receives: normalisation, padding, whole or
@@ -6,7 +6,8 @@ slide inference and the resize of the logits to the label's size. The loss
 of an image is the mean, over its pixels whose label is not ignored, of the
 per-pixel cross-entropy, weighted per pixel by SegPGD (Gu et al., ECCV 2022)
 or CosPGD (Agnihotri et al., ICML 2024). docs/evidence.md gives the
-definitions and why ``cospgd``'s own functions are not used.
+definitions and why ``cospgd``'s own functions are not used; APGD with
+SEA's losses runs in :mod:`.apgd`.
 """
 import zlib
 from dataclasses import asdict, dataclass
@@ -25,8 +26,13 @@ from ...models.attention import adaptive_relevance
 from ...models.transformer import EllipticalTransformerMixin
 from ...utils.config import ModelSpec, load_config
 from ...utils.registry import model_class
+from .apgd import APGD_ATTACKS, apgd_images, apgd_problems
 
-ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
+PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
+ATTACKS = PGD_ATTACKS + APGD_ATTACKS
+#: Attacks of their own modules (e.g. ``square``): name -> a function with
+#: :func:`perturb`'s arguments, which :func:`perturb` hands them to.
+PERTURBERS: Dict[str, Callable] = {}
 NORMS = ('linf', 'l2')
 LABELS = ('gt', 'prediction')
 #: Pixels per unit of eps and step: L-inf in 0-255 levels, L2 on 0-1.
@@ -42,13 +48,16 @@ class Attack:
         norm (str): ``'linf'`` (eps and step in 0-255 levels) or ``'l2'``
             (on the 0-1 scale).
         eps (float): Radius of the ball.
-        steps (int): Gradient steps (FGSM: 1).
-        step_size (float): Step, in eps's unit (FGSM: eps).
+        steps (int): Gradient steps (FGSM: 1; APGD: its iterations).
+        step_size (float): Step, in eps's unit (FGSM: eps; APGD: 2, its
+            own: the first step is 2 x the stage's radius).
         random_start (bool): Start at a uniform point of the ball, seeded
-            per image (FGSM: never).
+            per image (FGSM: never; APGD: always).
         adaptive (bool): Differentiate through the relevance ``m`` too.
         labels (str): ``'gt'``, or ``'prediction'``: the clean prediction.
         seed (int): Seed of the random start.
+        class_weights (tuple[float], optional): Per-class loss weights
+            (``apgd-mce-bal``'s, from the training set).
     """
     name: str
     norm: str
@@ -59,12 +68,19 @@ class Attack:
     adaptive: bool = False
     labels: str = 'gt'
     seed: int = 0
+    class_weights: Optional[Tuple[float, ...]] = None
 
     def __post_init__(self) -> None:
         if self.name == 'fgsm':
             object.__setattr__(self, 'steps', 1)
             object.__setattr__(self, 'step_size', self.eps)
             object.__setattr__(self, 'random_start', False)
+        if self.name in APGD_ATTACKS:
+            object.__setattr__(self, 'step_size', 2.)
+            object.__setattr__(self, 'random_start', True)
+        if self.class_weights is not None:
+            object.__setattr__(self, 'class_weights',
+                               tuple(self.class_weights))
         check_attack(self)
 
     @property
@@ -80,8 +96,9 @@ class Attack:
 def check_attack(attack: Attack) -> None:
     """Raise :class:`AnalysisError` for an attack that cannot run."""
     problems = []
-    if attack.name not in ATTACKS:
-        problems.append(f'attack {attack.name!r} is none of {ATTACKS}')
+    if attack.name not in ATTACKS + tuple(PERTURBERS):
+        problems.append(f'attack {attack.name!r} is none of '
+                        f'{ATTACKS + tuple(PERTURBERS)}')
     if attack.norm not in NORMS:
         problems.append(f'norm {attack.norm!r} is none of {NORMS}')
     if attack.labels not in LABELS:
@@ -93,6 +110,7 @@ def check_attack(attack: Attack) -> None:
         problems.append(f'steps {attack.steps} must be >= 1')
     if not attack.step_size > 0 and attack.eps > 0:
         problems.append(f'step size {attack.step_size} must be > 0')
+    problems += apgd_problems(attack)
     if problems:
         raise AnalysisError('; '.join(problems) + '.')
 
@@ -141,11 +159,15 @@ def seg_logits(model, images: Sequence[Tensor], samples: List) -> List:
     return [s.seg_logits.data for s in out]
 
 
-def random_start(attack: Attack, x: Tensor, path: str) -> Tensor:
-    """A uniform point of the ball around ``x``, seeded by the image."""
+def random_start(attack: Attack,
+                 x: Tensor,
+                 path: str,
+                 eps: Optional[float] = None) -> Tensor:
+    """A uniform point of the ball around ``x`` (radius ``eps``, default
+    the attack's), seeded by the image."""
     seed = (zlib.crc32(str(path).encode()) + attack.seed) % 2**63
     gen = torch.Generator().manual_seed(seed)
-    eps = attack.eps * UNIT[attack.norm]
+    eps = (attack.eps if eps is None else eps) * UNIT[attack.norm]
     if attack.norm == 'linf':
         delta = torch.rand(x.shape, generator=gen) * 2 - 1
         delta = delta * eps
@@ -215,6 +237,10 @@ def perturb(model,
     Returns:
         list[Tensor]: The float images, within the ball and [0, 255].
     """
+    if attack.name in PERTURBERS:
+        return PERTURBERS[attack.name](model, images, samples, attack,
+                                       ignore_index, forward, labels,
+                                       start_keys)
     device = next(model.parameters()).device
     x0 = [img.to(device).float() for img in images]
     if forward is None:
@@ -225,6 +251,10 @@ def perturb(model,
         start_keys = [
             s.metainfo.get('img_path', i) for i, s in enumerate(samples)
         ]
+    if attack.name in APGD_ATTACKS:
+        return apgd_images(attack, forward, x0, labels, ignore_index,
+                           partial(random_start, attack), start_keys,
+                           UNIT[attack.norm])
     xs = x0
     if attack.random_start:
         xs = [random_start(attack, x, k) for x, k in zip(x0, start_keys)]
@@ -255,11 +285,12 @@ class AdversarialTestLoop(TestLoop):
         attack (dict): :class:`Attack`'s fields.
         **kwargs: ``TestLoop``'s arguments.
     """
+    cell_type = Attack
 
     def __init__(self, runner, dataloader, evaluator, attack: Dict,
                  **kwargs) -> None:
         super().__init__(runner, dataloader, evaluator, **kwargs)
-        self.attack = Attack(**attack)
+        self.attack = self.cell_type(**attack)
         self.max_linf = 0.
         self.max_l2 = 0.
 
@@ -273,8 +304,7 @@ class AdversarialTestLoop(TestLoop):
         ignore = getattr(head, 'ignore_index', 255)
         samples = data_batch['data_samples']
         with autocast(enabled=self.fp16):
-            xs = perturb(model, data_batch['inputs'], samples, self.attack,
-                         ignore)
+            xs = self.craft(model, data_batch['inputs'], samples, ignore)
             for x, img in zip(xs, data_batch['inputs']):
                 linf, l2 = norms(x, img.to(x.device).float())
                 self.max_linf, self.max_l2 = max(self.max_linf,
@@ -288,6 +318,10 @@ class AdversarialTestLoop(TestLoop):
             batch_idx=idx,
             data_batch=data_batch,
             outputs=outputs)
+
+    def craft(self, model, images, samples, ignore_index: int) -> List:
+        """The batch's adversarial images (:func:`perturb` on ``model``)."""
+        return perturb(model, images, samples, self.attack, ignore_index)
 
     def perturbation_norms(self) -> Dict[str, float]:
         """``max_linf`` and ``max_l2`` over every process (call on all)."""

@@ -13,6 +13,7 @@ import copy
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 from mmseg.registry import LOOPS
@@ -22,6 +23,7 @@ from .attacks import AdversarialTestLoop, Attack
 from .bootstrap import ImageAreas
 from .pipeline import corrupted_loader_cfg
 from .store import cell_key
+from .transfer import TransferAttack, TransferTestLoop
 
 #: ``(corruption, severity)``, ``(None, None)`` (clean) or an attack.
 Cell = Union[Tuple[Optional[str], Optional[int]], Attack]
@@ -32,7 +34,7 @@ def as_cell(cell: Union[Sequence, Dict, Attack]) -> Cell:
     if isinstance(cell, Attack):
         return cell
     if isinstance(cell, dict):
-        return Attack(**cell)
+        return (TransferAttack if 'source' in cell else Attack)(**cell)
     return tuple(cell)
 
 
@@ -100,7 +102,8 @@ class CorruptionGridLoop(BaseLoop):
         for cell in self.cells:
             if isinstance(cell, Attack):
                 loop_cfg = dict(
-                    type=AdversarialTestLoop.__name__,
+                    type=(TransferTestLoop if isinstance(cell, TransferAttack)
+                          else AdversarialTestLoop).__name__,
                     attack=cell.to_dict(),
                     fp16=self.test_loop.get('fp16', False))
                 loader = subset_loader_cfg(self.loader_cfg, self.max_images)
@@ -145,15 +148,26 @@ def image_paths(dataloader) -> Optional[List[str]]:
     return paths if all(isinstance(p, str) for p in paths) else None
 
 
+def image_labelled(evaluator) -> Optional[np.ndarray]:
+    """The labelled pixels of every image an evaluator's metric kept
+    (``[images]``), or None."""
+    for metric in getattr(evaluator, 'metrics', []):
+        found = getattr(metric, 'image_labelled', None)
+        if found is not None:
+            return found
+    return None
+
+
 class CellHook(Hook):
     """Hand every finished cell of a :class:`CorruptionGridLoop` to a
     callback: ``on_cell(key, metrics, areas, seconds, images)``.
 
     ``metrics`` are the evaluator's (the same on every process) and, for an
     attack, ``max_linf`` and ``max_l2`` of its perturbations, ``areas`` the
-    per-image areas (on the main process, when kept; else None) and
-    ``seconds`` the cell's wall time, ``images`` the paths of its images in
-    order (:func:`image_paths`).
+    per-image areas (on the main process, when kept; else None; with the
+    labelled pixels of each image as a third entry when kept),
+    ``seconds`` the cell's wall time and ``images`` the paths of its images
+    in order (:func:`image_paths`).
 
     Args:
         on_cell (Callable): The callback.
@@ -175,6 +189,10 @@ class CellHook(Hook):
             metrics = dict(metrics or {})
             if isinstance(loop.loop, AdversarialTestLoop):
                 metrics.update(loop.loop.perturbation_norms())
+            areas = image_areas(loop.evaluator)
+            labelled = image_labelled(loop.evaluator)
+            if areas is not None and labelled is not None:
+                areas = (*areas, labelled)
             self.on_cell(
-                key_of(loop.cell), metrics, image_areas(loop.evaluator),
+                key_of(loop.cell), metrics, areas,
                 time.time() - self.start, image_paths(loop.dataloader))

@@ -9,6 +9,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...transforms.image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                             EXTRA_CORRUPTIONS, SEVERITIES)
+from .apgd import APGD_ATTACKS, stages
 from .attacks import Attack
 from .store import GridError
 
@@ -157,10 +158,14 @@ class AttackProtocol(NamedTuple):
 
     def passes(self, labels: Optional[str] = None) -> Tuple[int, int]:
         """Forward and backward passes per image and model: the clean cell,
-        then per attack cell one forward and backward per step, the
-        prediction, and the clean prediction when it gives the labels."""
+        then per attack cell one forward and backward per step (APGD: one
+        more forward per stage, at its start, and none backward at its
+        end; at most, as an image at 0 accuracy stops), the prediction, and
+        the clean prediction when it gives the labels."""
         cells = self.cells(labels=labels)
-        forward = sum(c.steps + 1 + (c.labels == 'prediction') for c in cells)
+        forward = sum(c.steps + 1 + (c.labels == 'prediction') +
+                      (len(stages(c.norm, c.eps, c.steps)) if c.name in
+                       APGD_ATTACKS else 0) for c in cells)
         return 1 + forward, sum(c.steps for c in cells)
 
 
@@ -241,7 +246,18 @@ ATTACK_PROTOCOLS: Dict[str, AttackProtocol] = {
         'prediction', 'the authors\' ImageNet recipe: FGM and PGD-20 with '
         'step 0.15 eps, eps 1-6 levels, labels from the clean prediction'),
     'quick':
-    AttackProtocol(('pgd', 'segpgd'), 'linf', (1, 4), 5, 1., None, 'gt',
-                   'a first look: PGD and SegPGD, 5 steps of 1 level, eps 1 '
-                   'and 4'),
+    AttackProtocol(('pgd', 'segpgd', 'apgd-mce'), 'linf', (1, 4), 5, 1., None,
+                   'gt', 'a first look: PGD and SegPGD, 5 steps of 1 level, '
+                   'and APGD-MCE, 5 iterations, eps 1 and 4'),
+    'sea':
+    AttackProtocol(
+        APGD_ATTACKS, 'linf', (0.25, 0.5, 1, 2), 300, None, 0.25, 'gt',
+        'SEA (Croce, Singh and Hein, ECCV 2024) for normally trained models: '
+        'APGD with the MCE, MCE-Bal and JS losses, 300 iterations each, eps '
+        '0.25-2 levels'),
+    'sea-robust':
+    AttackProtocol(
+        APGD_ATTACKS, 'linf', (4, 8, 12), 300, None, 0.25, 'gt',
+        'SEA for adversarially trained models: the three APGD losses, 300 '
+        'iterations each, eps 4, 8 and 12 levels'),
 }

@@ -110,13 +110,16 @@ class ResultStore:
             key (str): Cell key.
             metrics (dict): The cell's metrics.
             areas (tuple, optional): ``(intersect, union)`` per image and
-                class, saved beside the JSON file first.
+                class, and optionally the labelled pixels per image, saved
+                beside the JSON file first.
         """
         if areas is not None and self.write:
             path = self.areas_path(name, key)
             os.makedirs(osp.dirname(path), exist_ok=True)
             with open(f'{path}.tmp', 'wb') as f:
-                np.savez_compressed(f, intersect=areas[0], union=areas[1])
+                extra = dict(labelled=areas[2]) if len(areas) > 2 else {}
+                np.savez_compressed(
+                    f, intersect=areas[0], union=areas[1], **extra)
             os.replace(f'{path}.tmp', path)
         self.data['models'][name]['cells'][key] = metrics
         self.save()
@@ -144,3 +147,13 @@ class ResultStore:
             return None
         with np.load(path) as f:
             return ImageAreas(f['intersect'], f['union'])
+
+    def labelled(self, name: str, key: str) -> Optional[np.ndarray]:
+        """The labelled pixels of each image of a finished cell
+        (``[images]``), or None (not kept, or a store of an older version).
+        """
+        path = self.areas_path(name, key)
+        if self.get(name, key) is None or not osp.isfile(path):
+            return None
+        with np.load(path) as f:
+            return f['labelled'] if 'labelled' in f.files else None

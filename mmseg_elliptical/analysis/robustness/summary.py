@@ -15,11 +15,9 @@ mean over an undefined value or a missing cell is None too.
 """
 from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
-
-from .bootstrap import ImageAreas, miou
 from .protocols import GROUPS
 from .store import CLEAN, cell_key
+from .worst import greedy_worst_case, worst_record
 
 Number = Optional[float]
 
@@ -199,46 +197,34 @@ def attack_series(keys: Sequence[str]) -> Dict[str, Dict[float, str]]:
     return {s: dict(sorted(e.items())) for s, e in sorted(series.items())}
 
 
-def per_image_miou(areas: ImageAreas) -> np.ndarray:
-    """mIoU of each image alone (NaN: no class in it)."""
-    return miou(
-        areas.intersect.astype(np.float64), areas.union.astype(np.float64))
-
-
-def worst_case(cells: Sequence[ImageAreas]) -> ImageAreas:
-    """Per image, the areas of the cell where its own mIoU is lowest (the
-    first on a tie; an image without classes keeps the first cell's)."""
-    scores = np.stack([per_image_miou(c) for c in cells])
-    scores = np.where(np.isnan(scores), np.inf, scores)
-    pick = scores.argmin(0)
-    rows = np.arange(pick.size)
-    return ImageAreas(
-        np.stack([c.intersect for c in cells])[pick, rows],
-        np.stack([c.union for c in cells])[pick, rows])
-
-
-def summed_miou(areas: ImageAreas) -> float:
-    """mIoU (percent) of the areas summed over the images."""
-    return float(miou(areas.intersect.sum(0), areas.union.sum(0)))
-
-
 def attack_model_summary(cells: Dict[str, Dict],
                          areas: Callable,
-                         metric: str = 'mIoU') -> Dict:
+                         metric: str = 'mIoU',
+                         labelled: Optional[Callable] = None,
+                         epsilons: Optional[Sequence[float]] = None,
+                         seed: int = 0) -> Dict:
     """One model's attack grid: the clean metric, each series' metric per
-    eps, the worst case per image over the series at each eps, and the means
-    over eps.
+    eps, SEA's worst case over every attack cell at each eps
+    (:func:`~.worst.greedy_worst_case`), and the means over eps.
 
     Args:
         cells (dict): ``{cell_key: metrics}`` of the model.
         areas (callable): ``areas(cell_key)`` -> :class:`ImageAreas` or None.
         metric (str): The metric of the series. Defaults to ``'mIoU'``.
+        labelled (callable, optional): ``labelled(cell_key)`` -> the
+            labelled pixels per image, or None (then the worst aAcc is None).
+        epsilons (Sequence[float], optional): The headline eps that get a
+            worst case (default: every eps of the cells).
+        seed (int): Seed of the greedy search's order. Defaults to 0.
 
     Returns:
         dict: ``clean``, ``series`` (``{series: {eps: value}}``), ``worst``
-        (``{eps: mIoU}``), ``mean_over_eps`` (``{series or 'worst':
-        value}``), ``worst_areas`` (``{eps: ImageAreas}``, not JSON),
-        ``series_keys`` (:func:`attack_series`, not JSON) and ``notes``.
+        (``{eps: {'mIoU', 'aAcc', 'choice', 'cells'}}``, see
+        :func:`~.worst.worst_record`; None where areas are missing),
+        ``mean_over_eps`` (``{series or 'worst': value}``, over the
+        headline eps), ``worst_areas``
+        (``{eps: ImageAreas}``, not JSON), ``series_keys``
+        (:func:`attack_series`, not JSON) and ``notes``.
     """
     notes: List[str] = []
     series = attack_series(list(cells))
@@ -255,8 +241,10 @@ def attack_model_summary(cells: Dict[str, Dict],
         worst_areas={},
         series_keys=series,
         notes=notes)
-    epsilons = sorted({e for eps in series.values() for e in eps})
-    for e in epsilons:
+    found_eps = sorted({e for eps in series.values() for e in eps})
+    if epsilons is not None:
+        found_eps = [e for e in found_eps if e in set(epsilons)]
+    for e in found_eps:
         keys = [eps[e] for eps in series.values() if e in eps]
         found = [areas(k) for k in keys]
         if any(a is None for a in found):
@@ -264,12 +252,19 @@ def attack_model_summary(cells: Dict[str, Dict],
                          'missing (the evaluator is not IoUMetric).')
             out['worst'][f'{e:g}'] = None
             continue
-        worst = worst_case(found)
-        out['worst_areas'][f'{e:g}'] = worst
-        out['worst'][f'{e:g}'] = summed_miou(worst)
+        counts = [labelled(k) for k in keys] if labelled else []
+        counts = [c for c in counts if c is not None]
+        if not counts:
+            notes.append(f'No worst-case aAcc at eps {e:g}: the store keeps '
+                         'no labelled pixels per image (an older version).')
+        result = greedy_worst_case(found, counts[0] if counts else None, seed)
+        out['worst_areas'][f'{e:g}'] = result.areas
+        out['worst'][f'{e:g}'] = worst_record(result, keys)
+    headline = {f'{e:g}' for e in found_eps}
     out['mean_over_eps'] = {
-        s: _mean(values.values())
+        s: _mean([v for e, v in values.items() if e in headline])
         for s, values in out['series'].items()
     }
-    out['mean_over_eps']['worst'] = _mean(out['worst'].values())
+    out['mean_over_eps']['worst'] = _mean(
+        [None if w is None else w['mIoU'] for w in out['worst'].values()])
     return out

@@ -15,7 +15,8 @@ class PerClassIoUMetric(IoUMetric):
     Args:
         keep_image_areas (bool): Keep the per-image intersection and union
             areas of every class as :attr:`image_areas` (main process; for a
-            paired test over images).
+            paired test over images) and the labelled pixels of every image
+            as :attr:`image_labelled` (for a per-image pixel accuracy).
         **kwargs: ``IoUMetric``'s arguments.
     """
 
@@ -23,6 +24,7 @@ class PerClassIoUMetric(IoUMetric):
         super().__init__(**kwargs)
         self.keep_image_areas = keep_image_areas
         self.image_areas: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        self.image_labelled: Optional[np.ndarray] = None
 
     def compute_metrics(self, results: list) -> Dict[str, float]:
         """Compute mmseg's metrics and add the per-class IoU.
@@ -37,6 +39,8 @@ class PerClassIoUMetric(IoUMetric):
             self.image_areas = tuple(
                 np.stack([np.asarray(r[i]) for r in results]).astype(np.int64)
                 for i in (0, 1))
+            self.image_labelled = np.array(
+                [np.asarray(r[3]).sum() for r in results], dtype=np.int64)
         self._per_class = None
         metrics = super().compute_metrics(results)
         if self._per_class is not None and 'IoU' in self._per_class:

@@ -50,11 +50,8 @@ def differentiable_relevance(v: Tensor,
 
 #: The relevance the forward uses: ``m`` is a constant for autograd.
 relevance = torch.no_grad()(differentiable_relevance)
-
-
-def chained(v: Tensor) -> Tensor:
-    """What the value chain hands on of this layer's values: detached."""
-    return v.detach()
+#: What the value chain hands on of this layer's values: detached.
+chained = Tensor.detach
 
 
 @contextmanager
@@ -136,8 +133,7 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
             scale (float, optional): Defaults to ``d ** -0.5``.
         """
         dropout_p = dropout_p if self.training else 0.
-        if bias is not None:
-            bias = bias.to(q.dtype)
+        bias = None if bias is None else bias.to(q.dtype)
         if self.fused_kernel(q, k, bias, dropout_p):
             if m is not None:
                 q, k = scaling(q.shape[-2], k.shape[-2]).apply(q, k, m)

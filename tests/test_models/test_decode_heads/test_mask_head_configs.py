@@ -8,11 +8,12 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import (HAS_MMDET, MMDET_CONFIG_DIRS, build_module, config_paths,
-                      mmseg_base, seg_samples, tiny_mask_model, tiny_swin)
+from builders import HAS_MMDET, MMDET_CONFIG_DIRS, build_module, seg_samples
 from checks import check_loss_trains_every_parameter
 from mmengine.config import Config, ConfigDict
 from mmseg.models.backbones import SwinTransformer
+from shipped_configs import (config_paths, mmseg_base, tiny_mask_model,
+                             tiny_swin)
 
 from mmseg_elliptical.models import (EllipticalMask2FormerHead,
                                      EllipticalMaskFormerHead,

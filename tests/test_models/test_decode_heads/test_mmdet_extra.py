@@ -11,10 +11,11 @@ import os.path as osp
 import sys
 
 import pytest
-from builders import MMDET_CONFIG_DIRS, config_paths
+from builders import MMDET_CONFIG_DIRS
 from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
 from mmseg.registry import MODELS
 from processes import run_command
+from shipped_configs import config_paths
 
 from mmseg_elliptical.models.decode_heads import (MMDET_AVAILABLE,
                                                   register_mmdet_placeholders)

@@ -13,12 +13,13 @@ import os.path as osp
 
 import pytest
 import torch
-from builders import ROOT, build_module, seg_samples, tiny_query_head
+from builders import ROOT, build_module, seg_samples
 from checks import (as_list, check_interchange,
                     check_loss_trains_every_parameter, grads, outputs_loss)
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmengine.config import Config
 from oracles import naive_mask2former, naive_maskformer
+from shipped_configs import tiny_query_head
 
 from mmseg_elliptical.models import (EllipticalAttention,
                                      EllipticalMask2FormerHead,
