@@ -47,12 +47,18 @@ CAPTION = ('Titles: L = layer (forward order across stages), s = its stage, '
            'own maximum. +: the query.')
 
 
-def attention_figure(image: np.ndarray, results: Dict[str, Dict],
-                     point: Sequence[int], layers: List[int], heads: List[int],
-                     mean_heads: bool):
-    """Grid: rows are models, columns the image then (layer, head) maps,
-    each scaled to its own maximum; :data:`CAPTION` explains the titles. A
-    head a layer does not have is left blank.
+def attention_figure(image: np.ndarray,
+                     results: Dict[str, Dict],
+                     point: Sequence[int],
+                     layers: List[int],
+                     heads: List[int],
+                     mean_heads: bool,
+                     rows: str = 'models'):
+    """Grid: rows are models (``rows='layers'``: a row per model and
+    layer, readable where a row of every layer's maps would be a strip),
+    columns the image then (layer, head) maps, each scaled to its own
+    maximum; :data:`CAPTION` explains the titles. A head a layer does not
+    have is left blank.
 
     Returns:
         matplotlib.figure.Figure: The figure.
@@ -60,27 +66,35 @@ def attention_figure(image: np.ndarray, results: Dict[str, Dict],
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     plt = pyplot()
-    columns = []
-    for i in layers:
-        columns += [(i, hd) for hd in heads]
-        if mean_heads:
-            columns.append((i, 'mean'))
+
+    def columns(shown: List[int]) -> list:
+        out = []
+        for i in shown:
+            out += [(i, hd) for hd in heads]
+            if mean_heads:
+                out.append((i, 'mean'))
+        return out
+
+    lines = [(name, res, columns(layers)) for name, res in results.items()]
+    if rows == 'layers':
+        lines = [(f'{name} L{i}', res, columns([i]))
+                 for name, res in results.items() for i in layers]
     gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
-    width = 1.35 * (len(columns) + 1) + 0.5
+    width = 1.35 * (max(len(c) for _, _, c in lines) + 1) + 0.5
     fig, axes = plt.subplots(
-        len(results),
-        len(columns) + 1,
+        len(lines),
+        max(len(c) for _, _, c in lines) + 1,
         squeeze=False,
         layout='constrained',
-        figsize=(width, 1.4 * len(results) + 0.5))
-    for r, (name, res) in enumerate(results.items()):
+        figsize=(width, 1.4 * len(lines) + 0.5))
+    for r, (name, res, cols) in enumerate(lines):
         ax = axes[r][0]
         ax.imshow(image)
         ax.plot(*point, marker='+', color='w', ms=9, mew=2)
         ax.set_ylabel(wrap_label(name, 24), fontsize=7)
         ax.set_title('query', fontsize=7)
-        full = {i: image_maps(res, i) for i in layers}
-        for c, (i, hd) in enumerate(columns, start=1):
+        full = {i: image_maps(res, i) for i in {i for i, _ in cols}}
+        for c, (i, hd) in enumerate(cols, start=1):
             ax = axes[r][c]
             maps, entry = full[i], res['layers'][i]
             if hd != 'mean' and hd >= len(maps):
@@ -110,7 +124,7 @@ def attention_figure(image: np.ndarray, results: Dict[str, Dict],
         ax=axes.ravel().tolist(),
         shrink=0.9,
         pad=0.01,
-        aspect=10 * len(results))
+        aspect=10 * len(lines))
     bar.set_label('attention / the map\'s maximum', fontsize=6)
     bar.ax.tick_params(labelsize=6)
     fig.supxlabel(textwrap.fill(CAPTION, int(17 * width)), fontsize=6)

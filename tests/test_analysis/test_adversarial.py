@@ -663,7 +663,10 @@ def test_adaptive_curves_show_beside_their_plain_twins():
                 'pgd/linf/5': values,
                 'pgd-adaptive/linf/5': dict(values)
             },
-            worst={e: dict(mIoU=v) for e, v in values.items()}))
+            worst={
+                e: dict(mIoU=v)
+                for e, v in values.items()
+            }))
     fig = attack_curves(summary, 'linf')
     lines = {
         line.get_label().split(': ')[1]: line

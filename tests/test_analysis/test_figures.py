@@ -155,6 +155,23 @@ def test_attention_figure_reads(names):
         overlap(box, ax.get_tightbbox(renderer)) == 0 for ax in fig.axes)
 
 
+def test_attention_figure_with_a_row_per_layer():
+    """The evidence hook's layout: one model, a row per layer (the query,
+    then that layer's heads and mean)."""
+    image = np.full((64, 64, 3), 90, np.uint8)
+    results = attention_results(['ell'])
+    fig = attention_figure(
+        image, results, (20, 30), [1, 3], [0, 1], True, rows='layers')
+    assert_panels_apart(fig)
+    maps = [ax for ax in fig.axes if ax.get_label() != '<colorbar>']
+    assert len(maps) == 2 * 4
+    assert [ax.get_ylabel() for ax in maps[::4]] == ['ell L1', 'ell L3']
+    assert [ax.get_title() for ax in maps[4:8]
+            ] == ['query', 'L3 s0 h0', 'L3 s0 h1', 'L3 s0 mean']
+    width, height = fig.get_size_inches()
+    assert width < 2.5 * height
+
+
 @pytest.mark.parametrize('width', [4, 12, 30])
 def test_wrap_label(width):
     name = NAMES['configs'][0] + '_' + 'x' * 40

@@ -123,6 +123,13 @@ def test_run_logs_the_offline_tools_numbers(demo_root, tmp_path, path,
         f'evidence_probe_{k}_4.png' for k in range(HOOK['num_images'])
     ] + (['evidence_m_backbone_4.png'] if elliptical else [])
     assert set(wanted) <= set(images), images
+    # The attention: a row per layer, readable in TensorBoard at its default
+    # size (not one strip of every layer's tiles).
+    import cv2
+    height, width = cv2.imread(
+        osp.join(vis_data, 'vis_image',
+                 'evidence_attention_backbone_4.png')).shape[:2]
+    assert width < 2.5 * height, (width, height)
     assert not any(
         name.endswith('_2.png') and name.startswith('evidence')
         for name in images)
@@ -424,6 +431,11 @@ def test_every_family(demo_root, tmp_path, family) -> None:
         glob.glob(str(tmp_path / '*' / 'vis_data'))[0] + '/vis_image')
     assert {'evidence_attention_backbone_1.png',
             'evidence_m_backbone_1.png'} <= set(images)
+    import cv2
+    height, width = cv2.imread(
+        glob.glob(str(tmp_path / '*' / 'vis_data'))[0] +
+        '/vis_image/evidence_attention_backbone_1.png').shape[:2]
+    assert width < 2.5 * height, (width, height)  # rows, not a strip
 
 
 @pytest.mark.skipif(not HAS_MMDET, reason='needs mmdet (the extra)')

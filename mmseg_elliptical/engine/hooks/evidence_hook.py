@@ -243,7 +243,11 @@ class EllipticalEvidenceHook(Hook):
             heads = shown_heads({name: result}, grid, self.heads)
             fig = attention_figure(
                 mmcv.imread(image, channel_order='rgb'), {name: result},
-                self.point, grid, heads, False)
+                self.point,
+                grid,
+                heads,
+                False,
+                rows='layers')
             vis.add_image(f'evidence_attention_{self.part}', figure_array(fig),
                           step)
         else:  # no image grid (decoder queries): m only
