@@ -84,4 +84,4 @@ def check_arms(arms: Dict[str, List],
                 f'({listed}): an arm'
                 "'"
                 's runs must share the dataset and the '
-                'classes; give other models other --names.')
+                'give other models other --names.')
