@@ -81,7 +81,5 @@ def check_arms(arms: Dict[str, List],
                                'classes' for r, d in found.items())
             raise ValueError(
                 f'the runs of arm {arm!r} differ in dataset or class count '
-                f'({listed}): an arm'
-                "'"
-                's runs must share the dataset and the '
-                'give other models other --names.')
+                f'({listed}): the runs of an arm share dataset and '
+                'classes; give other models other --names.')
