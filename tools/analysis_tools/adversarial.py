@@ -172,7 +172,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         if is_main_process():
             text = rb.write_attack_report(store, [s.name for s in args.specs],
                                           args.work_dir, args.baseline,
-                                          args.resamples, args.bootstrap_seed)
+                                          args.resamples, args.bootstrap_seed,
+                                          args.arms)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

@@ -1,9 +1,11 @@
 """The adversarial report: :func:`write_attack_report` adds the summary
 (:func:`~.attack_verdicts.attack_summary`) to ``adversarial.json`` and
 writes ``adversarial.{md,csv,png}``."""
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
+from .arms import attack_arms
+from .arms_report import arms_markdown
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
 from .paired import interval
@@ -109,18 +111,32 @@ def write_attack_report(store: ResultStore,
                         work_dir: str,
                         baseline: Optional[str] = None,
                         resamples: int = 1000,
-                        seed: int = 0) -> str:
-    """Add the summary to ``adversarial.json`` and write
-    ``adversarial.{md,csv,png}``.
+                        seed: int = 0,
+                        arms: Optional[Dict[str, List[str]]] = None) -> str:
+    """Add the per-run summary and the arms (:func:`~.arms.attack_arms`) to
+    ``adversarial.json`` and write ``adversarial.{md,csv,png}``.
+
+    Args:
+        baseline (str, optional): The baseline arm; each run's paired tests
+            compare with its first run.
+        arms (dict, optional): ``{arm: [runs]}``; default: each model an
+            arm of one run.
 
     Returns:
-        str: The markdown: a title, then :func:`attack_markdown`.
+        str: The markdown: a title, then :func:`attack_markdown` (and the
+        arms, where one has two or more runs).
     """
-    summary = attack_summary(store, names, baseline, resamples, seed)
+    arms = arms or {n: [n] for n in names}
+    base_run = None if baseline is None else arms[baseline][0]
+    summary = attack_summary(store, names, base_run, resamples, seed)
     store.data['summary'] = summary
+    store.data['arms'] = attack_arms(store, arms, summary, baseline, resamples,
+                                     seed)
     store.save()
     settings = store.data['settings']
     text = '# Adversarial robustness\n\n' + attack_markdown(summary, settings)
+    if any(len(r) > 1 for r in arms.values()):
+        text += '\n## Arms\n\n' + arms_markdown(store.data['arms'])
     write_report(
         work_dir,
         'adversarial',
