@@ -12,6 +12,7 @@ from mmengine.config import DictAction
 
 from ..errors import (INPUT_ERRORS, CheckpointError, ConfigError, ExportError,
                       GridInterrupted)
+from .arms import arms_of, check_arms, run_names
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
 from .registry import unknown_types_as_config_errors
@@ -308,23 +309,41 @@ def add_models(parser: argparse.ArgumentParser,
 
 def models_of(parser: argparse.ArgumentParser,
               args: argparse.Namespace) -> list:
-    """The models of :func:`add_models`' arguments (:func:`model_pairs`);
-    sets ``args.baseline``, where the parser has it, to the last model's
-    name unless given (None for one model). A baseline that is none of
-    them is a command-line error.
+    """The models of :func:`add_models`' arguments (:func:`model_pairs`),
+    one run each, and ``args.arms``: ``{arm: [run names]}``
+    (:mod:`~.arms`: a name repeated in ``--names``, or a config given
+    twice without them, is one arm of runs ``ARM#I``). Sets
+    ``args.baseline``, where the parser has it, to the last arm unless
+    given (None for one arm). A baseline that is no arm, a checkpoint
+    given twice in an arm or runs of other datasets in one arm are
+    command-line errors.
 
     Returns:
-        list[ModelSpec]: One per model.
+        list[ModelSpec]: One per run.
     """
-    specs = model_pairs(parser, args.models, args.names)
-    names = [s.name for s in specs]
+    specs = model_pairs(parser, args.models)
+    if args.names and len(args.names) != len(specs):
+        parser.error(f'argument --names: --names gives {len(args.names)} '
+                     f'names for {len(specs)} models.')
+    given = list(args.names
+                 or [osp.splitext(osp.basename(s.config))[0] for s in specs])
+    try:
+        runs = run_names(given)
+        args.arms = arms_of(given, runs)
+        check_arms(args.arms, {
+            r: (s.config, s.checkpoint)
+            for r, s in zip(runs, specs)
+        })
+    except ValueError as e:
+        parser.error(f'argument --names: {e}')
+    names = list(args.arms)
     if hasattr(args, 'baseline'):
         args.baseline = args.baseline or (names[-1]
                                           if len(names) > 1 else None)
         if args.baseline not in names + [None]:
             parser.error(f'argument --baseline: {args.baseline!r} is none of '
                          f'the models {names} (see --names).')
-    return specs
+    return [s._replace(name=r) for s, r in zip(specs, runs)]
 
 
 def model_pairs(parser: argparse.ArgumentParser,

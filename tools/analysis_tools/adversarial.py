@@ -239,9 +239,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                                         args.labels))
         if is_main_process():
             text = rb.write_attack_report(
-                store, [s.name for s in args.specs], args.work_dir,
-                args.baseline, args.resamples, args.bootstrap_seed,
-                args.epsilons, args.elliptical if args.audit else None)
+                store, [s.name
+                        for s in args.specs], args.work_dir, args.baseline,
+                args.resamples, args.bootstrap_seed, args.epsilons,
+                args.elliptical if args.audit else None, args.arms)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

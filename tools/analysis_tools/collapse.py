@@ -23,8 +23,12 @@ import argparse
 import os
 from typing import Dict, Optional, Sequence
 
+from mmengine.fileio import dump
+
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
+from mmseg_elliptical.analysis.robustness.arms import collapse_arms
+from mmseg_elliptical.analysis.robustness.arms_report import arms_markdown
 from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
 from mmseg_elliptical.models import PARTS
@@ -72,7 +76,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 @tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     """Measure every model; return ``{name: per-layer results}`` (on rank
-    0; None on the other processes)."""
+    0; None on the other processes). Arms of two or more runs
+    (``--names``) add their mean +- sd per layer to ``collapse.md`` and
+    ``collapse_arms.json``."""
     from mmengine.dist import is_main_process
     args = parse_args(argv)
     with process_group(launcher_of(args)):
@@ -88,6 +94,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
             return None
         os.makedirs(args.work_dir, exist_ok=True)
         text = write_collapse_report(results, args.work_dir, args.part)
+        if any(len(runs) > 1 for runs in args.arms.values()):
+            arms = collapse_arms(args.arms, results)
+            dump(arms, f'{args.work_dir}/collapse_arms.json', indent=1)
+            text += '\n' + arms_markdown(arms, what='cosine')
         print(text +
               note_partial_loads(f'{args.work_dir}/collapse.md', args.notes))
         print(f'Results in {args.work_dir}/collapse.{{json,md,csv,png}}')

@@ -141,9 +141,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             p.error(f'argument --{option}: {e}')
     args.specs = models_of(p, args)
     check_run(p, args, args.specs, __file__)
-    if len(args.specs) < 2:
+    if len(args.arms) < 2:
         p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
-                f'more models, got {len(args.specs)}.')
+                f'more models (arms), got {len(args.arms)}.')
     args.notes = fitting_models(p, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args
@@ -168,6 +168,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         speed_batch=args.speed_batch,
         speed_rounds=args.speed_rounds,
         baseline=args.baseline,
+        arms=args.arms,
         resamples=args.resamples,
         bootstrap_seed=args.bootstrap_seed,
         cfg_options=args.cfg_options or {},

@@ -131,7 +131,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 store, [s.name for s in args.specs], args.corruptions,
                 args.severities, args.metric, args.work_dir, args.baseline,
                 metrics if len(metrics) > 1 else (), args.resamples,
-                args.bootstrap_seed)
+                args.bootstrap_seed, args.arms)
             print(text + note_partial_loads(f'{args.work_dir}/robustness.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')

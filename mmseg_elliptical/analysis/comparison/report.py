@@ -16,6 +16,8 @@ from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
                                  shown_layers)
 from ..collapse import write_collapse_report
 from ..layers import AnalysisError
+from ..robustness.arms import collapse_arms
+from ..robustness.arms_report import arms_markdown
 from . import sections
 from .sections import ReportOptions
 
@@ -63,10 +65,16 @@ def _models_table(specs: Sequence[ModelSpec]) -> str:
                           left=3)
 
 
+def arms_of(specs: Sequence[ModelSpec],
+            options: ReportOptions) -> Dict[str, List[str]]:
+    """``options.arms``, or each model an arm of one run."""
+    return options.arms or {s.name: [s.name] for s in specs}
+
+
 def baseline_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
-    """The model the others are compared with (corruption errors, paired
+    """The arm the others are compared with (corruption errors, paired
     tests, speed ratios): ``options.baseline``, by default the last one."""
-    names = [s.name for s in specs]
+    names = list(arms_of(specs, options))
     baseline = options.baseline or names[-1]
     if baseline not in names:
         raise AnalysisError(f'baseline {baseline!r} is none of the models '
@@ -78,6 +86,7 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
                    parts: Dict, work_dir: str) -> str:
     """``report.md`` of the measured sections; returns its text."""
     names = [s.name for s in specs]
+    arms = arms_of(specs, options)
     corruptions = rb.resolve_corruptions(options.corruptions)
     severities = sorted(set(options.severities))
     store = parts['robustness']
@@ -90,8 +99,13 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         work_dir,
         baseline_of(specs, options),
         resamples=options.resamples,
-        seed=options.bootstrap_seed)
+        seed=options.bootstrap_seed,
+        arms=arms)
     collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
+    several = any(len(r) > 1 for r in arms.values())
+    if several:
+        collapse += '\n' + arms_markdown(
+            collapse_arms(arms, parts['collapse']), what='cosine')
     attacked = parts['adversarial']
     rb.write_attack_report(
         attacked,
@@ -102,9 +116,12 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         seed=options.bootstrap_seed,
         epsilons=rb.ATTACK_PROTOCOLS[options.attack_protocol].epsilons,
         audit=rb.elliptical_models(specs, options.cfg_options)
-        if options.audit else None)
+        if options.audit else None,
+        arms=arms)
     adversarial = rb.attack_markdown(attacked.data['summary'],
                                      attacked.data['settings'])
+    if several:
+        adversarial += '\n' + arms_markdown(attacked.data['arms'])
     preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
     speed = parts['speed']
     meta = next(iter(speed.values()))['meta']
@@ -113,8 +130,12 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
     text = [
         f'# Comparison of {", ".join(names)}', '',
         _models_table(specs), '',
-        f'Test split of each config ({images} images), '
-        f'one run per model.', '', '## Accuracy (clean test split)', '',
+        f'Test split of each config ({images} images), ' +
+        ('one run per model.' if not several else
+         f'arms of {", ".join(str(len(r)) for r in arms.values())} runs '
+         '(training seeds); each run\'s own numbers, then the arms\' mean '
+         '+- sd and the hierarchical paired test (docs/evidence.md).'), '',
+        '## Accuracy (clean test split)', '',
         accuracy_table(store, names), '',
         f'## Robustness: {", ".join(corruptions)} at severities '
         f'{", ".join(map(str, severities))}', '',
@@ -149,7 +170,7 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         f'{options.speed_rounds} interleaved rounds on '
         f'{meta["device_name"]}; peak memory: '
         f'{next(iter(speed.values()))["infer"]["memory_measure"]}.', '',
-        speed_table(speed, baseline_of(specs, options))
+        speed_table(speed, arms[baseline_of(specs, options)][0])
     ]
     text = '\n'.join(text)
     with open(osp.join(work_dir, 'report.md'), 'w') as f:
@@ -204,6 +225,9 @@ def report_data(specs: Sequence[ModelSpec], options: ReportOptions,
                   for n in names},
         robustness=store.data['summary'],
         adversarial=parts['adversarial'].data['summary'],
+        arms=dict(
+            robustness=store.data.get('arms'),
+            adversarial=parts['adversarial'].data.get('arms')),
         collapse=parts['collapse'],
         attention=dict(
             image=parts['query'][0], point=parts['query'][1],

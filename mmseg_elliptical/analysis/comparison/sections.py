@@ -35,7 +35,9 @@ class ReportOptions:
         speed_size (int): Square input size of the speed section.
         speed_batch (int): Images per step.
         speed_rounds (int): Interleaved timing rounds.
-        baseline (str, optional): The model compared with (default: last).
+        baseline (str, optional): The arm compared with (default: last).
+        arms (dict, optional): ``{arm: [runs]}`` (default: each model an
+            arm of one run).
         resamples (int): Resamples of the paired bootstrap.
         bootstrap_seed (int): Its seed.
         cfg_options (dict): Overrides of every config.
@@ -63,6 +65,7 @@ class ReportOptions:
     speed_batch: int = 1
     speed_rounds: int = 10
     baseline: Optional[str] = None
+    arms: Optional[Dict[str, List[str]]] = None
     resamples: int = 1000
     bootstrap_seed: int = 0
     cfg_options: Dict = field(default_factory=dict)

@@ -1,10 +1,12 @@
 """The adversarial report: :func:`write_attack_report` adds the summary
 (:func:`~.attack_verdicts.attack_summary`) to ``adversarial.json`` and
 writes ``adversarial.{md,csv,png}``."""
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ...utils.arguments import eps_units
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
+from .arms import attack_arms
+from .arms_report import arms_markdown
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
 from .audit import audit_markdown
@@ -150,20 +152,35 @@ def write_attack_report(store: ResultStore,
                         resamples: int = 1000,
                         seed: int = 0,
                         epsilons: Optional[Sequence[float]] = None,
-                        audit: Optional[Dict[str, bool]] = None) -> str:
-    """Add the summary to ``adversarial.json`` and write
-    ``adversarial.{md,csv,png}`` (``epsilons``, ``audit``: see
-    :func:`~.attack_verdicts.attack_summary`).
+                        audit: Optional[Dict[str, bool]] = None,
+                        arms: Optional[Dict[str, List[str]]] = None) -> str:
+    """Add the per-run summary and the arms (:func:`~.arms.attack_arms`) to
+    ``adversarial.json`` and write ``adversarial.{md,csv,png}``.
+
+    Args:
+        baseline (str, optional): The baseline arm; each run's paired tests
+            compare with its first run.
+        epsilons, audit: See :func:`~.attack_verdicts.attack_summary`.
+        arms (dict, optional): ``{arm: [runs]}``; default: each model an
+            arm of one run.
 
     Returns:
-        str: The markdown: a title, then :func:`attack_markdown`.
+        str: The markdown: a title, then :func:`attack_markdown` (and the
+        arms, where one has two or more runs).
     """
-    summary = attack_summary(store, names, baseline, resamples, seed, epsilons,
-                             audit)
+    arms = arms or {n: [n] for n in names}
+    base_run = None if baseline is None else arms[baseline][0]
+    worst: Dict = {}
+    summary = attack_summary(store, names, base_run, resamples, seed, epsilons,
+                             audit, worst)
     store.data['summary'] = summary
+    store.data['arms'] = attack_arms(store, arms, summary, baseline, resamples,
+                                     seed, worst)
     store.save()
     settings = store.data['settings']
     text = '# Adversarial robustness\n\n' + attack_markdown(summary, settings)
+    if any(len(r) > 1 for r in arms.values()):
+        text += '\n## Arms\n\n' + arms_markdown(store.data['arms'])
     write_report(
         work_dir,
         'adversarial',

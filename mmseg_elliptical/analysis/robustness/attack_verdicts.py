@@ -34,7 +34,8 @@ def attack_summary(store: ResultStore,
                    resamples: int = 1000,
                    seed: int = 0,
                    epsilons: Optional[Sequence[float]] = None,
-                   audit: Optional[Dict[str, bool]] = None) -> Dict[str, Dict]:
+                   audit: Optional[Dict[str, bool]] = None,
+                   worst_areas: Optional[Dict] = None) -> Dict[str, Dict]:
     """Every model's :func:`~.summary.attack_model_summary` and, but for the
     baseline's, ``paired``: the paired bootstrap of ``model - baseline`` in
     mIoU of each series and of the worst case at each eps, and of the worst
@@ -42,6 +43,8 @@ def attack_summary(store: ResultStore,
     case (default: every eps of the store). ``audit``: ``{model: whether it
     has elliptical layers}``; then each model gets ``audit``
     (:func:`~.audit.gradient_masking_audit` at the headline eps).
+    ``worst_areas``: a dict that receives ``{model: {eps: ImageAreas}}``,
+    the worst cases chosen (the arms' tests reuse them).
 
     Returns:
         dict: ``{model: summary}`` (the ``summary`` of ``adversarial.json``).
@@ -100,7 +103,9 @@ def attack_summary(store: ResultStore,
              for e in common], [base['worst_areas'][e] for e in common],
             'the worst case over eps') if common else None
         s['paired'] = paired
-    for s in out.values():
-        s.pop('worst_areas')
+    for name, s in out.items():
+        areas = s.pop('worst_areas')
+        if worst_areas is not None:
+            worst_areas[name] = areas
         s.pop('series_keys')
     return out

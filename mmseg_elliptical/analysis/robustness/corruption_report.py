@@ -4,6 +4,8 @@ and writes ``robustness.{md,csv,png}`` and ``robustness_summary.csv``."""
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.output import markdown_table, write_report
+from .arms import CORRUPTION_FIGURES, corruption_arms
+from .arms_report import arms_markdown
 from .corruption_figure import heatmaps
 from .corruption_verdicts import grid_summary
 from .paired import interval
@@ -156,27 +158,42 @@ def summary_rows(summary: Dict[str, Dict],
     return header, rows
 
 
-def write_robustness_report(store: ResultStore,
-                            names: Sequence[str],
-                            corruptions: Sequence[str],
-                            severities: Sequence[int],
-                            metric: str,
-                            work_dir: str,
-                            baseline: Optional[str] = None,
-                            means: Sequence[str] = (),
-                            resamples: int = 1000,
-                            seed: int = 0) -> str:
-    """Add the summary to ``robustness.json`` and write
-    ``robustness.{md,csv,png}`` and ``robustness_summary.csv``.
+def write_robustness_report(
+        store: ResultStore,
+        names: Sequence[str],
+        corruptions: Sequence[str],
+        severities: Sequence[int],
+        metric: str,
+        work_dir: str,
+        baseline: Optional[str] = None,
+        means: Sequence[str] = (),
+        resamples: int = 1000,
+        seed: int = 0,
+        arms: Optional[Dict[str, List[str]]] = None) -> str:
+    """Add the per-run summary and the arms (:func:`~.arms.corruption_arms`)
+    to ``robustness.json`` and write ``robustness.{md,csv,png}`` and
+    ``robustness_summary.csv``.
+
+    Args:
+        baseline (str, optional): The baseline arm; each run's CE and
+            paired test divide by / compare with its first run.
+        arms (dict, optional): ``{arm: [runs]}``; default: each model an
+            arm of one run.
 
     Returns:
         str: The markdown.
     """
+    arms = arms or {n: [n] for n in names}
+    base_run = None if baseline is None else arms[baseline][0]
     summary = grid_summary(store, names, corruptions, severities, metric,
-                           baseline, means, resamples, seed)
+                           base_run, means, resamples, seed)
     store.data['summary'] = summary
+    store.data['arms'] = corruption_arms(store, arms, summary, corruptions,
+                                         severities, baseline, resamples, seed)
     store.save()
     text = grid_markdown(summary, corruptions, severities)
+    if any(len(r) > 1 for r in arms.values()):
+        text += '\n' + arms_markdown(store.data['arms'], CORRUPTION_FIGURES)
     write_report(
         work_dir,
         'robustness',
