@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 from mmengine.config import DictAction
 
 from ..errors import INPUT_ERRORS, CheckpointError, ExportError
-from .arms import arms_of, check_arms, run_names
+from .arm_names import arms_of, check_arms, run_names
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
 from .registry import unknown_types_as_config_errors
