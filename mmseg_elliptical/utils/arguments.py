@@ -12,7 +12,7 @@ from mmengine.config import DictAction
 
 from ..errors import (INPUT_ERRORS, CheckpointError, ConfigError, ExportError,
                       GridInterrupted)
-from .arms import arms_of, check_arms, run_names
+from .arm_names import arms_of, check_arms, run_names
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
 from .registry import unknown_types_as_config_errors

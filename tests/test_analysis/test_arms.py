@@ -14,7 +14,7 @@ from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.robustness.bootstrap import \
     hierarchical_bootstrap
 from mmseg_elliptical.utils.arguments import add_models, models_of
-from mmseg_elliptical.utils.arms import arms_of, run_names
+from mmseg_elliptical.utils.arm_names import arms_of, run_names
 
 CELLS = ['clean', 'fog/1', 'fog/5']
 

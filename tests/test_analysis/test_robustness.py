@@ -327,7 +327,7 @@ def test_report_of_a_stored_grid(tmp_path):
                                    ('mIoU', 'mAcc', 'aAcc'), 100))
     data = json.loads((tmp_path / 'robustness.json').read_text())
     summary = data['summary']
-    assert sorted(data) == ['models', 'settings', 'summary']
+    assert sorted(data) == ['arms', 'models', 'settings', 'summary']
     cells = {n: data['models'][n]['cells'] for n in ('ell', 'dot')}
     for name in ('ell', 'dot'):
         want = robustness_by_hand(cells, corruptions, severities, 'mIoU',

@@ -143,7 +143,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     check_run(p, args, args.specs, __file__)
     if len(args.arms) < 2:
         p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
-                f'more models (arms), got {len(args.arms)}.')
+                f'more models, got {len(args.arms)} (arms: --names).')
     args.notes = fitting_models(p, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args

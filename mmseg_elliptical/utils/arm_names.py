@@ -10,6 +10,8 @@ whose runs cannot be compared.
 import os.path as osp
 from typing import Callable, Dict, List, Sequence
 
+from .config import load_config
+
 
 def run_names(arms: Sequence[str]) -> List[str]:
     """One run name per model: its arm's name, or ``ARM#I`` when the arm
@@ -40,7 +42,6 @@ def arms_of(arms: Sequence[str], runs: Sequence[str]) -> Dict[str, List]:
 def dataset_of(config: str) -> tuple:
     """What the runs of one arm must share: the test dataset's type and
     data root, and the decode head's class count."""
-    from .config import load_config
     cfg = load_config(config)
     data = (cfg.get('test_dataloader') or {}).get('dataset') or {}
     head = (cfg.get('model') or {}).get('decode_head') or {}
