@@ -13,6 +13,7 @@ import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.analysis import robustness as rb
 from mmseg_elliptical.analysis.robustness.bootstrap import \
     hierarchical_bootstrap
+from mmseg_elliptical.analysis.robustness.worst import greedy_worst_case
 from mmseg_elliptical.utils.arguments import add_models, models_of
 from mmseg_elliptical.utils.arm_names import arms_of, run_names
 
@@ -172,15 +173,15 @@ def test_attack_report_of_arms(tmp_path):
     text = rb.write_attack_report(
         store, names, str(tmp_path), 'dot', resamples=50, arms=arms)
     ell = store.data['arms']['ell']
-    worst = [store.data['summary'][n]['worst']['4'] for n in names[:3]]
+    worst = [store.data['summary'][n]['worst']['4']['mIoU'] for n in names[:3]]
     assert ell['figures']['worst/4']['mean'] == pytest.approx(np.mean(worst))
     assert ell['figures']['worst/4']['sd'] == pytest.approx(
         np.std(worst, ddof=1))
     assert set(ell['paired']) == {'clean', 'worst/4', 'worst_mean'}
-    # The worst case per image of each run, then the hierarchical test.
+    # SEA's worst case of each run, then the hierarchical test.
     want = hierarchical_bootstrap(
-        *[[[rb.summary.worst_case([r[k] for k in cells[1:]])] for r in runs[a]]
-          for a in ('ell', 'dot')], 50, 0)
+        *[[[greedy_worst_case([r[k] for k in cells[1:]]).areas]
+           for r in runs[a]] for a in ('ell', 'dot')], 50, 0)
     assert ell['paired']['worst/4']['low'] == want['low']
     assert ell['paired']['worst/4']['runs'] == [3, 3]
     assert '## Arms' in text and '(3 runs)' in text
