@@ -380,17 +380,25 @@ def at_config(demo_root, work_dir, name, **overrides):
 def test_two_processes_train_as_one(demo_root, tmp_path) -> None:
     # No random flip: each process draws its own (the same seed, other
     # images); the sampler gives rank r images r, r + 2, ... of one order.
-    one = at_config(
-        demo_root, str(tmp_path / 'one'), 'one', **{
-            'train_dataloader.dataset.pipeline': NO_FLIP,
-            'train_dataloader.batch_size': 2
-        })
+    # Plain SGD at a constant, large rate: the weights move by the gradients
+    # themselves (Adam's normalisation turns float noise in tiny gradients
+    # into whole steps), so the attack's effect shows after 4 steps.
+    fast = {
+        'train_dataloader.dataset.pipeline': NO_FLIP,
+        'param_scheduler': [],
+    }
+    sgd = dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.1))
+    one = at_config(demo_root, str(tmp_path / 'one'), 'one', **{
+        'train_dataloader.batch_size': 2,
+        **fast
+    })
+    one.optim_wrapper = sgd
     one = final_weights(one)
-    two = at_config(
-        demo_root, str(tmp_path / 'two'), 'two', **{
-            'train_dataloader.dataset.pipeline': NO_FLIP,
-            'train_dataloader.batch_size': 1
-        })
+    two = at_config(demo_root, str(tmp_path / 'two'), 'two', **{
+        'train_dataloader.batch_size': 1,
+        **fast
+    })
+    two.optim_wrapper = sgd
     path = str(tmp_path / 'two.py')
     two.dump(path)
     run_command([
@@ -404,8 +412,10 @@ def test_two_processes_train_as_one(demo_root, tmp_path) -> None:
         map_location='cpu',
         weights_only=False)['state_dict']
     assert got.keys() == one.keys()
+    # Float noise here: 1e-5 at most; the start seeded by the image's place
+    # in its batch instead of its path: 0.09.
     for key in one:
-        torch.testing.assert_close(got[key], one[key], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got[key], one[key], atol=1e-4, rtol=1e-4)
 
 
 KILLER = '''
