@@ -208,9 +208,9 @@ class AdversarialTrainingHook(Hook):
         try:
             fields['eps'] = parse_eps(
                 fields.get('eps'), norm, allow_small=allow_small_eps)
-            for key in ('step_size', ):
-                if isinstance(fields.get(key), str):
-                    fields[key] = parse_eps(fields[key], norm, True)
+            if isinstance(fields.get('step_size'), str):  # '2/255'
+                fields['step_size'] = parse_eps(fields['step_size'], norm,
+                                                True)
         except ConfigError as err:
             _fail(f'attack eps: {err}')
         if not fields['eps'] > 0:
@@ -220,10 +220,9 @@ class AdversarialTrainingHook(Hook):
         if isinstance(steps, bool) or not isinstance(steps, int) or not \
                 1 <= steps <= 1000:
             _fail(f'steps={steps!r} must be an integer in [1, 1000]')
-        if isinstance(
-                ratio,
-                bool) or not isinstance(ratio,
-                                        (int, float)) or not 0 <= ratio <= 1:
+        number = isinstance(ratio,
+                            (int, float)) and not isinstance(ratio, bool)
+        if not number or not 0 <= ratio <= 1:
             _fail(f'ratio={ratio!r} must be a number in [0, 1] (the '
                   'fraction of each batch attacked)')
         if isinstance(seed, bool) or not isinstance(seed, int):
