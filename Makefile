@@ -22,6 +22,12 @@
 # missing one first; what is measured already is kept; work_dirs/report/),
 # make adversarial (both demo checkpoints under PGD and SegPGD, the elliptical
 # one also through m; the paired verdict; work_dirs/adversarial/),
+# make demo-at (both demo twins trained adversarially with the cheap recipe,
+# configs/demo/*_adversarial.py, then the adversarial grid on the four
+# checkpoints: the trained twins beside the plainly trained ones, the paired
+# verdict between the trained twins; work_dirs/demo_at/. Budget: 3000
+# iterations per twin at about twice a plain iteration's time, plus the plain
+# twins if missing and the grid on four models; docs/evidence.md),
 # make export (make demo's checkpoint, trained first if missing, exported to
 # ONNX, verified against PyTorch and tested with onnxruntime: its mIoU must
 # equal PyTorch's within 0.01).
@@ -46,7 +52,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
 
 .PHONY: setup demo demo-dot demo-tb compare export lint test test-fast benchmark \
-	speed report adversarial test-full-mmcv
+	speed report adversarial test-full-mmcv demo-at
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" MMCV="$(MMCV)" \
@@ -95,6 +101,25 @@ adversarial: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
 		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
 		--names elliptical dot-product --baseline dot-product $(ADVERSARIAL_ARGS) \
 		--work-dir work_dirs/adversarial
+
+DEMO_AT_CONFIG := $(DEMO_CONFIG:.py=_adversarial.py)
+DEMO_AT_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_adversarial.py)
+DEMO_AT_CKPT := work_dirs/demo_at_elliptical/iter_3000.pth
+DEMO_AT_DOT_CKPT := work_dirs/demo_at_dot/iter_3000.pth
+DEMO_AT_ARGS ?= --protocol quick --adaptive
+
+demo-at: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT) $(DEMO_AT_CKPT) $(DEMO_AT_DOT_CKPT)
+	$(DEMO_ENV) $(PY) tools/analysis_tools/adversarial.py \
+		$(DEMO_AT_CONFIG) $(DEMO_AT_CKPT) $(DEMO_AT_DOT_CONFIG) $(DEMO_AT_DOT_CKPT) \
+		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
+		--names elliptical-at dot-product-at elliptical dot-product \
+		--baseline dot-product-at $(DEMO_AT_ARGS) --work-dir work_dirs/demo_at
+
+$(DEMO_AT_CKPT):
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_AT_CONFIG) --work-dir work_dirs/demo_at_elliptical
+
+$(DEMO_AT_DOT_CKPT):
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_AT_DOT_CONFIG) --work-dir work_dirs/demo_at_dot
 
 export: setup $(DEMO_CKPT)
 	$(DEMO_ENV) $(PY) tools/deployment/pytorch2onnx.py $(DEMO_CONFIG) --checkpoint $(DEMO_CKPT) \

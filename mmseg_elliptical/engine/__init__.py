@@ -7,7 +7,8 @@ from .checkpoint import (load_from_local, mmengine_safe_globals,
                          unregister_checkpoint_loader)
 from .fit import (WeightsFit, check_models_fit, check_weights_fit,
                   fitting_models, note_partial_loads, weights_fit)
-from .hooks import EllipticalEvidenceHook, SegSummaryHook
+from .hooks import (AdversarialTrainingHook, EllipticalEvidenceHook,
+                    SegSummaryHook)
 from .launch import (end_process_group, prepare_cpu_launch, process_group,
                      run_mmseg_tool, start_launcher)
 
@@ -16,6 +17,7 @@ __all__ = [
     'mmengine_safe_globals', 'register_checkpoint_loader',
     'unregister_checkpoint_loader', 'WeightsFit', 'check_models_fit',
     'check_weights_fit', 'fitting_models', 'note_partial_loads', 'weights_fit',
-    'EllipticalEvidenceHook', 'SegSummaryHook', 'end_process_group',
-    'prepare_cpu_launch', 'process_group', 'run_mmseg_tool', 'start_launcher'
+    'AdversarialTrainingHook', 'EllipticalEvidenceHook', 'SegSummaryHook',
+    'end_process_group', 'prepare_cpu_launch', 'process_group',
+    'run_mmseg_tool', 'start_launcher'
 ]

@@ -1,0 +1,6 @@
+# The elliptical demo trained adversarially with the cheap recipe (make
+# demo-at): its dot-product twin's config but the backbone type.
+_base_ = [
+    './segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64_adversarial.py'
+]
+model = dict(backbone=dict(type='EllipticalVisionTransformer'))

@@ -1,0 +1,299 @@
+"""Adversarial training from any config: each training batch is replaced,
+before the step, by adversarial images crafted on the current model with the
+grid's own attack code (:func:`..analysis.robustness.attacks.perturb`).
+
+What is attacked is the training-time forward (the data preprocessor's
+training path, ``extract_feat`` and the decode head's forward, the logits
+resized to the label as the head's loss does) against the batch's own
+(cropped, flipped) labels: not ``predict``, which undoes flips.
+"""
+import copy
+import zlib
+from contextlib import contextmanager, nullcontext
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.optim import AmpOptimWrapper
+from mmengine.runner import autocast
+from mmseg.models import SegDataPreProcessor
+from mmseg.models.decode_heads.decode_head import BaseDecodeHead
+from mmseg.registry import HOOKS
+from torch import Tensor
+
+from ...analysis.robustness import attacks
+from ...errors import AnalysisError, ConfigError
+from ...utils.arguments import parse_eps
+from .evidence_hook import kept_modes, kept_rng
+
+#: The attack of each name the hook can train against: one implementation
+#: of each attack serves the grid and training.
+CRAFTERS: Dict[str, Callable] = {
+    name: attacks.perturb
+    for name in attacks.ATTACKS
+}
+#: The message hub's key of the attack's success (pixel accuracy, percent,
+#: on the attacked images before the step), logged beside the loss.
+ACCURACY_KEY = 'train/adv_pixel_acc'
+
+
+def _fail(problem: str) -> None:
+    raise ConfigError(f'AdversarialTrainingHook: {problem}.')
+
+
+def draw(key: str, seed: int) -> float:
+    """A uniform number in [0, 1) seeded by ``key`` and ``seed`` alone."""
+    gen = torch.Generator().manual_seed(
+        (zlib.crc32(key.encode()) + seed) % 2**63)
+    return float(torch.rand((), generator=gen))
+
+
+def check_model(model) -> None:
+    """Raise :class:`ConfigError` for a segmentor the hook cannot attack:
+    no mmseg data preprocessor normalising 0-255 images (the attack's
+    unit), batch augments (they would be drawn again), or no decode head
+    whose forward gives the logits."""
+    pre = getattr(model, 'data_preprocessor', None)
+    mean = getattr(pre, 'mean', None) if isinstance(
+        pre, SegDataPreProcessor) else None
+    if mean is None or not getattr(pre, '_enable_normalize', False) \
+            or float(mean.max()) <= 1:
+        _fail(
+            f'the model needs an mmseg SegDataPreProcessor that '
+            f'normalises 0-255 images (mean/std in levels, e.g. mean='
+            f'[123.675, 116.28, 103.53]); it has {type(pre).__name__}'
+            f'{"" if mean is None else f" with mean {mean.flatten().tolist()}"}'  # noqa: E501
+            '. Set model.data_preprocessor so (the eps is in 0-255 levels)')
+    if pre.batch_augments is not None:
+        _fail('the data preprocessor has batch_augments, which would be '
+              'drawn again for the attack: remove them')
+    head = getattr(model, 'decode_head', None)
+    if not isinstance(head, BaseDecodeHead) or not hasattr(
+            model, 'extract_feat'):
+        _fail(f'the model ({type(model).__name__}) needs one mmseg decode '
+              f'head (a BaseDecodeHead) whose forward gives the logits; it '
+              f'has {type(head).__name__}')
+
+
+def training_forward(model, images: Sequence[Tensor],
+                     samples: Sequence) -> Tuple[Callable, List[Tensor]]:
+    """The training-time logits of a batch, as a function of its images,
+    and the labels the decode head's loss compares them with.
+
+    The data preprocessor runs its training path (normalisation, padding of
+    images and labels to its ``size``) on copies of ``samples``; the logits
+    are ``decode_head.forward(extract_feat(...))`` resized to the labels'
+    size with the head's ``align_corners``, as its ``loss_by_feat`` does.
+
+    Args:
+        model: The segmentor (not a wrapper).
+        images (Sequence[Tensor]): The batch's ``[3, H, W]`` 0-255 images.
+        samples (Sequence[SegDataSample]): The batch's data samples, with
+            ``gt_sem_seg``.
+
+    Returns:
+        tuple: ``forward`` (list of ``[3, H, W]`` 0-255 images to a list of
+        ``[C, h, w]`` logits) and the ``[h, w]`` long labels.
+    """
+    if not all('gt_sem_seg' in s for s in samples):
+        _fail('the training batch has no gt_sem_seg to attack with: keep '
+              'LoadAnnotations in the train pipeline')
+    head = model.decode_head
+
+    def preprocess(xs) -> Dict:
+        return model.data_preprocessor(
+            dict(inputs=list(xs), data_samples=copy.deepcopy(samples)), True)
+
+    def forward(xs) -> List[Tensor]:
+        data = preprocess(xs)
+        logits = head.forward(model.extract_feat(data['inputs']))
+        size = data['data_samples'][0].gt_sem_seg.shape
+        logits = F.interpolate(
+            logits,
+            size=size,
+            mode='bilinear',
+            align_corners=head.align_corners)
+        return list(logits)
+
+    with torch.no_grad():
+        data = preprocess(images)
+    labels = [s.gt_sem_seg.data[0].long() for s in data['data_samples']]
+    return forward, labels
+
+
+@contextmanager
+def attacking(model) -> Iterator[None]:
+    """Eval mode (norm layers frozen, no dropout), no parameter requiring a
+    gradient, and every random state kept; each module's mode and each
+    parameter's flag given back on exit."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    with kept_rng(), kept_modes(model):
+        try:
+            for p, _ in flags:
+                p.requires_grad_(False)
+            yield
+        finally:
+            for p, flag in flags:
+                p.requires_grad_(flag)
+
+
+def pixel_accuracy(logits: Sequence[Tensor], labels: Sequence[Tensor],
+                   ignore_index: int) -> float:
+    """Percent of the labelled pixels whose argmax is their label."""
+    right = total = 0
+    for lg, lb in zip(logits, labels):
+        valid = lb != ignore_index
+        right += int(((lg.argmax(0) == lb) & valid).sum())
+        total += int(valid.sum())
+    return 100. * right / max(total, 1)
+
+
+@HOOKS.register_module()
+class AdversarialTrainingHook(Hook):
+    """Train on adversarial images (PGD-AT, PIR-AT, SegPGD-AT).
+
+    Before each training iteration the images of the batch (all, or a
+    fraction ``ratio`` drawn per image) are replaced in ``data_batch`` by
+    adversarial ones crafted on the current model: the model in eval mode,
+    the gradient to the input only, the training-time logits against the
+    batch's labels. The mode, the parameters' ``requires_grad`` flags and
+    gradients and every random state are as before when the step runs.
+    Which images are attacked and their random start are seeded by (image
+    path, iteration, ``seed``): epochs draw new starts, two processes choose
+    as one, and a resumed run continues exactly (the hook keeps no state).
+
+    Args:
+        attack (dict): :class:`..analysis.robustness.attacks.Attack`'s
+            fields but ``labels`` (always the ground truth) and ``seed``:
+            ``name`` (``pgd``, ``segpgd``, ``cospgd``, ``fgsm``), ``norm``
+            (``linf``: eps and step in 0-255 levels, ``'4/255'`` understood;
+            ``l2``: on the 0-1 scale), ``eps``, ``steps``, ``step_size``,
+            ``random_start``.
+        ratio (float): Fraction of the images attacked, in [0, 1].
+            Defaults to 1 (the whole batch).
+        adaptive (bool): Differentiate through the relevance ``m`` too (an
+            elliptical model's adaptive attack). Defaults to False.
+        seed (int): Seed of the choice and the random starts. Defaults to 0.
+        allow_small_eps (bool): Take an L-inf eps below 0.25 levels as
+            written. Defaults to False.
+        log_accuracy (bool): Log the pixel accuracy on the attacked images
+            (one more forward, without gradient) as ``adv_pixel_acc``.
+            Defaults to True.
+    """
+    priority = 'LOW'  # after IterTimerHook: the attack is no data time
+
+    def __init__(self,
+                 attack: Dict,
+                 ratio: float = 1.,
+                 adaptive: bool = False,
+                 seed: int = 0,
+                 allow_small_eps: bool = False,
+                 log_accuracy: bool = True) -> None:
+        if not isinstance(attack, dict):
+            _fail(f'attack={attack!r} must be a dict of the attack\'s '
+                  'fields (name, norm, eps, steps, step_size)')
+        fields = dict(attack)
+        for key in ('labels', 'seed', 'adaptive'):
+            if key in fields:
+                _fail(f'attack has {key}=, which the hook sets (labels: the '
+                      'ground truth; give seed= and adaptive= to the hook)')
+        name = fields.get('name')
+        if name not in CRAFTERS:
+            _fail(f'unknown attack {name!r}: one of {sorted(CRAFTERS)}')
+        norm = fields.get('norm', 'linf')
+        if norm not in attacks.NORMS:
+            _fail(f'norm {norm!r} is none of {attacks.NORMS}')
+        try:
+            fields['eps'] = parse_eps(
+                fields.get('eps'), norm, allow_small=allow_small_eps)
+            if isinstance(fields.get('step_size'), str):  # '2/255'
+                fields['step_size'] = parse_eps(fields['step_size'], norm,
+                                                True)
+        except ConfigError as err:
+            _fail(f'attack eps: {err}')
+        if not fields['eps'] > 0:
+            _fail('eps=0 attacks nothing: give eps > 0, or ratio=0 for '
+                  'plain training')
+        steps = fields.get('steps', 1)
+        if isinstance(steps, bool) or not isinstance(steps, int) or not \
+                1 <= steps <= 1000:
+            _fail(f'steps={steps!r} must be an integer in [1, 1000]')
+        number = isinstance(ratio,
+                            (int, float)) and not isinstance(ratio, bool)
+        if not number or not 0 <= ratio <= 1:
+            _fail(f'ratio={ratio!r} must be a number in [0, 1] (the '
+                  'fraction of each batch attacked)')
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            _fail(f'seed={seed!r} must be an integer')
+        try:
+            self.attack = attacks.Attack(
+                **dict(fields, norm=norm, adaptive=bool(adaptive), seed=seed))
+        except (AnalysisError, TypeError) as err:
+            _fail(f'attack={attack!r}: {err}')
+        self.ratio = float(ratio)
+        self.seed = seed
+        self.log_accuracy = log_accuracy
+
+    def before_train(self, runner) -> None:
+        """Refuse a model the hook cannot attack, before the first step."""
+        check_model(self._model(runner))
+
+    @staticmethod
+    def _model(runner):
+        model = runner.model
+        return model.module if is_model_wrapper(model) else model
+
+    def chosen(self, keys: Sequence[str], iteration: int) -> List[int]:
+        """The indices of the batch's images attacked at ``iteration``."""
+        if self.ratio >= 1:
+            return list(range(len(keys)))
+        return [
+            i for i, key in enumerate(keys)
+            if draw(f'choice/{key}@{iteration}', self.seed) < self.ratio
+        ]
+
+    def before_train_iter(self,
+                          runner,
+                          batch_idx: int,
+                          data_batch: Optional[dict] = None) -> None:
+        """Replace the chosen images of ``data_batch`` by adversarial ones
+        (``data_batch['inputs']`` changed in place)."""
+        if data_batch is None or self.ratio == 0:
+            return
+        samples = data_batch['data_samples']
+        keys = [
+            str(s.metainfo.get('img_path', f'{batch_idx}/{i}'))
+            for i, s in enumerate(samples)
+        ]
+        picked = self.chosen(keys, runner.iter)
+        if not picked:
+            return
+        model = self._model(runner)
+        images = [data_batch['inputs'][i] for i in picked]
+        sub = [samples[i] for i in picked]
+        wrapper = getattr(runner, 'optim_wrapper', None)
+        cast = autocast(dtype=wrapper.cast_dtype) if isinstance(
+            wrapper, AmpOptimWrapper) else nullcontext()
+        ignore = model.decode_head.ignore_index
+        with attacking(model), cast:
+            forward, labels = training_forward(model, images, sub)
+            xs = CRAFTERS[self.attack.name](
+                model,
+                images,
+                sub,
+                self.attack,
+                ignore,
+                forward=forward,
+                labels=labels,
+                start_keys=[f'{keys[i]}@{runner.iter}' for i in picked])
+            if self.log_accuracy:
+                with torch.no_grad():
+                    accuracy = pixel_accuracy(forward(xs), labels, ignore)
+                runner.message_hub.update_scalar(ACCURACY_KEY, accuracy)
+        inputs = data_batch['inputs']
+        if isinstance(inputs, Tensor):  # a stacked batch: a float copy
+            inputs = data_batch['inputs'] = inputs.float()
+        for i, x in zip(picked, xs):
+            inputs[i] = x.to(images[0].device)
