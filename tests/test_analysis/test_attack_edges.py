@@ -196,6 +196,6 @@ def test_adaptive_cells_go_to_elliptical_models_only(demo_models, tmp_path,
 
 def test_the_configs_say_which_model_has_elliptical_layers():
     from mmengine.config import Config
-    assert attacks.has_elliptical_layers(
+    assert rb.has_elliptical_layers(
         Config.fromfile(DEMO_ELLIPTICAL).model)
-    assert not attacks.has_elliptical_layers(Config.fromfile(DEMO_DOT).model)
+    assert not rb.has_elliptical_layers(Config.fromfile(DEMO_DOT).model)

@@ -39,6 +39,7 @@ from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.utils import arguments as cli
+from mmseg_elliptical.utils.eps import parse_eps
 from mmseg_elliptical.utils.preflight import check_run
 
 
@@ -143,7 +144,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.norm = args.norm or preset.norm
     try:
         args.epsilons = [
-            cli.parse_eps(e, args.norm, args.allow_small_eps)
+            parse_eps(e, args.norm, args.allow_small_eps)
             for e in args.epsilons
         ] if args.epsilons else list(preset.epsilons)
     except ConfigError as e:

@@ -19,8 +19,7 @@ them, :mod:`.audit` the gradient-masking audit. The command lines:
 from .attack_report import attack_markdown, write_attack_report
 from .attack_verdicts import attack_summary
 from .attacks import (ATTACKS, LABELS, NORMS, PERTURBERS, AdversarialTestLoop,
-                      Attack, elliptical_models, has_elliptical_layers,
-                      perturb)
+                      Attack, perturb)
 from .audit import audit_cells, audit_markdown, gradient_masking_audit
 from .bootstrap import ImageAreas, miou, paired_bootstrap
 from .class_weights import class_weights_of, weighted_cells
@@ -28,6 +27,7 @@ from .corruption_figure import heatmaps
 from .corruption_report import (csv_rows, grid_markdown, summary_rows,
                                 write_robustness_report)
 from .corruption_verdicts import grid_summary, paired_test
+from .elliptical import elliptical_models, has_elliptical_layers
 from .grid import open_store, run_cells, run_grid, with_image_areas
 from .loop import CellHook, CorruptionGridLoop
 from .pipeline import (corrupted_loader_cfg, dataset_pipelines,

@@ -3,7 +3,7 @@
 writes ``adversarial.{md,csv,png}``."""
 from typing import Dict, List, Optional, Sequence
 
-from ...utils.arguments import eps_units
+from ...utils.eps import eps_units
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from .arms import attack_arms
 from .arms_report import arms_markdown

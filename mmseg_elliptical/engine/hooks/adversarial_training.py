@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ...analysis.robustness import attacks
 from ...errors import AnalysisError, ConfigError
-from ...utils.arguments import parse_eps
+from ...utils.eps import parse_eps
 from .evidence_hook import kept_modes, kept_rng
 
 #: The attack of each name the hook can train against: one implementation

@@ -1,9 +1,9 @@
 """The radius parser every attack caller shares
-(:func:`mmseg_elliptical.utils.arguments.parse_eps`)."""
+(:func:`mmseg_elliptical.utils.eps.parse_eps`)."""
 import pytest
 
 from mmseg_elliptical.errors import ConfigError
-from mmseg_elliptical.utils.arguments import eps_units, parse_eps
+from mmseg_elliptical.utils.eps import eps_units, parse_eps
 
 
 @pytest.mark.parametrize('value, norm, want', [
