@@ -26,7 +26,7 @@
 # configs/demo/*_adversarial.py, then the adversarial grid on the four
 # checkpoints: the trained twins beside the plainly trained ones, the paired
 # verdict between the trained twins; work_dirs/demo_at/. Budget: 3000
-# iterations per twin at about twice a plain iteration's time, plus the plain
+# iterations per twin at about 2.4 times a plain iteration's time, plus the plain
 # twins if missing and the grid on four models; docs/evidence.md),
 # make export (make demo's checkpoint, trained first if missing, exported to
 # ONNX, verified against PyTorch and tested with onnxruntime: its mIoU must
