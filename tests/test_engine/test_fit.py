@@ -100,8 +100,8 @@ TOOLS = [
      'process_group'),
     ('analysis_tools/attention_maps.py', '{image} {cfg} {wrong} --point 1 1',
      'model_attention'),
-    ('analysis_tools/compare_models.py', '{cfg} {ok} {cfg} {wrong}',
-     'process_group'),
+    ('analysis_tools/compare_models.py',
+     '{cfg} {ok} {cfg} {wrong} --names a b', 'process_group'),
     ('deployment/pytorch2onnx.py', '{cfg} --checkpoint {wrong}',
      'build_segmentor'),
     pytest.param(
