@@ -196,6 +196,5 @@ def test_adaptive_cells_go_to_elliptical_models_only(demo_models, tmp_path,
 
 def test_the_configs_say_which_model_has_elliptical_layers():
     from mmengine.config import Config
-    assert rb.has_elliptical_layers(
-        Config.fromfile(DEMO_ELLIPTICAL).model)
+    assert rb.has_elliptical_layers(Config.fromfile(DEMO_ELLIPTICAL).model)
     assert not rb.has_elliptical_layers(Config.fromfile(DEMO_DOT).model)
