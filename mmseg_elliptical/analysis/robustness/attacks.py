@@ -28,7 +28,9 @@ from .apgd import APGD_ATTACKS, apgd_images, apgd_problems
 PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
 #: Attacks of their own modules (e.g. ``square``): name -> a function with
-#: :func:`perturb`'s arguments, which :func:`perturb` hands them to.
+#: :func:`perturb`'s arguments, which :func:`perturb` hands them to with the
+#: images on the model's device as floats and the attacked function, labels
+#: and start keys resolved.
 PERTURBERS: Dict[str, Callable] = {}
 NORMS = ('linf', 'l2')
 LABELS = ('gt', 'prediction')
@@ -234,10 +236,6 @@ def perturb(model,
     Returns:
         list[Tensor]: The float images, within the ball and [0, 255].
     """
-    if attack.name in PERTURBERS:
-        return PERTURBERS[attack.name](model, images, samples, attack,
-                                       ignore_index, forward, labels,
-                                       start_keys)
     device = next(model.parameters()).device
     x0 = [img.to(device).float() for img in images]
     if forward is None:
@@ -248,6 +246,10 @@ def perturb(model,
         start_keys = [
             s.metainfo.get('img_path', i) for i, s in enumerate(samples)
         ]
+    if attack.name in PERTURBERS:  # given what they attack, resolved here
+        return PERTURBERS[attack.name](model, x0, samples, attack,
+                                       ignore_index, forward, labels,
+                                       start_keys)
     if attack.name in APGD_ATTACKS:
         return apgd_images(attack, forward, x0, labels, ignore_index,
                            partial(random_start, attack), start_keys,

@@ -18,7 +18,6 @@ queries, one forward per query and image (and two for the start).
 """
 import math
 import zlib
-from functools import partial
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import AnalysisError
-from .attacks import PERTURBERS, Attack, attack_labels, seg_logits
+from .attacks import PERTURBERS, Attack
 
 #: The original code's ``p_init`` for L-inf: the first windows cover 5 %.
 P_INIT = 0.05
@@ -86,7 +85,9 @@ def square_perturb(model,
                    labels: Optional[List[Tensor]] = None,
                    start_keys: Optional[Sequence[str]] = None) -> List[Tensor]:
     """The Square Attack's images of a batch (arguments as
-    :func:`~.attacks.perturb`'s; ``attack.steps`` queries, L-inf only, no
+    :func:`~.attacks.perturb` hands them to :data:`~.attacks.PERTURBERS`:
+    float images on the model's device, ``forward``, ``labels`` and
+    ``start_keys`` given; ``attack.steps`` queries, L-inf only, no
     gradient).
 
     Returns:
@@ -96,16 +97,7 @@ def square_perturb(model,
     if attack.norm != 'linf' or attack.adaptive:
         raise AnalysisError('The square attack is L-inf and reads outputs '
                             'only: use --norm linf, without --adaptive.')
-    device = next(model.parameters()).device
-    x0 = [img.to(device).float() for img in images]
-    if forward is None:
-        forward = partial(seg_logits, model, samples=samples)
-    if labels is None:
-        labels = attack_labels(attack, model, x0, samples)
-    if start_keys is None:
-        start_keys = [
-            s.metainfo.get('img_path', i) for i, s in enumerate(samples)
-        ]
+    x0 = list(images)
     gens = [generator_of(attack, k) for k in start_keys]
     eps = float(attack.eps)
     deltas = [
