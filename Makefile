@@ -73,9 +73,15 @@ demo-tb: setup
 		--work-dir $(DEMO_TB_DIR)/dot-product
 	@echo "Evidence of both twins: $(VENV)/bin/tensorboard --logdir $(DEMO_TB_DIR)"
 
+# make compare trains JOBS runs at once (default: one per core), each on
+# DEMO_THREADS torch threads.
+JOBS ?=
+COMPARE_DIR := work_dirs/compare
+
 compare: setup
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_seeds.py $(DEMO_CONFIG) $(DEMO_DOT_CONFIG) \
-		--names elliptical dot-product --seeds $(SEEDS) --work-dir work_dirs/compare
+		--names elliptical dot-product --seeds $(SEEDS) --work-dir $(COMPARE_DIR) \
+		--threads $(DEMO_THREADS) $(if $(JOBS),--jobs $(JOBS))
 
 DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
 DEMO_DOT_CKPT := work_dirs/demo_dot/iter_3000.pth
@@ -83,10 +89,15 @@ DEMO_ONNX := work_dirs/demo_elliptical/demo_elliptical.onnx
 REPORT_ARGS ?= --image data/demo_shapes/images/validation/demo_00002.jpg \
 	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20 --baseline dot-product
 
-report: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
-	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_models.py \
-		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
-		--names elliptical dot-product $(REPORT_ARGS) --work-dir work_dirs/report
+# make report: make compare's runs (SEEDS, trained first where missing) as
+# two arms, elliptical and dot-product, of one run per seed.
+REPORT_MODELS = $(foreach s,$(SEEDS),$(DEMO_CONFIG) $(COMPARE_DIR)/elliptical/seed$(s)/iter_3000.pth) \
+	$(foreach s,$(SEEDS),$(DEMO_DOT_CONFIG) $(COMPARE_DIR)/dot-product/seed$(s)/iter_3000.pth)
+REPORT_NAMES = $(foreach s,$(SEEDS),elliptical) $(foreach s,$(SEEDS),dot-product)
+
+report: compare
+	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_models.py $(REPORT_MODELS) \
+		--names $(REPORT_NAMES) $(REPORT_ARGS) --work-dir work_dirs/report
 
 $(DEMO_CKPT):
 	$(MAKE) demo

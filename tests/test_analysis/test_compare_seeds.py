@@ -5,6 +5,8 @@ import json
 import os
 import os.path as osp
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -123,7 +125,7 @@ def fake_training(compare, monkeypatch):
     (``edits``) the test changes."""
     calls, fail, edits, trained = [], set(), {}, []
 
-    def train(config, seed, work_dir):
+    def train(config, seed, work_dir, threads=None):
         trained.append(Config.fromfile(config))
         name = trained[-1].name
         calls.append((name, seed))
@@ -181,6 +183,106 @@ def test_runs_are_trained_once(compare, tmp_path, fake_training):
         compare.run_all(*args, log=lambda s: None)
 
 
+def test_jobs_train_runs_at_once_and_keep_their_order(compare, tmp_path,
+                                                      fake_training,
+                                                      monkeypatch):
+    calls = fake_training[0]
+    inner, lock = compare.train, threading.Lock()
+    state = dict(now=0, most=0, threads=set())
+
+    def train(config, seed, work_dir, threads=None):
+        with lock:
+            state['now'] += 1
+            state['most'] = max(state['most'], state['now'])
+            state['threads'].add(threads)
+        if barrier is not None:
+            barrier.wait()  # broken (an error) unless both runs are here
+        time.sleep(0.05)
+        with lock:
+            state['now'] -= 1
+        return inner(config, seed, work_dir)
+
+    monkeypatch.setattr(compare, 'train', train)
+    barrier = threading.Barrier(2, timeout=20)
+    results = compare.run_all(['a.py', 'b.py'], ['x', 'y'], [0, 1],
+                              str(tmp_path / 'two'),
+                              log=lambda s: None,
+                              jobs=2,
+                              threads=3)
+    assert state['most'] == 2 and state['threads'] == {3}
+    assert [(r['name'], r['seed']) for r in results] == [('x', 0), ('x', 1),
+                                                         ('y', 0), ('y', 1)]
+    assert sorted(calls) == [('a.py', 0), ('a.py', 1), ('b.py', 0),
+                             ('b.py', 1)]
+    barrier, state['most'] = None, 0
+    compare.run_all(['a.py'], ['x'], [0, 1, 2],
+                    str(tmp_path / 'one'),
+                    log=lambda s: None,
+                    jobs=1)
+    assert state['most'] == 1
+
+
+def test_a_failed_run_stops_the_runs_not_started(compare, tmp_path,
+                                                 fake_training):
+    calls, fail = fake_training[:2]
+    fail.add(('a.py', 0))
+    with pytest.raises(RuntimeError, match='training failed'):
+        compare.run_all(['a.py', 'b.py'], ['x', 'y'], [0, 1],
+                        str(tmp_path),
+                        log=lambda s: None,
+                        jobs=1)
+    assert calls == [('a.py', 0)]
+
+
+def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
+    seen = {}
+
+    def run(command, env=None, **kwargs):
+        seen.update(command=command, env=env)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(compare.subprocess, 'run', run)
+    monkeypatch.setenv('OMP_NUM_THREADS', '7')
+    compare.train('c.py', 4, str(tmp_path), threads=3)
+    assert seen['env']['OMP_NUM_THREADS'] == '3'
+    assert seen['command'][-1] == 'randomness.seed=4'
+    compare.train('c.py', 4, str(tmp_path))
+    assert seen['env']['OMP_NUM_THREADS'] == '7'
+
+
+def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch):
+    root = str(tmp_path / 'fresh' / 'demo_shapes')
+    seen = []
+
+    def train(config, seed, work_dir, threads=None):
+        seen.append(osp.isfile(osp.join(root, 'meta.json')))
+        _scalars(work_dir, 'stamp', [dict(mIoU=1.0, step=2)])
+        return 1.0
+
+    monkeypatch.setattr(compare, 'train', train)
+    loaders = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+    options = {'train_cfg.max_iters': 2}
+    for loader in loaders:
+        options[f'{loader}.dataset.data_root'] = root
+        options[f'{loader}.dataset.generate'] = TINY_GENERATE
+    compare.run_all([DEMO_DOT], ['dot'], [0, 1],
+                    str(tmp_path / 'work'),
+                    options,
+                    log=lambda s: None,
+                    jobs=2)
+    assert seen == [True, True]
+    missing = {}
+    for loader in loaders:
+        missing[f'{loader}.dataset.generate'] = None
+        missing[f'{loader}.dataset.data_root'] = str(tmp_path / 'none')
+    with pytest.raises(compare.DataError, match='train_dataloader dataset'):
+        compare.run_all([DEMO_DOT], ['dot'], [0],
+                        str(tmp_path / 'work2'),
+                        missing,
+                        log=lambda s: None)
+    assert len(seen) == 2
+
+
 def test_a_run_must_validate_at_its_last_iteration(compare, tmp_path,
                                                    fake_training):
     with pytest.raises(RuntimeError, match='last iteration'):
@@ -205,9 +307,18 @@ def test_fingerprint_of_the_config_and_options(compare):
 
 def test_arguments_are_checked(compare, monkeypatch):
     monkeypatch.setattr(compare, 'run_all', None)  # nothing may start
+    monkeypatch.setattr(compare, 'cores', lambda: 4)
+    args = compare.parse_args([DEMO_DOT])
+    assert (args.jobs, args.threads) == (4, 1)
+    args = compare.parse_args([DEMO_DOT, '--jobs', '2'])
+    assert (args.jobs, args.threads) == (2, 2)
+    args = compare.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
+    assert (args.jobs, args.threads) == (8, 3)
     for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
                  [DEMO_DOT, DEMO_DOT, '--names', 'a',
-                  'a'], [DEMO_DOT, '--seeds', '1', '1']):
+                  'a'], [DEMO_DOT, '--seeds', '1',
+                         '1'], [DEMO_DOT, '--jobs',
+                                '0'], [DEMO_DOT, '--threads', '0']):
         with pytest.raises(SystemExit) as exc:
             compare.main(argv)
         assert exc.value.code == 2

@@ -2,7 +2,7 @@
 
     python tools/analysis_tools/compare_seeds.py CONFIG [CONFIG ...] \\
         [--names ...] [--seeds 0 1 2] [--work-dir work_dirs/compare] \\
-        [--cfg-options ...]
+        [--jobs N] [--threads T] [--cfg-options ...]
 
 Every (config, seed) run is mmseg's ``tools/train.py`` in a subprocess, in its
 own work dir ``WORK_DIR/NAME/seedSEED``, on the config as resolved here (its
@@ -11,6 +11,11 @@ bases and ``--cfg-options`` merged, dumped there as ``config.py``) with
 there and is skipped when the command is run again, unless its settings
 (config path and resolved content, seed) changed, which is an error; an
 interrupted one is resumed from its last checkpoint (``--resume``).
+Up to ``--jobs`` runs train at once (default: one per core), each on
+``--threads`` torch threads (``OMP_NUM_THREADS`` of its process; default:
+the cores shared among the jobs); the configs' datasets are built once
+here first, so that runs which generate the same data (the demo's) do
+not race to write it.
 
 Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.md`` (mean and standard deviation of the final metrics per model,
@@ -18,6 +23,7 @@ Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.png`` (validation mIoU over iterations).
 """
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -25,16 +31,20 @@ import os.path as osp
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmseg.registry import DATASETS
 
 from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
 from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
                                     write_report)
 from mmseg_elliptical.utils.arguments import (CfgOptions, config_file, fail,
-                                              non_negative_int)
+                                              non_negative_int, positive_int)
 
 TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
@@ -48,6 +58,10 @@ class RunError(RuntimeError):
 
 class StaleRunError(ValueError):
     """A run folder that holds another run (config, seed, options)."""
+
+
+class DataError(ValueError):
+    """A config whose datasets cannot be built."""
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -74,6 +88,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default='work_dirs/compare',
         help='root of the runs and of the outputs')
     parser.add_argument(
+        '--jobs',
+        type=positive_int,
+        default=cores(),
+        help='runs trained at once (default: the number of cores, '
+        f'{cores()} here)')
+    parser.add_argument(
+        '--threads',
+        type=positive_int,
+        help='torch threads of each run, OMP_NUM_THREADS of its process '
+        '(default: the cores divided among the jobs, at least 1)')
+    parser.add_argument(
         '--cfg-options',
         nargs='+',
         action=CfgOptions,
@@ -94,7 +119,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      'its own.')
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f'argument --seeds: {args.seeds} repeat a seed.')
+    args.threads = args.threads or max(1, cores() // args.jobs)
     return args
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def fingerprint(cfg: Config) -> str:
@@ -103,7 +137,10 @@ def fingerprint(cfg: Config) -> str:
     return hashlib.sha256(cfg.pretty_text.encode()).hexdigest()[:16]
 
 
-def train(config: str, seed: int, work_dir: str) -> float:
+def train(config: str,
+          seed: int,
+          work_dir: str,
+          threads: Optional[int] = None) -> float:
     """Run mmseg's ``tools/train.py`` on one seed (resuming if it can).
 
     Args:
@@ -111,6 +148,8 @@ def train(config: str, seed: int, work_dir: str) -> float:
         seed (int): ``randomness.seed``.
         work_dir (str): The run's work dir; its ``train.log`` gets the
             output.
+        threads (int, optional): ``OMP_NUM_THREADS`` of the run (default:
+            this process's environment).
 
     Returns:
         float: Wall-clock seconds.
@@ -120,10 +159,14 @@ def train(config: str, seed: int, work_dir: str) -> float:
         sys.executable, '-c', TRAIN, config, '--work-dir', work_dir,
         '--resume', '--cfg-options', f'randomness.seed={seed}'
     ]
+    env = dict(os.environ)
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     out = osp.join(work_dir, 'train.log')
     start = time.perf_counter()
     with open(out, 'a') as f:
-        proc = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            command, stdout=f, stderr=subprocess.STDOUT, env=env)
     if proc.returncode:
         with open(out) as f:
             tail = ''.join(f.readlines()[-20:])
@@ -133,13 +176,83 @@ def train(config: str, seed: int, work_dir: str) -> float:
     return time.perf_counter() - start
 
 
+def prepare_data(config: str, cfg: Config) -> None:
+    """Build a config's train and validation datasets once, before any run:
+    a dataset that generates its files (the demo's) writes them now, and a
+    missing data folder is one error here, not one per run.
+
+    Raises:
+        DataError: A dataset cannot be built; the message names it.
+    """
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    for key in ('train_dataloader', 'val_dataloader'):
+        dataset = (cfg.get(key) or {}).get('dataset')
+        if dataset is None:
+            continue
+        try:
+            DATASETS.build(copy.deepcopy(dataset))
+        except (OSError, ValueError) as e:
+            raise DataError(f'{config}: the {key} dataset cannot be built '
+                            f'({type(e).__name__}: {e}); no run started.')
+
+
+def _finished(path: str, settings: Dict) -> Optional[Dict]:
+    """The result in ``path`` if the run is done; StaleRunError if it holds
+    another run."""
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        result = json.load(f)
+    found = {k: result.get(k) for k in settings}
+    if found != settings:
+        raise StaleRunError(
+            f'{path} holds a run with {found}, not {settings}: use '
+            'another --work-dir, or delete that folder to rerun it.')
+    return result
+
+
+def _train_one(cfg: Config, settings: Dict, run_dir: str, threads: int,
+               cfg_options: Optional[dict]) -> Dict:
+    """Train one run and write its ``result.json``; return the result."""
+    os.makedirs(run_dir, exist_ok=True)
+    cfg.dump(osp.join(run_dir, CONFIG))
+    seconds = train(
+        osp.join(run_dir, CONFIG), settings['seed'], run_dir, threads=threads)
+    history = read_history(run_dir)
+    last_iter = int(cfg.train_cfg.max_iters)
+    if max(history, default=None) != last_iter:
+        raise RunError(
+            f'{run_dir} holds no validation at the last iteration '
+            f'({last_iter}; validated: {sorted(history)}): does the '
+            'config validate (val_cfg, val_evaluator) and log with '
+            "mmengine's LocalVisBackend? If the run was stopped "
+            'during its last validation, delete the folder.')
+    result = dict(
+        settings,
+        cfg_options=dict(cfg_options or {}),
+        seconds=round(seconds, 1),
+        history={
+            str(k): v
+            for k, v in sorted(history.items())
+        })
+    with open(osp.join(run_dir, RESULT), 'w') as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
 def run_all(configs: Sequence[str],
             names: Sequence[str],
             seeds: Sequence[int],
             work_dir: str,
             cfg_options: Optional[dict] = None,
-            log: Callable[[str], None] = print) -> List[Dict]:
-    """Train what has no ``result.json`` yet, one run at a time.
+            log: Callable[[str], None] = print,
+            jobs: int = 1,
+            threads: Optional[int] = None) -> List[Dict]:
+    """Train what has no ``result.json`` yet, up to ``jobs`` runs at once.
+
+    Every finished run's settings are checked before any training starts.
+    A failed run stops the runs not started yet; those already training
+    finish (and are kept), then its error is raised.
 
     Args:
         configs (Sequence[str]): Config files.
@@ -149,63 +262,63 @@ def run_all(configs: Sequence[str],
         cfg_options (dict, optional): Options of every run, as
             ``DictAction`` parses them.
         log (callable): Progress printer.
+        jobs (int): Runs trained at once.
+        threads (int, optional): ``OMP_NUM_THREADS`` of each run.
 
     Returns:
-        list[dict]: One result per run: ``name``, ``config``, ``seed``,
-        ``config_sha256``, ``cfg_options``, ``seconds``, ``history``.
+        list[dict]: One result per run (configs, then seeds, in order):
+        ``name``, ``config``, ``seed``, ``config_sha256``, ``cfg_options``,
+        ``seconds``, ``history``.
     """
-    results = []
     resolved = {c: load_config(c, cfg_options) for c in configs}
     todo = [(c, n, s) for c, n in zip(configs, names) for s in seeds]
-    for i, (config, name, seed) in enumerate(todo, 1):
+    results, pending = [None] * len(todo), []
+    for i, (config, name, seed) in enumerate(todo):
         run_dir = osp.join(work_dir, name, f'seed{seed}')
-        path = osp.join(run_dir, RESULT)
-        cfg = resolved[config]
         settings = dict(
             name=name,
             config=osp.abspath(config),
             seed=seed,
-            config_sha256=fingerprint(cfg))
-        if osp.isfile(path):
-            with open(path) as f:
-                result = json.load(f)
-            found = {k: result.get(k) for k in settings}
-            if found != settings:
-                raise StaleRunError(
-                    f'{path} holds a run with {found}, not {settings}: use '
-                    'another --work-dir, or delete that folder to rerun it.')
-            log(f'[{i}/{len(todo)}] {name} seed {seed}: done before, '
-                f'kept ({path})')
-            results.append(result)
-            continue
-        log(f'[{i}/{len(todo)}] {name} seed {seed}: training '
-            f'(log: {osp.join(run_dir, "train.log")})')
-        os.makedirs(run_dir, exist_ok=True)
-        cfg.dump(osp.join(run_dir, CONFIG))
-        seconds = train(osp.join(run_dir, CONFIG), seed, run_dir)
-        history = read_history(run_dir)
-        last_iter = int(cfg.train_cfg.max_iters)
-        if max(history, default=None) != last_iter:
-            raise RunError(
-                f'{run_dir} holds no validation at the last iteration '
-                f'({last_iter}; validated: {sorted(history)}): does the '
-                'config validate (val_cfg, val_evaluator) and log with '
-                "mmengine's LocalVisBackend? If the run was stopped "
-                'during its last validation, delete the folder.')
-        result = dict(
-            settings,
-            cfg_options=dict(cfg_options or {}),
-            seconds=round(seconds, 1),
-            history={
-                str(k): v
-                for k, v in sorted(history.items())
-            })
-        with open(path, 'w') as f:
-            json.dump(result, f, indent=1)
-        last = result['history'][str(max(history))]
-        log(f'    {seconds / 60:.1f} min, final mIoU '
+            config_sha256=fingerprint(resolved[config]))
+        results[i] = _finished(osp.join(run_dir, RESULT), settings)
+        if results[i] is not None:
+            log(f'[{i + 1}/{len(todo)}] {name} seed {seed}: done before, '
+                f'kept ({osp.join(run_dir, RESULT)})')
+        else:
+            pending.append((i, config, settings, run_dir))
+    for config in dict.fromkeys(p[1] for p in pending):
+        prepare_data(config, resolved[config])
+
+    stop = threading.Event()  # set by a failed run
+
+    def one(i, config, settings, run_dir):
+        if stop.is_set():
+            return None
+        log(f'[{i + 1}/{len(todo)}] {settings["name"]} seed '
+            f'{settings["seed"]}: training (log: '
+            f'{osp.join(run_dir, "train.log")})')
+        try:
+            result = _train_one(resolved[config], settings, run_dir, threads,
+                                cfg_options)
+        except BaseException:
+            stop.set()
+            raise
+        last = result['history'][max(result['history'], key=int)]
+        log(f'    {settings["name"]} seed {settings["seed"]}: '
+            f'{result["seconds"] / 60:.1f} min, final mIoU '
             f'{last.get("mIoU", float("nan")):.2f}')
-        results.append(result)
+        return result
+
+    errors = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [(p[0], pool.submit(one, *p)) for p in pending]
+        for i, future in futures:
+            try:
+                results[i] = future.result()
+            except Exception as e:  # raised below, after the others
+                errors.append(e)
+    if errors:
+        raise errors[0]
     return results
 
 
@@ -275,22 +388,32 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
             args.seeds,
             args.work_dir,
             args.cfg_options,
-            log=lambda s: print(s, flush=True))
-    except StaleRunError as e:
+            log=lambda s: print(s, flush=True),
+            jobs=args.jobs,
+            threads=args.threads)
+    except (StaleRunError, DataError) as e:
         fail(str(e))
     except RunError as e:  # the run's own log says why
         raise SystemExit(f'{osp.basename(sys.argv[0])}: {e}')
+    seconds = time.perf_counter() - start
     summary = seed_statistics(results)
     table = markdown(summary, results)
     written = write_report(
         args.work_dir,
         'compare',
-        data=dict(summary=summary, runs=results),
+        data=dict(
+            summary=summary,
+            runs=results,
+            command=dict(
+                jobs=args.jobs,
+                threads=args.threads,
+                seconds=round(seconds, 1))),
         markdown=table,
         figure=figure(results))
     print(f'\nFinal validation metrics, mean ± standard deviation over '
           f'seeds {" ".join(map(str, args.seeds))} '
-          f'({(time.perf_counter() - start) / 60:.1f} min):\n\n{table}')
+          f'({seconds / 60:.1f} min, up to {args.jobs} runs at once, '
+          f'{args.threads} thread(s) each):\n\n{table}')
     print('\n'.join(written))
     return summary
 
