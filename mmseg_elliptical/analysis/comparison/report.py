@@ -16,7 +16,6 @@ from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
                                  shown_layers)
 from ..collapse import write_collapse_report
 from ..layers import AnalysisError
-from ..robustness.arms import collapse_arms
 from ..robustness.arms_report import arms_markdown
 from . import sections
 from .sections import ReportOptions
@@ -101,11 +100,9 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         resamples=options.resamples,
         seed=options.bootstrap_seed,
         arms=arms)
-    collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
+    collapse = write_collapse_report(parts['collapse'], work_dir, options.part,
+                                     arms)
     several = any(len(r) > 1 for r in arms.values())
-    if several:
-        collapse += '\n' + arms_markdown(
-            collapse_arms(arms, parts['collapse']), what='cosine')
     attacked = parts['adversarial']
     rb.write_attack_report(
         attacked,
