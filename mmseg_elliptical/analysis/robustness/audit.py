@@ -22,7 +22,7 @@ Each check reads stored cells only (aAcc, pooled over pixels, in percent):
 The verdict is ``no sign of gradient masking`` or names the failed checks.
 """
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,6 +73,19 @@ def min_aacc(keys: Sequence[str], cells: Dict[str, Dict],
         return float(100 * right.sum() / max(found[0][1].sum(), 1))
     values = [cells[k].get('aAcc') for k in keys]
     return None if None in values else float(min(values))
+
+
+def bounded(check: str, compared: Sequence[Tuple[float, float, str]],
+            empty: str) -> Dict:
+    """A check passed when each ``(low, high, line)`` of ``compared`` has
+    ``low <= high + SLACK`` (None without any), its detail the lines (or
+    ``empty``)."""
+    passed = all(lo <= hi + SLACK
+                 for lo, hi, _ in compared) if compared else None
+    return dict(
+        check=check,
+        passed=passed,
+        detail='; '.join(line for *_, line in compared) or empty)
 
 
 def gradient_masking_audit(cells: Dict[str, Dict],
@@ -132,54 +145,39 @@ def gradient_masking_audit(cells: Dict[str, Dict],
         checks.append(
             dict(check='eps sweep', passed=None, detail='no sweep cell'))
     # White-box beats black-box.
-    lines, passed = [], None
+    compared = []
     for e in epsilons:
         box = min_aacc(white[e], cells, correct)
         for k in at[e]:
             if kind_of(k) in ('transfer', 'query') and box is not None:
-                ok = box <= cells[k]['aAcc'] + SLACK
-                passed = ok if passed is None else passed and ok
-                lines.append(f'eps {e:g}: white-box {box:.2f} vs `{k}` '
-                             f'{cells[k]["aAcc"]:.2f}')
+                compared.append((box, cells[k]['aAcc'],
+                                 f'eps {e:g}: white-box {box:.2f} vs `{k}` '
+                                 f'{cells[k]["aAcc"]:.2f}'))
     checks.append(
-        dict(
-            check='white-box beats black-box',
-            passed=passed,
-            detail='; '.join(lines) or 'no transfer or query cell'))
+        bounded('white-box beats black-box', compared,
+                'no transfer or query cell'))
     # Iterations: each cell whose doubled-steps twin is stored.
-    lines, passed = [], None
+    compared = []
     for k in attacks:
         name, norm, e, steps = split_key(k)
         twin = f'{name}/{norm}/{e:g}/{2 * steps}'
         if e in epsilons and twin in cells and name != 'fgsm':
-            ok = cells[twin]['aAcc'] <= cells[k]['aAcc'] + SLACK
-            passed = ok if passed is None else passed and ok
-            lines.append(f'`{k}` {cells[k]["aAcc"]:.2f} -> '
-                         f'{2 * steps} steps {cells[twin]["aAcc"]:.2f}')
-    checks.append(
-        dict(
-            check='iterations',
-            passed=passed,
-            detail='; '.join(lines) or 'no doubled-steps cell'))
+            compared.append((cells[twin]['aAcc'], cells[k]['aAcc'],
+                             f'`{k}` {cells[k]["aAcc"]:.2f} -> '
+                             f'{2 * steps} steps {cells[twin]["aAcc"]:.2f}'))
+    checks.append(bounded('iterations', compared, 'no doubled-steps cell'))
     if elliptical:
-        lines, passed = [], None
+        compared = []
         for e in epsilons:
             plain = min_aacc([k for k in white[e] if kind_of(k) == 'plain'],
                              cells, correct)
             adaptive = min_aacc(
                 [k for k in white[e] if kind_of(k) == 'adaptive'], cells,
                 correct)
-            if plain is None or adaptive is None:
-                continue
-            ok = plain <= adaptive + SLACK
-            passed = ok if passed is None else passed and ok
-            lines.append(f'eps {e:g}: plain {plain:.2f}, adaptive '
-                         f'{adaptive:.2f}')
-        checks.append(
-            dict(
-                check='adaptive',
-                passed=passed,
-                detail='; '.join(lines) or 'no adaptive cell'))
+            if plain is not None and adaptive is not None:
+                compared.append((plain, adaptive, f'eps {e:g}: plain '
+                                 f'{plain:.2f}, adaptive {adaptive:.2f}'))
+        checks.append(bounded('adaptive', compared, 'no adaptive cell'))
     failed = [c['check'] for c in checks if c['passed'] is False]
     verdict = CLEAN_VERDICT if not failed else \
         'failed: ' + ', '.join(failed)
