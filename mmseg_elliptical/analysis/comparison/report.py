@@ -81,6 +81,12 @@ def baseline_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
     return baseline
 
 
+def attacked_images(options: ReportOptions) -> str:
+    """``; the first N test images`` when the section attacks fewer."""
+    n = sections.attack_images(options)
+    return f'; the first {n} test images' if n else ''
+
+
 def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
                    parts: Dict, work_dir: str) -> str:
     """``report.md`` of the measured sections; returns its text."""
@@ -145,8 +151,9 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         '![mIoU per corruption and severity](robustness.png)', '',
         f'## Adversarial robustness ({options.attack_protocol} preset: '
         f'{preset.description}'
-        f'{"; adaptive: through m too" if options.adaptive else ""})', '',
-        adversarial, '', '![mIoU against eps](adversarial.png)', '',
+        f'{"; adaptive: through m too" if options.adaptive else ""}'
+        f'{attacked_images(options)})', '', adversarial, '',
+        '![mIoU against eps](adversarial.png)', '',
         f'## Representation collapse ({options.part})', '',
         'Mean pairwise cosine of the tokens each layer outputs (forward '
         'order across stages; cls token and class embeddings left out), '

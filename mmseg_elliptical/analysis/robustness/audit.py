@@ -195,13 +195,15 @@ def audit_cells(
         step_ratio: Optional[float] = None,
         cfg_options: Optional[Dict] = None,
         sweep: Sequence[float] = SWEEP,
-        sweep_attacks: Optional[Sequence[str]] = None) -> Dict[str, List]:
+        sweep_attacks: Optional[Sequence[str]] = None,
+        arms: Optional[Dict[str, List[str]]] = None) -> Dict[str, List]:
     """Each model's cells with the audit's extra cells added (on the same
     images): its gradient attacks at the largest headline eps again at each
     larger eps of ``sweep`` (``sweep_attacks`` only, when given), its
     iterative attacks with twice the steps at the headline eps, the square
     attack with ``queries`` at the headline eps, and every other model's
-    attacks at the headline eps transferred to it.
+    attacks at the headline eps transferred to it (with ``arms``, the
+    other arms' runs only: :func:`transfer_sources`).
 
     Args:
         per_model (dict): ``{name: cells}`` of the run.
@@ -211,10 +213,13 @@ def audit_cells(
         step_ratio (float, optional): The step as a fraction of eps (the
             sweep's steps scale with it); None: the run's fixed step.
         cfg_options (dict, optional): The grid's config overrides.
+        arms (dict, optional): ``{arm: [runs]}``.
 
     Returns:
         dict: ``{name: cells}``, the run's first, without duplicates.
     """
+    sources = transfer_sources(arms or {s.name: [s.name] for s in specs})
+    by_name = {s.name: s for s in specs}
     top = max(epsilons)
     own = {
         name: [
@@ -248,9 +253,8 @@ def audit_cells(
                     labels=mine[0].labels,
                     seed=mine[0].seed) for e in epsilons
             ]
-        for other in specs:
-            if other.name != spec.name:
-                extra += transfer_cells(own[other.name], other, cfg_options)
+        for other in sources[spec.name]:
+            extra += transfer_cells(own[other], by_name[other], cfg_options)
         cells = list(per_model[spec.name])
         keys = {key_of(c) for c in cells}
         for c in extra:
@@ -259,6 +263,22 @@ def audit_cells(
                 cells.append(c)
         out[spec.name] = cells
     return out
+
+
+def transfer_sources(arms: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """The runs whose attacks transfer to each run: run ``I`` of an arm
+    takes run ``I`` of every other arm (its last, when it has fewer), so
+    the transfers grow with the arms, not with their runs squared; runs of
+    one arm (the same method) never transfer to each other."""
+    return {
+        run: [
+            others[min(i,
+                       len(others) - 1)] for other, others in arms.items()
+            if other != arm
+        ]
+        for arm, runs in arms.items()
+        for i, run in enumerate(runs)
+    }
 
 
 def audit_markdown(summary: Dict[str, Dict]) -> List[str]:
