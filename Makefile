@@ -90,7 +90,8 @@ DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
 DEMO_DOT_CKPT := work_dirs/demo_dot/iter_3000.pth
 DEMO_ONNX := work_dirs/demo_elliptical/demo_elliptical.onnx
 REPORT_ARGS ?= --image data/demo_shapes/images/validation/demo_00002.jpg \
-	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20 --baseline dot-product
+	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20 --baseline dot-product \
+	--attack-batch-size 16
 
 # make report: make compare's runs (SEEDS, trained first where missing) as
 # two arms, elliptical and dot-product, of one run per seed.
@@ -119,7 +120,7 @@ $(DEMO_CKPT):
 $(DEMO_DOT_CKPT):
 	$(MAKE) demo-dot
 
-ADVERSARIAL_ARGS ?= --protocol quick --adaptive
+ADVERSARIAL_ARGS ?= --protocol quick --adaptive --batch-size 16
 
 adversarial: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
 	$(DEMO_ENV) $(PY) tools/analysis_tools/adversarial.py \
@@ -131,7 +132,7 @@ DEMO_AT_CONFIG := $(DEMO_CONFIG:.py=_adversarial.py)
 DEMO_AT_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_adversarial.py)
 DEMO_AT_CKPT := work_dirs/demo_at_elliptical/iter_3000.pth
 DEMO_AT_DOT_CKPT := work_dirs/demo_at_dot/iter_3000.pth
-DEMO_AT_ARGS ?= --protocol quick --adaptive --audit --queries 50
+DEMO_AT_ARGS ?= --protocol quick --adaptive --audit --queries 50 --batch-size 16
 DEMO_AT_DIR := work_dirs/demo_at
 
 demo-at: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT) $(DEMO_AT_CKPT) $(DEMO_AT_DOT_CKPT)

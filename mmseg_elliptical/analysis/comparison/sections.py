@@ -52,6 +52,8 @@ class ReportOptions:
         audit_queries (int): The audit's square-attack queries.
         attack_max_images (int, optional): Attack only the first test
             images (the fewer of this and ``max_images``).
+        attack_batch_size (int, optional): Images attacked together
+            (default: the config's test batch).
     """
     corruptions: List[str] = field(
         default_factory=lambda: list(DEFAULT_CORRUPTIONS))
@@ -78,6 +80,7 @@ class ReportOptions:
     audit: bool = True
     audit_queries: int = 20
     attack_max_images: Optional[int] = None
+    attack_batch_size: Optional[int] = None
 
 
 def attack_images(options: ReportOptions) -> Optional[int]:
@@ -163,6 +166,7 @@ def adversarial(specs: Sequence[ModelSpec],
         osp.join(work_dir, 'cells', 'adversarial.json'),
         osp.join(work_dir, 'cells'),
         max_images=attack_images(options),
+        batch_size=options.attack_batch_size,
         cfg_options=options.cfg_options,
         quiet=quiet,
         per_class=True,
