@@ -132,7 +132,7 @@ DEMO_AT_CONFIG := $(DEMO_CONFIG:.py=_adversarial.py)
 DEMO_AT_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_adversarial.py)
 DEMO_AT_CKPT := work_dirs/demo_at_elliptical/iter_3000.pth
 DEMO_AT_DOT_CKPT := work_dirs/demo_at_dot/iter_3000.pth
-DEMO_AT_ARGS ?= --protocol quick --adaptive --audit --queries 50 --batch-size 16
+DEMO_AT_ARGS ?= --protocol quick --adaptive --audit --queries 50 --batch-size 16 --max-images 32
 DEMO_AT_DIR := work_dirs/demo_at
 
 demo-at: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT) $(DEMO_AT_CKPT) $(DEMO_AT_DOT_CKPT)

@@ -39,7 +39,8 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
     argv = demo_models + [
         '--names', 'ell', 'dot', '--corruptions', 'gaussian_noise',
         '--severities', '3', '--max-images', '2', '--point', '30', '20',
-        '--speed-size', '32', '--speed-rounds', '3', '--work-dir', work
+        '--speed-size', '32', '--speed-rounds', '3', '--work-dir', work,
+        '--attack-max-images', '1'
     ]
     data = tool.main(argv)
     names = ['ell', 'dot']
@@ -67,7 +68,8 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
         # The adversarial section: the quick preset, adaptive too where
         # there is m; its clean cell is the accuracy section's.
         attacked = data['adversarial'][name]
-        assert attacked['clean'] == acc['mIoU']
+        assert attacked['clean'] == pytest.approx(
+            hand_miou(paths, 1), abs=0.01)  # --attack-max-images 1
         series = ['apgd-mce/linf/5', 'pgd/linf/5', 'segpgd/linf/5']
         if name == 'ell':
             series = [
@@ -150,6 +152,27 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
     assert 'two or more models, got 1' in refused(
         capsys, tool.main,
         demo_models[:2] + ['--work-dir', str(tmp_path / 'one')])
+
+
+def test_an_old_attack_store_moves_to_its_own_folder(tmp_path):
+    work = str(tmp_path)
+    old = dict(models=dict(m=dict(cells={'clean': {}, 'pgd/linf/4/5': {}})))
+    (tmp_path / 'cells' / 'areas' / 'm').mkdir(parents=True)
+    (tmp_path / 'cells' / 'adversarial.json').write_text(json.dumps(old))
+    for key in ('clean', 'pgd/linf/4/5', 'fog/1'):
+        path = tmp_path / 'cells' / 'areas' / 'm' / f'{key}.npz'
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(key.encode())
+    folder = osp.join(work, 'cells', 'adversarial')
+    sections.move_old_attack_store(work, folder)
+    assert json.loads(open(osp.join(folder, 'adversarial.json')).read()) == old
+    assert not osp.exists(osp.join(work, 'cells', 'adversarial.json'))
+    for key in ('clean', 'pgd/linf/4/5'):
+        with open(osp.join(folder, 'areas', 'm', f'{key}.npz'), 'rb') as f:
+            assert f.read() == key.encode()
+        # the robustness grid keeps its own
+        assert osp.isfile(osp.join(work, 'cells', 'areas', 'm', f'{key}.npz'))
+    assert not osp.exists(osp.join(folder, 'areas', 'm', 'fog'))
 
 
 def test_the_attack_section_takes_the_fewer_images(demo_models, tmp_path,

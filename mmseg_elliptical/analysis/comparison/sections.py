@@ -1,6 +1,9 @@
 """The sections of the comparison report, each measured once and kept in a
 store under ``<work_dir>/cells/`` (docs/evidence.md)."""
+import json
+import os
 import os.path as osp
+import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -160,11 +163,13 @@ def adversarial(specs: Sequence[ModelSpec],
             options.cfg_options,
             sweep_attacks=preset.attacks[:1],
             arms=options.arms)
+    folder = osp.join(work_dir, 'cells', 'adversarial')
+    move_old_attack_store(work_dir, folder)
     return rb.run_cells(
         specs,
         cells,
-        osp.join(work_dir, 'cells', 'adversarial.json'),
-        osp.join(work_dir, 'cells'),
+        osp.join(folder, 'adversarial.json'),
+        folder,
         max_images=attack_images(options),
         batch_size=options.attack_batch_size,
         cfg_options=options.cfg_options,
@@ -172,6 +177,28 @@ def adversarial(specs: Sequence[ModelSpec],
         per_class=True,
         launch_options=options.launch,
         settings=preset.settings())
+
+
+def move_old_attack_store(work_dir: str, folder: str) -> None:
+    """Move a report's attack store of an older version
+    (``cells/adversarial.json``, its areas among the robustness grid's in
+    ``cells/areas/``) into ``folder``, which the section has to itself: it
+    may attack fewer images than the robustness grid tests, so their
+    ``clean`` cells differ."""
+    old = osp.join(work_dir, 'cells', 'adversarial.json')
+    if not osp.isfile(old) or osp.exists(folder):
+        return
+    with open(old) as f:
+        data = json.load(f)
+    for name, model in data.get('models', {}).items():
+        for key in model.get('cells', {}):
+            src = osp.join(work_dir, 'cells', 'areas', name, f'{key}.npz')
+            if osp.isfile(src):
+                dst = osp.join(folder, 'areas', name, f'{key}.npz')
+                os.makedirs(osp.dirname(dst), exist_ok=True)
+                shutil.copy2(src, dst)
+    os.makedirs(folder, exist_ok=True)
+    os.replace(old, osp.join(folder, 'adversarial.json'))
 
 
 def collapse(specs: Sequence[ModelSpec], options: ReportOptions,
