@@ -13,7 +13,7 @@ import torch
 from bench_builders import BENCH_TINY_ARGS, BENCH_VIT_T, tiny_family_variants
 from builders import BACKBONES, ROOT
 from mmengine.config import Config
-from processes import load_tool
+from processes import load_tool, refused
 
 from mmseg_elliptical.benchmark.runner import BenchmarkOptions
 from mmseg_elliptical.benchmark.timing import paired_ratio
@@ -159,3 +159,16 @@ def test_tool_at_sizes(tmp_path):
     md = (tmp_path / 'benchmark.md').read_text()
     assert '**adversarial training step**' in md
     assert '| elliptical | 32 | pgd-at-2 |' in re.sub(' +', ' ', md)
+
+
+def test_tool_refuses_what_the_hook_refuses(capsys, monkeypatch):
+    tool = load_tool('analysis_tools/benchmark.py')
+    # Refused before the other steps are timed.
+    monkeypatch.setattr(tool, 'run_benchmark',
+                        lambda *a: pytest.fail('timed before the refusal'))
+    line = refused(capsys, tool.main, [
+        BENCH_VIT_T, '--sizes', '32', '--at-sizes', '32', *BENCH_TINY_ARGS,
+        'model.data_preprocessor.mean=[0.5,0.5,0.5]'
+    ])
+    assert 'AdversarialTrainingHook: the model needs an mmseg ' \
+        'SegDataPreProcessor that normalises 0-255 images' in line
