@@ -8,8 +8,9 @@
 # More: make demo-dot (the dot-product twin), make demo-tb (both twins with
 # their evidence live in TensorBoard: collapse, m, attention; then it prints
 # the tensorboard command), make compare (both twins on 3
-# seeds: mean and standard deviation of mIoU, and a plot of mIoU over
-# iterations; runs that finished before are kept), make benchmark (the ViT-T
+# seeds, JOBS trainings at once, one per core by default: mean and standard
+# deviation of mIoU, and a plot of mIoU over iterations; runs that finished
+# before are kept), make benchmark (the ViT-T
 # 512 backbone against its dot-product baselines; BENCHMARK_ARGS=... for
 # other configs and options), make speed (docs/benchmark.md's speed table: every
 # backbone family at 512, one benchmark run each, on one thread, and the
@@ -17,15 +18,17 @@
 # the attack steps in the eager runs; about 45 min before the attack steps,
 # which add about as much again (estimated from ViT-T, not timed end to end);
 # each run's report in work_dirs/speed/NAME/, the table in
-# work_dirs/speed/overview.md), make report (both demo checkpoints side by
-# side: accuracy per class, robustness, collapse, attention, speed; trains a
-# missing one first; what is measured already is kept; work_dirs/report/),
-# make adversarial (both demo checkpoints under PGD and SegPGD, the elliptical
-# one also through m; the paired verdict; work_dirs/adversarial/),
+# work_dirs/speed/overview.md), make report (make compare's runs as two
+# arms of SEEDS runs side by side: accuracy per class, robustness, attacks
+# with APGD and the gradient-masking audit, collapse, attention, speed, the
+# verdicts across seeds; trains the missing runs first; what is measured
+# already is kept; work_dirs/report/),
+# make adversarial (both demo checkpoints under the quick preset: PGD,
+# SegPGD and APGD-MCE, the elliptical one also through m; the paired verdict; work_dirs/adversarial/),
 # make demo-at (both demo twins trained adversarially with the cheap recipe,
 # configs/demo/*_adversarial.py, then the adversarial grid on the four
-# checkpoints: the trained twins beside the plainly trained ones, the paired
-# verdict between the trained twins; work_dirs/demo_at/. Budget: 3000
+# checkpoints with the audit: the trained twins beside the plainly trained
+# ones, the paired verdict between the trained twins; work_dirs/demo_at/. Budget: 3000
 # iterations per twin at about 2.4 times a plain iteration's time, plus the plain
 # twins if missing and the grid on four models; docs/evidence.md),
 # make export (make demo's checkpoint, trained first if missing, exported to
@@ -87,7 +90,8 @@ DEMO_CKPT := work_dirs/demo_elliptical/iter_3000.pth
 DEMO_DOT_CKPT := work_dirs/demo_dot/iter_3000.pth
 DEMO_ONNX := work_dirs/demo_elliptical/demo_elliptical.onnx
 REPORT_ARGS ?= --image data/demo_shapes/images/validation/demo_00002.jpg \
-	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20 --baseline dot-product
+	--point 28 48 --layers 1 3 5 --speed-size 64 --speed-rounds 20 --baseline dot-product \
+	--attack-batch-size 16
 
 # make report: make compare's runs (SEEDS, trained first where missing) as
 # two arms, elliptical and dot-product, of one run per seed.
@@ -95,9 +99,20 @@ REPORT_MODELS = $(foreach s,$(SEEDS),$(DEMO_CONFIG) $(COMPARE_DIR)/elliptical/se
 	$(foreach s,$(SEEDS),$(DEMO_DOT_CONFIG) $(COMPARE_DIR)/dot-product/seed$(s)/iter_3000.pth)
 REPORT_NAMES = $(foreach s,$(SEEDS),elliptical) $(foreach s,$(SEEDS),dot-product)
 
+# When make demo-at's checkpoints exist, make report adds their section:
+# make demo-at's grid (resumed in DEMO_AT_DIR; outside the report's budget).
 report: compare
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_models.py $(REPORT_MODELS) \
 		--names $(REPORT_NAMES) $(REPORT_ARGS) --work-dir work_dirs/report
+	@if [ -f $(DEMO_AT_CKPT) ] && [ -f $(DEMO_AT_DOT_CKPT) ]; then \
+		$(MAKE) --no-print-directory demo-at && \
+		{ printf '\n## After adversarial training (make demo-at, one run per model)\n\n'; \
+		  sed 's#](\([a-z_]*\.png\))#](../demo_at/\1)#; s/^#/##/' $(DEMO_AT_DIR)/adversarial.md; } \
+		>> work_dirs/report/report.md && \
+		echo "make report: the adversarially trained twins' section added to work_dirs/report/report.md"; \
+	else \
+		echo "make report: no adversarially trained twins ($(DEMO_AT_CKPT)): make demo-at adds that section"; \
+	fi
 
 $(DEMO_CKPT):
 	$(MAKE) demo
@@ -105,7 +120,7 @@ $(DEMO_CKPT):
 $(DEMO_DOT_CKPT):
 	$(MAKE) demo-dot
 
-ADVERSARIAL_ARGS ?= --protocol quick --adaptive
+ADVERSARIAL_ARGS ?= --protocol quick --adaptive --batch-size 16
 
 adversarial: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
 	$(DEMO_ENV) $(PY) tools/analysis_tools/adversarial.py \
@@ -117,14 +132,15 @@ DEMO_AT_CONFIG := $(DEMO_CONFIG:.py=_adversarial.py)
 DEMO_AT_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_adversarial.py)
 DEMO_AT_CKPT := work_dirs/demo_at_elliptical/iter_3000.pth
 DEMO_AT_DOT_CKPT := work_dirs/demo_at_dot/iter_3000.pth
-DEMO_AT_ARGS ?= --protocol quick --adaptive
+DEMO_AT_ARGS ?= --protocol quick --adaptive --audit --queries 50 --batch-size 16
+DEMO_AT_DIR := work_dirs/demo_at
 
 demo-at: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT) $(DEMO_AT_CKPT) $(DEMO_AT_DOT_CKPT)
 	$(DEMO_ENV) $(PY) tools/analysis_tools/adversarial.py \
 		$(DEMO_AT_CONFIG) $(DEMO_AT_CKPT) $(DEMO_AT_DOT_CONFIG) $(DEMO_AT_DOT_CKPT) \
 		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
 		--names elliptical-at dot-product-at elliptical dot-product \
-		--baseline dot-product-at $(DEMO_AT_ARGS) --work-dir work_dirs/demo_at
+		--baseline dot-product-at $(DEMO_AT_ARGS) --work-dir $(DEMO_AT_DIR)
 
 $(DEMO_AT_CKPT):
 	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_AT_CONFIG) --work-dir work_dirs/demo_at_elliptical

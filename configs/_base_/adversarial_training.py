@@ -6,6 +6,9 @@
 # or random one, PGD-AT. Cost per iteration: 2 more forward and backward
 # passes (to the input only) and one forward (the logged pixel accuracy);
 # PIR-AT's 5-step variant: steps=5. docs/evidence.md, "Adversarial training".
+# Against SEA's APGD instead: name='apgd-mce' or 'apgd-js', steps >= 4 (its
+# iterations); APGD sets its own step and start (step_size, random_start
+# do not apply); apgd-mce-bal needs attack.class_weights.
 #
 # Inherit it last: _base_ = [..., '../_base_/adversarial_training.py'] (the
 # config needs custom_imports=dict(imports=['mmseg_elliptical'])). A config

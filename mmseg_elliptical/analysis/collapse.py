@@ -14,6 +14,9 @@ from .loaders import subset_loader_cfg
 from .measures import (mean_pairwise_cosine, relevance_spread,
                        relevance_statistics)
 from .recorder import LayerRecorder
+from .robustness.arm_means import arm_label, mean_tree, several
+from .robustness.arms import collapse_arms
+from .robustness.arms_report import arms_markdown, arms_rows
 
 #: Per-image statistics of ``m`` (:class:`CollapseMeter`) and the names of
 #: their per-layer results (the minimum of ``m_min``, the mean of the rest).
@@ -211,11 +214,15 @@ def collapse_table(results: Dict[str, Dict]) -> tuple:
     return header, rows
 
 
-def collapse_figure(results: Dict[str, Dict], part: str):
+def collapse_figure(results: Dict[str, Dict],
+                    part: str,
+                    arms: Optional[Dict[str, List[str]]] = None):
     """Cosine per layer (left) and the spread of ``m`` (right, from 0), one
     line per model, the legend below the panels; dotted lines mark where a
-    new stage starts."""
+    new stage starts. An arm of several runs (``arms``) is one colour: its
+    runs thin, their mean thick."""
     from matplotlib.ticker import MaxNLocator
+    arms = arms or {n: [n] for n in results}
     ell = [
         n for n, r in results.items()
         if any(v is not None for v in r['relevance_spread'])
@@ -227,29 +234,26 @@ def collapse_figure(results: Dict[str, Dict], part: str):
         figsize=(4.2 * panels, 3.6),
         squeeze=False,
         layout='constrained')
-    ax = axes[0][0]
-    for n, r in results.items():
-        ax.plot(
-            range(len(r['cosine'])),
-            r['cosine'],
-            marker='o',
-            ms=3,
-            label=wrap_label(n, 50))
-    ax.set_ylabel('mean pairwise cosine of tokens')
-    ax.set_title('representation collapse (lower: more diverse)', fontsize=9)
+    tops = [0.0]
+    for colour, (arm, runs) in enumerate(arms.items()):
+        for k, key in enumerate(('cosine', 'relevance_spread')):
+            if key == 'relevance_spread' and not set(runs) & set(ell):
+                continue
+            ax = axes[0][k]
+            curves = [results[r][key] for r in runs]
+            if len(runs) > 1:
+                for values in curves:
+                    _line(ax, values, colour, lw=0.7, alpha=0.45, ms=0)
+            mean = mean_tree(curves)
+            label = wrap_label(arm_label(arm, runs), 50) if k == 0 else None
+            shown = _line(ax, mean, colour, lw=1.5, ms=3, label=label)
+            tops += shown if k == 1 else []
+    axes[0][0].set_ylabel('mean pairwise cosine of tokens')
+    axes[0][0].set_title(
+        'representation collapse (lower: more diverse)', fontsize=9)
     if ell:
         ax = axes[0][1]
-        top = 0.0
-        for n in ell:
-            values = results[n]['relevance_spread']
-            xs = [i for i, v in enumerate(values) if v is not None]
-            top = max([top] + [values[i] for i in xs])
-            ax.plot(
-                xs, [values[i] for i in xs],
-                marker='o',
-                ms=3,
-                color=f'C{list(results).index(n)}')
-        ax.set_ylim(0, 1.1 * top or 1)  # a spread: 0 is the dot product
+        ax.set_ylim(0, 1.1 * max(tops) or 1)  # a spread: 0 is the dot product
         ax.set_ylabel('std of m over coordinates')
         ax.set_title('spread of the relevance m (0: dot product)', fontsize=9)
     stages = next(iter(results.values()))['stage']
@@ -263,15 +267,26 @@ def collapse_figure(results: Dict[str, Dict], part: str):
     fig.legend(
         *axes[0][0].get_legend_handles_labels(),
         loc='outside lower center',
-        ncols=1 if max(len(n) for n in results) > 50 //
-        len(results) else len(results),
+        ncols=1 if max(len(n) for n in arms) > 50 // len(arms) else len(arms),
         fontsize=7)
     return fig
 
 
-def write_collapse_report(results: Dict[str, Dict], out_dir: str,
-                          part: str) -> str:
-    """Write ``collapse.{json,md,csv,png}``; return the markdown."""
+def _line(ax, values: List[Optional[float]], colour: int, **style) -> list:
+    """Plot the known values of one curve per layer; return them."""
+    xs = [i for i, v in enumerate(values) if v is not None]
+    ys = [values[i] for i in xs]
+    ax.plot(xs, ys, marker='o', color=f'C{colour}', **style)
+    return ys
+
+
+def write_collapse_report(results: Dict[str, Dict],
+                          out_dir: str,
+                          part: str,
+                          arms: Optional[Dict[str, List[str]]] = None) -> str:
+    """Write ``collapse.{json,md,csv,png}`` (and, when an arm of ``arms``
+    has two or more runs, its mean +- sd per layer in ``collapse.md``,
+    ``collapse_arms.{json,csv}``); return the markdown."""
     header, rows = collapse_table(results)
     text = markdown_table(header, rows, left=0)
     notes = [
@@ -279,11 +294,16 @@ def write_collapse_report(results: Dict[str, Dict], out_dir: str,
         f'({r["inference"]})' for n, r in results.items()
     ]
     text += '\n' + '\n'.join(notes) + '\n'
+    if several(arms):
+        by_arm = collapse_arms(arms, results)
+        text += '\n' + arms_markdown(by_arm, what='cosine')
+        write_report(
+            out_dir, 'collapse_arms', data=by_arm, table=arms_rows(by_arm))
     write_report(
         out_dir,
         'collapse',
         data=results,
         markdown=text,
         table=(header, rows),
-        figure=collapse_figure(results, part))
+        figure=collapse_figure(results, part, arms))
     return text

@@ -139,6 +139,35 @@ def test_audit_cells():
     assert 'fgsm@a/linf/4/1' in [rb.loop.key_of(c) for c in got['b']]
 
 
+def test_transfer_sources_pair_the_arms_runs():
+    from mmseg_elliptical.analysis.robustness.audit import transfer_sources
+    arms = dict(ell=['e0', 'e1', 'e2'], dot=['d0', 'd1'], x=['x'])
+    assert transfer_sources(arms) == dict(
+        e0=['d0', 'x'],
+        e1=['d1', 'x'],
+        e2=['d1', 'x'],
+        d0=['e0', 'x'],
+        d1=['e1', 'x'],
+        x=['e0', 'd0'])
+    # one run per arm: every other model, as without arms
+    assert transfer_sources(dict(a=['a'], b=['b'], c=['c'])) == dict(
+        a=['b', 'c'], b=['a', 'c'], c=['a', 'b'])
+
+
+def test_audit_cells_of_arms_transfer_between_arms_only():
+    pgd = rb.Attack('pgd', 'linf', 4, 5, 1.)
+    names = ['e#0', 'e#1', 'd#0', 'd#1']
+    specs = [ModelSpec(n, f'{n}.py', f'{n}.pth') for n in names]
+    got = rb.audit_cells({n: [(None, None), pgd]
+                          for n in names},
+                         specs, [4.],
+                         7,
+                         arms=dict(e=names[:2], d=names[2:]))
+    for name, source in zip(names, ['d#0', 'd#1', 'e#0', 'e#1']):
+        sources = [c.source for c in got[name] if hasattr(c, 'source')]
+        assert sources == [source]
+
+
 def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     tool = load_tool('analysis_tools/adversarial.py')
     argv = demo_models + [

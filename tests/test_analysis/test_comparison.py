@@ -150,3 +150,29 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
     assert 'two or more models, got 1' in refused(
         capsys, tool.main,
         demo_models[:2] + ['--work-dir', str(tmp_path / 'one')])
+
+
+def test_the_attack_section_takes_the_fewer_images(demo_models, tmp_path,
+                                                   monkeypatch):
+    options = sections.ReportOptions()
+    assert sections.attack_images(options) is None
+    options.attack_max_images = 32
+    assert sections.attack_images(options) == 32
+    options.max_images = 2
+    assert sections.attack_images(options) == 2
+    options.attack_max_images = None
+    assert sections.attack_images(options) == 2
+    options.attack_batch_size = 3
+    seen = {}
+    monkeypatch.setattr(sections.rb, 'run_cells',
+                        lambda *a, **kw: seen.update(kw))
+    specs = [
+        sections.ModelSpec(n, *demo_models[2 * i:2 * i + 2])
+        for i, n in enumerate(('ell', 'dot'))
+    ]
+    sections.adversarial(specs, options, str(tmp_path))
+    assert (seen['max_images'], seen['batch_size']) == (2, 3)
+    tool = load_tool('analysis_tools/compare_models.py')
+    assert tool.parse_args(demo_models).attack_max_images == 32
+    assert tool.parse_args(demo_models +
+                           ['--attack-max-images', '5']).attack_max_images == 5

@@ -1,8 +1,9 @@
 """AdversarialTrainingHook: the images it trains on against an attack of the
 training-time forward written here (every family, a flipped and a cropped
-batch), what it leaves as it found, ratio=0 against plain training, the
-seeded choice, one clear error per bad input; slow: two processes against
-one, and a SIGKILLed run resumed against the uninterrupted one."""
+batch; APGD against ``apgd_oracle``'s), what it leaves as it found, ratio=0
+against plain training, the seeded choice, one clear error per bad input;
+slow: two processes against one, and a SIGKILLed run resumed against the
+uninterrupted one."""
 import copy
 import os.path as osp
 import random
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from apgd_oracle import apgd_by_hand
 from attack_oracles import UNIT, loss_by_hand
 from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, TINY_MODELS,
                       tiny_config)
@@ -26,6 +28,7 @@ from saved_models import family_config
 
 from mmseg_elliptical.engine.hooks import AdversarialTrainingHook
 from mmseg_elliptical.errors import ConfigError
+from mmseg_elliptical.models import adaptive_relevance
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -187,6 +190,75 @@ def test_trained_images_equal_an_attack_of_the_training_forward(
     assert logged == pytest.approx(100 * right / total, abs=1e-6)
 
 
+#: Class weights of the 5 demo classes for ``apgd-mce-bal``.
+WEIGHTS = (0.05, 0.4, 0.1, 0.25, 0.2)
+
+
+@pytest.mark.parametrize('name, norm, eps, steps, adaptive', [
+    ('apgd-mce', 'linf', 4, 5, False),
+    ('apgd-mce-bal', 'linf', 2, 4, True),
+    ('apgd-js', 'l2', 0.5, 4, False),
+])
+def test_apgd_trains_on_the_oracle_apgd_of_the_training_forward(
+        name, norm, eps, steps, adaptive, demo_root, tmp_path):
+    """The hook's APGD (no step_size given) against ``apgd_oracle``'s of
+    each image alone, on the training-time logits written here (the first
+    image flipped), from the seeded start of (its path, the iteration)."""
+    from mmseg_elliptical.analysis.robustness import attacks
+    cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
+    model = build(cfg)
+    model.train()
+    batch = train_batch(cfg, crop)
+    clean = [x.clone() for x in batch['inputs']]
+    weights = WEIGHTS if name == 'apgd-mce-bal' else None
+    attack = dict(name=name, norm=norm, eps=eps, steps=steps)
+    if weights:
+        attack['class_weights'] = weights
+    AdversarialTrainingHook(attack, adaptive=adaptive, seed=3) \
+        .before_train_iter(fake_runner(model), 0, batch)
+    model.eval()
+    cell = attacks.Attack(name, norm, eps, steps, 2., seed=3)
+    unit = UNIT[norm]
+    first = 2 * eps if norm == 'linf' else eps
+    halvings = 0
+    for x, img, sample in zip(batch['inputs'], clean, batch['data_samples']):
+        label = sample.gt_sem_seg.data[0].long()
+        x0 = img.float()
+        start = attacks.random_start(cell, x0, f'{sample.img_path}@{ITER}',
+                                     first)
+        with adaptive_relevance(adaptive):
+            want, records = apgd_by_hand(
+                lambda z: logits_by_hand(model, z, label.shape), x0, label,
+                name, norm, eps * unit, steps, start, 255, weights)
+        torch.testing.assert_close(x, want, atol=1e-3, rtol=0)
+        assert not torch.equal(x, x0)  # it moved
+        halvings += sum(len(r['halvings']) for r in records)
+    assert halvings > 0  # the checkpoints were exercised
+
+
+def test_apgd_sets_its_own_step_and_start():
+    hook = AdversarialTrainingHook(
+        dict(name='apgd-js', eps=4, steps=4, step_size=0.5))
+    assert (hook.attack.step_size, hook.attack.random_start) == (2., True)
+
+
+def test_class_weights_of_another_number_of_classes_fail_before_the_first_step(
+        demo_root, tmp_path) -> None:
+    cfg = tiny_config(DEMO_DOT, demo_root, str(tmp_path))
+    cfg.custom_hooks = [
+        dict(
+            type='AdversarialTrainingHook',
+            attack=dict(
+                name='apgd-mce-bal', eps=4, steps=4, class_weights=[1, 1]))
+    ]
+    runner = Runner.from_cfg(cfg)
+    with pytest.raises(ConfigError) as err:
+        runner.train()
+    assert 'class_weights has 2 weights and the decode head 5 classes' in str(
+        err.value)
+    assert runner.iter == 0
+
+
 def test_random_start_is_drawn_anew_each_iteration(demo_root, tmp_path):
     cfg, crop = family_cfg('vit', demo_root, str(tmp_path))
     model = build(cfg)
@@ -309,6 +381,11 @@ def test_ratio_zero_trains_bitwise_as_without_the_hook(demo_root, tmp_path):
           ratio=-0.1), 'ratio=-0.1'),
     (dict(attack=dict(name='pgd', eps=4, steps=2, step_size=1),
           ratio=True), 'ratio=True'),
+    (dict(attack=dict(name='apgd-mce', eps=4, steps=3)),
+     'apgd-mce needs steps >= 4 for each of its 3 L-inf stages'),
+    (dict(attack=dict(name='apgd-mce-bal', eps=4, steps=8)),
+     'apgd-mce-bal weights classes by the training set\'s pixel counts, '
+     'which the hook does not count: give attack.class_weights'),
 ])
 def test_bad_arguments_when_the_hook_is_built(args, words) -> None:
     from mmseg.registry import HOOKS

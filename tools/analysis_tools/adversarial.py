@@ -220,9 +220,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 if name != source.name:
                     cells[name] += crafted
         if args.audit:
-            cells = rb.audit_cells(cells, args.specs, args.epsilons,
-                                   args.queries, args.step_ratio,
-                                   args.cfg_options)
+            cells = rb.audit_cells(
+                cells,
+                args.specs,
+                args.epsilons,
+                args.queries,
+                args.step_ratio,
+                args.cfg_options,
+                arms=args.arms)
         store = rb.run_cells(
             args.specs,
             cells,

@@ -23,12 +23,8 @@ import argparse
 import os
 from typing import Dict, Optional, Sequence
 
-from mmengine.fileio import dump
-
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
-from mmseg_elliptical.analysis.robustness.arms import collapse_arms
-from mmseg_elliptical.analysis.robustness.arms_report import arms_markdown
 from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
                                      process_group)
 from mmseg_elliptical.models import PARTS
@@ -93,11 +89,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
         if not is_main_process():
             return None
         os.makedirs(args.work_dir, exist_ok=True)
-        text = write_collapse_report(results, args.work_dir, args.part)
-        if any(len(runs) > 1 for runs in args.arms.values()):
-            arms = collapse_arms(args.arms, results)
-            dump(arms, f'{args.work_dir}/collapse_arms.json', indent=1)
-            text += '\n' + arms_markdown(arms, what='cosine')
+        text = write_collapse_report(results, args.work_dir, args.part,
+                                     args.arms)
         print(text +
               note_partial_loads(f'{args.work_dir}/collapse.md', args.notes))
         print(f'Results in {args.work_dir}/collapse.{{json,md,csv,png}}')

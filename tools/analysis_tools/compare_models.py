@@ -121,6 +121,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='leave out the gradient-masking audit (its eps sweep, doubled '
         'steps, transfer and square cells)')
     p.add_argument(
+        '--attack-max-images',
+        type=positive_int,
+        default=32,
+        help='attack only the first N test images (default: 32, the '
+        'fewest the paired verdict takes; the audit\'s transfer and query '
+        'cells make the section the report\'s longest)')
+    p.add_argument(
+        '--attack-batch-size',
+        type=positive_int,
+        help='images attacked together (default: the config\'s test batch; '
+        'the per-image results do not depend on it)')
+    p.add_argument(
         '--audit-queries',
         type=positive_int,
         default=20,
@@ -176,7 +188,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
         attack_protocol=args.attack_protocol,
         adaptive=not args.no_adaptive,
         audit=not args.no_audit,
-        audit_queries=args.audit_queries)
+        audit_queries=args.audit_queries,
+        attack_max_images=args.attack_max_images,
+        attack_batch_size=args.attack_batch_size)
     with process_group(launcher_of(args)) as options.launch:
         data = compare_models(
             args.specs, options, args.work_dir, quiet=not args.verbose)

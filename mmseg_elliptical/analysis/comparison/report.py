@@ -16,7 +16,6 @@ from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
                                  shown_layers)
 from ..collapse import write_collapse_report
 from ..layers import AnalysisError
-from ..robustness.arms import collapse_arms
 from ..robustness.arms_report import arms_markdown
 from . import sections
 from .sections import ReportOptions
@@ -82,6 +81,12 @@ def baseline_of(specs: Sequence[ModelSpec], options: ReportOptions) -> str:
     return baseline
 
 
+def attacked_images(options: ReportOptions) -> str:
+    """``; the first N test images`` when the section attacks fewer."""
+    n = sections.attack_images(options)
+    return f'; the first {n} test images' if n else ''
+
+
 def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
                    parts: Dict, work_dir: str) -> str:
     """``report.md`` of the measured sections; returns its text."""
@@ -101,11 +106,9 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         resamples=options.resamples,
         seed=options.bootstrap_seed,
         arms=arms)
-    collapse = write_collapse_report(parts['collapse'], work_dir, options.part)
+    collapse = write_collapse_report(parts['collapse'], work_dir, options.part,
+                                     arms)
     several = any(len(r) > 1 for r in arms.values())
-    if several:
-        collapse += '\n' + arms_markdown(
-            collapse_arms(arms, parts['collapse']), what='cosine')
     attacked = parts['adversarial']
     rb.write_attack_report(
         attacked,
@@ -148,8 +151,9 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         '![mIoU per corruption and severity](robustness.png)', '',
         f'## Adversarial robustness ({options.attack_protocol} preset: '
         f'{preset.description}'
-        f'{"; adaptive: through m too" if options.adaptive else ""})', '',
-        adversarial, '', '![mIoU against eps](adversarial.png)', '',
+        f'{"; adaptive: through m too" if options.adaptive else ""}'
+        f'{attacked_images(options)})', '', adversarial, '',
+        '![mIoU against eps](adversarial.png)', '',
         f'## Representation collapse ({options.part})', '',
         'Mean pairwise cosine of the tokens each layer outputs (forward '
         'order across stages; cls token and class embeddings left out), '

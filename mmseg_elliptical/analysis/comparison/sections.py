@@ -50,6 +50,10 @@ class ReportOptions:
             first attack swept to 64 levels, doubled steps, transfer between
             the models, ``audit_queries`` square queries) and verdicts.
         audit_queries (int): The audit's square-attack queries.
+        attack_max_images (int, optional): Attack only the first test
+            images (the fewer of this and ``max_images``).
+        attack_batch_size (int, optional): Images attacked together
+            (default: the config's test batch).
     """
     corruptions: List[str] = field(
         default_factory=lambda: list(DEFAULT_CORRUPTIONS))
@@ -75,6 +79,15 @@ class ReportOptions:
     adaptive: bool = True
     audit: bool = True
     audit_queries: int = 20
+    attack_max_images: Optional[int] = None
+    attack_batch_size: Optional[int] = None
+
+
+def attack_images(options: ReportOptions) -> Optional[int]:
+    """The adversarial section's images: the fewer of ``max_images`` and
+    ``attack_max_images`` (None: all)."""
+    given = [n for n in (options.max_images, options.attack_max_images) if n]
+    return min(given) if given else None
 
 
 def store_of(work_dir: str,
@@ -145,13 +158,15 @@ def adversarial(specs: Sequence[ModelSpec],
             options.audit_queries,
             preset.step_ratio,
             options.cfg_options,
-            sweep_attacks=preset.attacks[:1])
+            sweep_attacks=preset.attacks[:1],
+            arms=options.arms)
     return rb.run_cells(
         specs,
         cells,
         osp.join(work_dir, 'cells', 'adversarial.json'),
         osp.join(work_dir, 'cells'),
-        max_images=options.max_images,
+        max_images=attack_images(options),
+        batch_size=options.attack_batch_size,
         cfg_options=options.cfg_options,
         quiet=quiet,
         per_class=True,

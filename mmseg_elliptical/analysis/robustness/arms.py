@@ -114,20 +114,13 @@ def corruption_arms(store: ResultStore,
                     resamples: int = 1000,
                     seed: int = 0) -> Dict:
     """Every arm's figures and, but for the baseline arm's, its
-    hierarchical paired test on ``clean`` and ``mPC`` mIoU.
+    hierarchical paired test on ``clean`` and ``mPC`` mIoU: as
+    :func:`attack_arms` (its arguments and result), ``summary`` holding
+    each run's :func:`~.corruption_verdicts.grid_summary`.
 
     Args:
-        store (ResultStore): The grid's store (per-image areas).
-        arms (dict): ``{arm: [runs]}``.
-        summary (dict): ``{run: summary}``
-            (:func:`~.corruption_verdicts.grid_summary`).
-        baseline (str, optional): The baseline arm.
-        worst_areas (dict, optional): ``{run: {eps: ImageAreas}}``, the
-            worst cases the per-run summary chose (default: chosen again
-            over every eps of the store).
-
-    Returns:
-        dict: ``{arm: {runs, figures, paired, notes[, baseline]}}``.
+        corruptions (Sequence[str]): The corruptions of ``mPC``.
+        severities (Sequence[int]): Their severities.
     """
     corrupted = [cell_key(c, s) for c in corruptions for s in severities]
 
@@ -159,6 +152,8 @@ def attack_arms(store: ResultStore,
         summary (dict): ``{run: summary}``
             (:func:`~.attack_verdicts.attack_summary`).
         baseline (str, optional): The baseline arm.
+        resamples (int): The bootstrap's resamples.
+        seed (int): Its seed.
         worst_areas (dict, optional): ``{run: {eps: ImageAreas}}``, the
             worst cases the per-run summary chose (default: chosen again
             over every eps of the store).

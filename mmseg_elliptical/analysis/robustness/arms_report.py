@@ -15,6 +15,17 @@ def mean_sd(fig: Optional[Dict], spec: str = '.2f') -> Optional[str]:
     return f'{fig["mean"]:{spec}} +- {fig["sd"]:{spec}} ({fig["n"]} runs)'
 
 
+def arms_rows(arms: Dict[str, Dict]) -> tuple:
+    """``(header, rows)`` of the arms' CSV: a row per arm and number, its
+    mean, sd and run count, then each run's value."""
+    most = max((len(a['runs']) for a in arms.values()), default=0)
+    header = ['arm', 'number', 'mean', 'sd', 'n'
+              ] + [f'run{i}' for i in range(most)]
+    rows = [[name, key, f['mean'], f['sd'], f['n'], *f['runs']]
+            for name, a in arms.items() for key, f in a['figures'].items()]
+    return header, rows
+
+
 def arm_interval(result: Dict) -> str:
     """``DIFF (95 % interval LOW to HIGH; Welch LOW to HIGH; VERDICT)``."""
     welch = result.get('welch')

@@ -5,8 +5,9 @@ from typing import Dict, List, Optional, Sequence
 
 from ...utils.eps import eps_units
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
+from .arm_means import arm_means, several
 from .arms import attack_arms
-from .arms_report import arms_markdown
+from .arms_report import arms_markdown, arms_rows
 from .attack_verdicts import attack_summary
 from .attacks import ATTACKS
 from .audit import audit_markdown
@@ -103,17 +104,30 @@ def attack_rows(store: ResultStore, names: Sequence[str]) -> tuple:
     return header, rows
 
 
-def attack_curves(summary: Dict[str, Dict], norm: str):
+def attack_curves(summary: Dict[str, Dict],
+                  norm: str,
+                  runs: Optional[Dict[str, List[Dict]]] = None):
     """mIoU against eps, the clean mIoU at eps 0: a colour per attack (the
     worst case black), a line style per model; the adaptive attacks dashed,
     with hollow diamonds, drawn over the plain ones and nudged right by
     :data:`ADAPTIVE_SHIFT` of the largest eps (where the two coincide, both
-    stay visible)."""
+    stay visible). ``runs``: for an entry of ``summary`` that is an arm's
+    mean, its runs' summaries: their worst cases drawn as thin lines."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     styles = ['-', '--', ':', '-.']
     colours = {a: f'C{i}' for i, a in enumerate(ATTACKS)}
     for m, (name, s) in enumerate(summary.items()):
+        for run in (runs or {}).get(name, []):
+            points = [(0., run['clean'])
+                      ] + [(float(e), v) for e, v in worst_miou(run).items()]
+            points = [(e, v) for e, v in points if v is not None]
+            ax.plot([e for e, _ in points], [v for _, v in points],
+                    linestyle=styles[m % len(styles)],
+                    linewidth=0.7,
+                    alpha=0.45,
+                    color='black',
+                    zorder=1)
         curves = {**s['series'], 'worst case': worst_miou(s)}
         for series, values in curves.items():
             attack = series.split('/')[0]
@@ -136,6 +150,12 @@ def attack_curves(summary: Dict[str, Dict], norm: str):
                 zorder=3 if adaptive else 2,
                 color=colours.get(attack.replace('-adaptive', ''), 'black'),
                 label=wrap_label(f'{name}: {series}', 32))
+    if runs:
+        ax.plot([], [],
+                color='black',
+                linewidth=0.7,
+                alpha=0.45,
+                label='each run\'s worst case')
     ax.set_xlabel(f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})')
     ax.set_ylabel('mIoU')
     ax.set_ylim(bottom=0)
@@ -179,12 +199,20 @@ def write_attack_report(store: ResultStore,
     store.save()
     settings = store.data['settings']
     text = '# Adversarial robustness\n\n' + attack_markdown(summary, settings)
-    if any(len(r) > 1 for r in arms.values()):
+    drawn, runs = summary, None
+    if several(arms):
         text += '\n## Arms\n\n' + arms_markdown(store.data['arms'])
+        drawn = arm_means(summary, arms)
+        runs = {
+            label: [summary[r] for r in arms[arm]]
+            for label, arm in zip(drawn, arms) if len(arms[arm]) > 1
+        }
+        write_report(
+            work_dir, 'adversarial_arms', table=arms_rows(store.data['arms']))
     write_report(
         work_dir,
         'adversarial',
         markdown=text,
         table=attack_rows(store, names),
-        figure=attack_curves(summary, settings.get('norm', 'linf')))
+        figure=attack_curves(drawn, settings.get('norm', 'linf'), runs))
     return text

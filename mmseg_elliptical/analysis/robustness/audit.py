@@ -22,7 +22,7 @@ Each check reads stored cells only (aAcc, pooled over pixels, in percent):
 The verdict is ``no sign of gradient masking`` or names the failed checks.
 """
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,6 +73,19 @@ def min_aacc(keys: Sequence[str], cells: Dict[str, Dict],
         return float(100 * right.sum() / max(found[0][1].sum(), 1))
     values = [cells[k].get('aAcc') for k in keys]
     return None if None in values else float(min(values))
+
+
+def bounded(check: str, compared: Sequence[Tuple[float, float, str]],
+            empty: str) -> Dict:
+    """A check passed when each ``(low, high, line)`` of ``compared`` has
+    ``low <= high + SLACK`` (None without any), its detail the lines (or
+    ``empty``)."""
+    passed = all(lo <= hi + SLACK
+                 for lo, hi, _ in compared) if compared else None
+    return dict(
+        check=check,
+        passed=passed,
+        detail='; '.join(line for *_, line in compared) or empty)
 
 
 def gradient_masking_audit(cells: Dict[str, Dict],
@@ -132,54 +145,39 @@ def gradient_masking_audit(cells: Dict[str, Dict],
         checks.append(
             dict(check='eps sweep', passed=None, detail='no sweep cell'))
     # White-box beats black-box.
-    lines, passed = [], None
+    compared = []
     for e in epsilons:
         box = min_aacc(white[e], cells, correct)
         for k in at[e]:
             if kind_of(k) in ('transfer', 'query') and box is not None:
-                ok = box <= cells[k]['aAcc'] + SLACK
-                passed = ok if passed is None else passed and ok
-                lines.append(f'eps {e:g}: white-box {box:.2f} vs `{k}` '
-                             f'{cells[k]["aAcc"]:.2f}')
+                compared.append((box, cells[k]['aAcc'],
+                                 f'eps {e:g}: white-box {box:.2f} vs `{k}` '
+                                 f'{cells[k]["aAcc"]:.2f}'))
     checks.append(
-        dict(
-            check='white-box beats black-box',
-            passed=passed,
-            detail='; '.join(lines) or 'no transfer or query cell'))
+        bounded('white-box beats black-box', compared,
+                'no transfer or query cell'))
     # Iterations: each cell whose doubled-steps twin is stored.
-    lines, passed = [], None
+    compared = []
     for k in attacks:
         name, norm, e, steps = split_key(k)
         twin = f'{name}/{norm}/{e:g}/{2 * steps}'
         if e in epsilons and twin in cells and name != 'fgsm':
-            ok = cells[twin]['aAcc'] <= cells[k]['aAcc'] + SLACK
-            passed = ok if passed is None else passed and ok
-            lines.append(f'`{k}` {cells[k]["aAcc"]:.2f} -> '
-                         f'{2 * steps} steps {cells[twin]["aAcc"]:.2f}')
-    checks.append(
-        dict(
-            check='iterations',
-            passed=passed,
-            detail='; '.join(lines) or 'no doubled-steps cell'))
+            compared.append((cells[twin]['aAcc'], cells[k]['aAcc'],
+                             f'`{k}` {cells[k]["aAcc"]:.2f} -> '
+                             f'{2 * steps} steps {cells[twin]["aAcc"]:.2f}'))
+    checks.append(bounded('iterations', compared, 'no doubled-steps cell'))
     if elliptical:
-        lines, passed = [], None
+        compared = []
         for e in epsilons:
             plain = min_aacc([k for k in white[e] if kind_of(k) == 'plain'],
                              cells, correct)
             adaptive = min_aacc(
                 [k for k in white[e] if kind_of(k) == 'adaptive'], cells,
                 correct)
-            if plain is None or adaptive is None:
-                continue
-            ok = plain <= adaptive + SLACK
-            passed = ok if passed is None else passed and ok
-            lines.append(f'eps {e:g}: plain {plain:.2f}, adaptive '
-                         f'{adaptive:.2f}')
-        checks.append(
-            dict(
-                check='adaptive',
-                passed=passed,
-                detail='; '.join(lines) or 'no adaptive cell'))
+            if plain is not None and adaptive is not None:
+                compared.append((plain, adaptive, f'eps {e:g}: plain '
+                                 f'{plain:.2f}, adaptive {adaptive:.2f}'))
+        checks.append(bounded('adaptive', compared, 'no adaptive cell'))
     failed = [c['check'] for c in checks if c['passed'] is False]
     verdict = CLEAN_VERDICT if not failed else \
         'failed: ' + ', '.join(failed)
@@ -197,13 +195,15 @@ def audit_cells(
         step_ratio: Optional[float] = None,
         cfg_options: Optional[Dict] = None,
         sweep: Sequence[float] = SWEEP,
-        sweep_attacks: Optional[Sequence[str]] = None) -> Dict[str, List]:
+        sweep_attacks: Optional[Sequence[str]] = None,
+        arms: Optional[Dict[str, List[str]]] = None) -> Dict[str, List]:
     """Each model's cells with the audit's extra cells added (on the same
     images): its gradient attacks at the largest headline eps again at each
     larger eps of ``sweep`` (``sweep_attacks`` only, when given), its
     iterative attacks with twice the steps at the headline eps, the square
     attack with ``queries`` at the headline eps, and every other model's
-    attacks at the headline eps transferred to it.
+    attacks at the headline eps transferred to it (with ``arms``, the
+    other arms' runs only: :func:`transfer_sources`).
 
     Args:
         per_model (dict): ``{name: cells}`` of the run.
@@ -213,10 +213,13 @@ def audit_cells(
         step_ratio (float, optional): The step as a fraction of eps (the
             sweep's steps scale with it); None: the run's fixed step.
         cfg_options (dict, optional): The grid's config overrides.
+        arms (dict, optional): ``{arm: [runs]}``.
 
     Returns:
         dict: ``{name: cells}``, the run's first, without duplicates.
     """
+    sources = transfer_sources(arms or {s.name: [s.name] for s in specs})
+    by_name = {s.name: s for s in specs}
     top = max(epsilons)
     own = {
         name: [
@@ -250,9 +253,8 @@ def audit_cells(
                     labels=mine[0].labels,
                     seed=mine[0].seed) for e in epsilons
             ]
-        for other in specs:
-            if other.name != spec.name:
-                extra += transfer_cells(own[other.name], other, cfg_options)
+        for other in sources[spec.name]:
+            extra += transfer_cells(own[other], by_name[other], cfg_options)
         cells = list(per_model[spec.name])
         keys = {key_of(c) for c in cells}
         for c in extra:
@@ -261,6 +263,22 @@ def audit_cells(
                 cells.append(c)
         out[spec.name] = cells
     return out
+
+
+def transfer_sources(arms: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """The runs whose attacks transfer to each run: run ``I`` of an arm
+    takes run ``I`` of every other arm (its last, when it has fewer), so
+    the transfers grow with the arms, not with their runs squared; runs of
+    one arm (the same method) never transfer to each other."""
+    return {
+        run: [
+            others[min(i,
+                       len(others) - 1)] for other, others in arms.items()
+            if other != arm
+        ]
+        for arm, runs in arms.items()
+        for i, run in enumerate(runs)
+    }
 
 
 def audit_markdown(summary: Dict[str, Dict]) -> List[str]:

@@ -4,8 +4,9 @@ and writes ``robustness.{md,csv,png}`` and ``robustness_summary.csv``."""
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...utils.output import markdown_table, write_report
+from .arm_means import arm_means, several
 from .arms import CORRUPTION_FIGURES, corruption_arms
-from .arms_report import arms_markdown
+from .arms_report import arms_markdown, arms_rows
 from .corruption_figure import heatmaps
 from .corruption_verdicts import grid_summary
 from .paired import interval
@@ -192,14 +193,18 @@ def write_robustness_report(
                                          severities, baseline, resamples, seed)
     store.save()
     text = grid_markdown(summary, corruptions, severities)
-    if any(len(r) > 1 for r in arms.values()):
+    drawn = summary
+    if several(arms):
         text += '\n' + arms_markdown(store.data['arms'], CORRUPTION_FIGURES)
+        drawn = arm_means(summary, arms)
+        write_report(
+            work_dir, 'robustness_arms', table=arms_rows(store.data['arms']))
     write_report(
         work_dir,
         'robustness',
         markdown=text,
         table=csv_rows(summary, corruptions, severities),
-        figure=heatmaps(summary, corruptions, severities))
+        figure=heatmaps(drawn, corruptions, severities))
     write_report(
         work_dir,
         'robustness_summary',

@@ -24,12 +24,14 @@ from mmseg.registry import HOOKS
 from torch import Tensor
 
 from ...analysis.robustness import attacks
+from ...analysis.robustness.losses import BALANCED
 from ...errors import AnalysisError, ConfigError
 from ...utils.eps import parse_eps
 from .evidence_hook import kept_modes, kept_rng
 
 #: The attack of each name the hook can train against: one implementation
-#: of each attack serves the grid and training.
+#: of each attack serves the grid and training (``perturb`` hands APGD's
+#: names to :func:`..analysis.robustness.apgd.apgd`).
 CRAFTERS: Dict[str, Callable] = {
     name: attacks.perturb
     for name in attacks.ATTACKS
@@ -40,7 +42,7 @@ ACCURACY_KEY = 'train/adv_pixel_acc'
 
 
 def _fail(problem: str) -> None:
-    raise ConfigError(f'AdversarialTrainingHook: {problem}.')
+    raise ConfigError(f'AdversarialTrainingHook: {problem.rstrip(".")}.')
 
 
 def draw(key: str, seed: int) -> float:
@@ -152,7 +154,7 @@ def pixel_accuracy(logits: Sequence[Tensor], labels: Sequence[Tensor],
 
 @HOOKS.register_module()
 class AdversarialTrainingHook(Hook):
-    """Train on adversarial images (PGD-AT, PIR-AT, SegPGD-AT).
+    """Train on adversarial images (PGD-AT, PIR-AT, SegPGD-AT, or APGD).
 
     Before each training iteration the images of the batch (all, or a
     fraction ``ratio`` drawn per image) are replaced in ``data_batch`` by
@@ -167,10 +169,14 @@ class AdversarialTrainingHook(Hook):
     Args:
         attack (dict): :class:`..analysis.robustness.attacks.Attack`'s
             fields but ``labels`` (always the ground truth) and ``seed``:
-            ``name`` (``pgd``, ``segpgd``, ``cospgd``, ``fgsm``), ``norm``
-            (``linf``: eps and step in 0-255 levels, ``'4/255'`` understood;
-            ``l2``: on the 0-1 scale), ``eps``, ``steps``, ``step_size``,
-            ``random_start``.
+            ``name`` (``pgd``, ``segpgd``, ``cospgd``, ``fgsm``,
+            ``apgd-mce``, ``apgd-js``; ``apgd-mce-bal`` with its
+            ``class_weights``, one per class, as the grid counts them),
+            ``norm`` (``linf``: eps and step in 0-255 levels, ``'4/255'``
+            understood; ``l2``: on the 0-1 scale), ``eps``, ``steps``
+            (APGD: its iterations, >= 4 for L-inf), ``step_size`` and
+            ``random_start`` (APGD: not needed, and as on the grid they do
+            not apply: it sets its own step and always starts at random).
         ratio (float): Fraction of the images attacked, in [0, 1].
             Defaults to 1 (the whole batch).
         adaptive (bool): Differentiate through the relevance ``m`` too (an
@@ -202,6 +208,14 @@ class AdversarialTrainingHook(Hook):
         name = fields.get('name')
         if name not in CRAFTERS:
             _fail(f'unknown attack {name!r}: one of {sorted(CRAFTERS)}')
+        if name in attacks.APGD_ATTACKS:  # its own step, as on the grid
+            fields.setdefault('step_size', 2.)
+        if name in BALANCED and fields.get('class_weights') is None:
+            _fail(f'{name} weights classes by the training set\'s pixel '
+                  'counts, which the hook does not count: give '
+                  'attack.class_weights (one per class, e.g. the "weights" '
+                  'of the grid\'s class_weights.json), or train against '
+                  'apgd-mce or apgd-js')
         norm = fields.get('norm', 'linf')
         if norm not in attacks.NORMS:
             _fail(f'norm {norm!r} is none of {attacks.NORMS}')
@@ -237,8 +251,15 @@ class AdversarialTrainingHook(Hook):
         self.log_accuracy = log_accuracy
 
     def before_train(self, runner) -> None:
-        """Refuse a model the hook cannot attack, before the first step."""
-        check_model(self._model(runner))
+        """Refuse a model the hook cannot attack, or class weights of
+        another number of classes, before the first step."""
+        model = self._model(runner)
+        check_model(model)
+        weights = self.attack.class_weights
+        classes = model.decode_head.num_classes
+        if self.attack.name in BALANCED and len(weights) != classes:
+            _fail(f'attack.class_weights has {len(weights)} weights and the '
+                  f'decode head {classes} classes: give one per class')
 
     @staticmethod
     def _model(runner):
