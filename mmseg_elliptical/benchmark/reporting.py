@@ -2,13 +2,15 @@
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..utils.output import markdown_table, pyplot
+from .apgd_step import APGD_MODE
 from .variants import ATTACK_MODES
 
 MODE_NAMES = {
     'infer': 'inference',
     'train': 'training step',
     'attack': 'attack step',
-    'attack-adaptive': 'adaptive attack step'
+    'attack-adaptive': 'adaptive attack step',
+    APGD_MODE: 'APGD-MCE iteration'
 }
 RESULT_COLUMNS = ('model', 'family', 'role', 'size', 'mode', 'batch_size',
                   'median_ms', 'iqr_ms', 'images_per_s', 'peak_mem_mb',
@@ -81,6 +83,48 @@ def adaptive_table(report: Dict) -> str:
             left=1))
 
 
+def apgd_table(report: Dict) -> str:
+    """Markdown: an APGD-MCE iteration over PGD's attack step per model and
+    size (empty without APGD rows)."""
+    rows = [[
+        r['model'], r['size'], r['iterations'], r['pgd_ms'], r['apgd_ms'],
+        r['time'],
+        time_iqr(r), r['memory']
+    ] for r in report.get('apgd_ratios', [])]
+    if not rows:
+        return ''
+    return ('**APGD-MCE iteration** / attack step (PGD\'s) of the same model '
+            '(the extra work of APGD per iteration)\n\n' +
+            markdown_table([
+                'model', 'size', 'iterations', 'PGD step ms',
+                'APGD ms per iteration', 'time', 'time IQR', 'peak memory'
+            ],
+                           rows,
+                           spec=['', '', '', '.1f', '.1f', '.3f', '', '.3f'],
+                           left=1))
+
+
+def training_table(report: Dict) -> str:
+    """Markdown: an adversarial training step / a plain one per model, size
+    and recipe (empty without such rows)."""
+    rows = [[
+        r['model'], r['size'], r['recipe'], r['plain_ms'], r['at_ms'],
+        r['time'],
+        time_iqr(r)
+    ] for r in report.get('adversarial_training', [])]
+    if not rows:
+        return ''
+    return ('**adversarial training step** (the hook\'s attack, then the '
+            'step) / plain training step of the same model\n\n' +
+            markdown_table([
+                'model', 'size', 'recipe', 'plain step ms', 'AT step ms',
+                'time', 'time IQR'
+            ],
+                           rows,
+                           spec=['', '', '', '.1f', '.1f', '.3f', ''],
+                           left=3))
+
+
 def overview_table(reports: Sequence[Dict]) -> str:
     """Markdown: one row per (run, config, size, baseline) with the time
     and peak memory ratios of inference, the training step and (when a run
@@ -97,8 +141,9 @@ def overview_table(reports: Sequence[Dict]) -> str:
         return f"{r['time']:.3f} ({time_iqr(r)})"
 
     modes = ['infer', 'train'] + [
-        m for m in ATTACK_MODES if any(r['mode'] == m for rep in reports
-                                       for r in rep['ratios'])
+        m for m in ATTACK_MODES + (APGD_MODE, ) if any(r['mode'] == m
+                                                       for rep in reports
+                                                       for r in rep['ratios'])
     ]
     rows, adaptive = [], []
     for report in reports:
@@ -159,6 +204,10 @@ def markdown(report: Dict) -> str:
         lines += [runtime_table(report), '']
     if report.get('adaptive_ratios'):
         lines += [adaptive_table(report), '']
+    if report.get('apgd_ratios'):
+        lines += [apgd_table(report), '']
+    if report.get('adversarial_training'):
+        lines += [training_table(report), '']
     flops_sizes = sorted(
         {int(s)
          for m in report['models']
@@ -202,7 +251,8 @@ def figure(report: Dict):
         'infer': '-o',
         'train': '--s',
         'attack': ':^',
-        'attack-adaptive': '-.v'
+        'attack-adaptive': '-.v',
+        APGD_MODE: ':x'
     }
     for i, m in enumerate(report['models']):
         for mode, style in styles.items():

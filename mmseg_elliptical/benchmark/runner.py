@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.benchmark.utils.common import set_torch_threads
 
+from .apgd_step import APGD_MODE, apgd_ratios, check_apgd_steps, per_iteration
 from .flops import count_flops, count_params
 from .memory import saved_tensors_mb, step_peak_mb
 from .onnx import ROLE as ONNX_ROLE
@@ -28,6 +29,9 @@ class BenchmarkOptions:
         train_sizes (list[int]): Sizes at which a training step is measured.
         attack_sizes (list[int]): Sizes at which both attack steps are
             measured, in the same rounds.
+        apgd_steps (int): With ``attack_sizes``, also time a run of APGD-MCE
+            of this many iterations per iteration, in the attack steps'
+            rounds (0: none; else >= 4).
         batch_size (int): Images per step.
         rounds (int): Interleaved timing rounds.
         min_run_time (float): Timed seconds per model and round (0: one run).
@@ -47,6 +51,7 @@ class BenchmarkOptions:
     sizes: List[int] = field(default_factory=lambda: [512])
     train_sizes: List[int] = field(default_factory=lambda: [512])
     attack_sizes: List[int] = field(default_factory=list)
+    apgd_steps: int = 0
     batch_size: int = 1
     rounds: int = 10
     min_run_time: float = 0.
@@ -73,8 +78,9 @@ class BenchmarkOptions:
     def groups(self) -> List[Tuple[int, Tuple[str, ...]]]:
         """The (size, modes) timed together, in order."""
         wanted = dict(train=self.train_sizes, attack=self.attack_sizes)
+        attack = ATTACK_MODES + ((APGD_MODE, ) if self.apgd_steps else ())
         return [(s, g) for s in self.sizes
-                for g in (('infer', ), ('train', ), ATTACK_MODES)
+                for g in (('infer', ), ('train', ), attack)
                 if g[0] == 'infer' or s in wanted[g[0]]]
 
 
@@ -116,7 +122,8 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],
     """Time and measure every model at one size in each of ``modes``,
     interleaved in the same rounds."""
     x = torch.randn(options.batch_size, 3, size, size, device=options.device)
-    runs = [(s, m, mode, make_step(m, x, mode, options.amp, r))
+    runs = [(s, m, mode,
+             make_step(m, x, mode, options.amp, r, options.apgd_steps))
             for mode in modes for s, m, r in zip(specs, models, runners)]
     infer = modes == ('infer', )
     onnx = {
@@ -155,6 +162,8 @@ def _measure_group(specs: Sequence[BenchModel], models: Sequence[BenchForward],
             peak_mem_mb=None,
             memory_measure=None,
             saved_mb=None)
+        if mode == APGD_MODE:  # the time of one iteration
+            row = per_iteration(row, step.iterations)
         model.zero_grad(set_to_none=True)
         if options.memory == 'tensors':
             row['peak_mem_mb'], row['memory_measure'] = step_peak_mb(
@@ -198,7 +207,8 @@ def run_benchmark(specs: Sequence[BenchModel],
 
     Returns:
         dict: ``meta``, ``models``, ``results`` (per model, size and mode),
-        ``ratios``, ``runtime_ratios`` and ``adaptive_ratios``.
+        ``ratios``, ``runtime_ratios``, ``adaptive_ratios`` and
+        ``apgd_ratios`` (APGD-MCE iteration / PGD's attack step).
     """
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -212,6 +222,7 @@ def run_benchmark(specs: Sequence[BenchModel],
         if unknown:
             raise ValueError(f'{kind} sizes {unknown} are not among the '
                              f'sizes {options.sizes}.')
+    check_apgd_steps(options.apgd_steps)
     threads = options.threads or torch.get_num_threads()
     with set_torch_threads(threads):
         models = [build_model(s, options.device, options.seed) for s in specs]
@@ -238,7 +249,8 @@ def run_benchmark(specs: Sequence[BenchModel],
         results=results,
         ratios=ratios(specs, results),
         runtime_ratios=runtime_ratios(results),
-        adaptive_ratios=adaptive_ratios(results))
+        adaptive_ratios=adaptive_ratios(results),
+        apgd_ratios=apgd_ratios(results))
 
 
 def device_name(device: str) -> str:

@@ -13,12 +13,13 @@ from ..models.conversion import ELLIPTICAL_VERSIONS
 from ..models.transformer import PARTS
 from ..utils import load_config, model_names
 from ..utils.registry import model_class
+from .apgd_step import APGD_MODE, ApgdStep
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
 #: The attack steps: forward and backward to the input, plain or through m.
 ATTACK_MODES = ('attack', 'attack-adaptive')
-MODES = ('infer', 'train') + ATTACK_MODES
+MODES = ('infer', 'train') + ATTACK_MODES + (APGD_MODE, )
 
 
 @dataclass
@@ -255,7 +256,8 @@ def make_step(model: BenchForward,
               x: torch.Tensor,
               mode: str,
               amp: bool = False,
-              runner: Optional[Callable] = None) -> Callable:
+              runner: Optional[Callable] = None,
+              apgd_steps: int = 10) -> Callable:
     """A callable running one step of ``mode`` (and setting the model's
     mode).
 
@@ -266,10 +268,13 @@ def make_step(model: BenchForward,
             backward of the output sum, no optimizer), ``'attack'`` (eval
             mode, the gradient of the output sum w.r.t. the input only: one
             step of an attack) or ``'attack-adaptive'`` (the same inside
-            :func:`~mmseg_elliptical.models.adaptive_relevance`).
+            :func:`~mmseg_elliptical.models.adaptive_relevance`) or
+            ``'attack-apgd'`` (eval mode, a run of the grid's APGD-MCE:
+            :class:`.apgd_step.ApgdStep`).
         amp (bool): bf16 autocast on ``x``'s device.
         runner (callable, optional): What runs the forward, e.g. the
             compiled model; defaults to ``model``.
+        apgd_steps (int): APGD's iterations (``'attack-apgd'``).
 
     Returns:
         callable: The step; an attack step returns the input's gradient.
@@ -279,6 +284,8 @@ def make_step(model: BenchForward,
     runner = model if runner is None else runner
     autocast = torch.autocast(x.device.type, torch.bfloat16, enabled=amp)
     model.train(mode == 'train')
+    if mode == APGD_MODE:
+        return ApgdStep(runner, x, apgd_steps, autocast)
 
     def infer() -> None:
         with torch.no_grad(), autocast:

@@ -1,28 +1,18 @@
 #!/usr/bin/env python
 """Benchmark elliptical backbones against their dot-product baselines.
 
-For every config, the elliptical model and its baselines are derived
-(``mmseg_elliptical.benchmark.variants``): ``fused-dot`` (the same config with
-``elliptical_layers=[]``), ``mmseg-dot`` (mmseg's own class) and, with
-``--roles``, ``paper-ref`` (the explicit path). All models are measured in
-one process, interleaved round by round; the report gives parameters,
-FLOPs, time per step (inference, training step and, with
-``--attack-sizes``, the plain and adaptive attack steps), memory, the ratios
-of elliptical to each baseline, judged against :data:`TARGETS`, and the
-adaptive attack step over the plain one per model. Writes
-``benchmark.{json,md,csv,png}``. ``benchmark_layer.py`` times one attention
-layer; ``benchmark_overview.py`` puts several runs in one table.
+Each config's elliptical model and baselines (``fused-dot``: the same config
+with ``elliptical_layers=[]``; ``mmseg-dot``: mmseg's own class; with
+``--roles``, ``paper-ref``: the explicit path) are measured in one process,
+interleaved round by round: parameters, FLOPs, time per step (inference,
+training; with ``--attack-sizes`` the plain and adaptive attack steps and,
+with ``--apgd-steps``, an APGD-MCE iteration), memory, the ratios of
+elliptical to each baseline judged against :data:`TARGETS`, adaptive / plain
+and APGD / PGD per model; with ``--at-sizes``, adversarial / plain training
+step. Writes ``benchmark.{json,md,csv,png}``; docs/benchmark.md. Example::
 
-Example::
-
-    # ViT-T 512, batch 1
-    python tools/analysis_tools/benchmark.py
-    python tools/analysis_tools/benchmark.py \\
-        mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
-    # the attack steps (forward and backward to the input, plain and
-    # through m) beside inference and training
-    python tools/analysis_tools/benchmark.py --attack-sizes 512
-    # onnxruntime next to PyTorch eager (the elliptical model, inference)
+    python tools/analysis_tools/benchmark.py  # ViT-T 512, batch 1
+    python tools/analysis_tools/benchmark.py --attack-sizes 512 --apgd-steps 10
     python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
 """
 import argparse
@@ -36,8 +26,11 @@ from mmengine.utils import ProgressBar
 from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
                                         BenchmarkOptions, config_variants,
                                         run_benchmark)
+from mmseg_elliptical.benchmark.apgd_step import check_apgd_steps
 from mmseg_elliptical.benchmark.reporting import csv_table, figure, markdown
 from mmseg_elliptical.deploy.requirements import require_deploy
+from mmseg_elliptical.engine.training_benchmark import (RECIPES,
+                                                        measure_training)
 from mmseg_elliptical.utils import model_names, write_report
 from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
                                               config_file, device,
@@ -49,9 +42,8 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join(
     ROOT, 'configs', 'segmenter',
     'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
-#: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline
-#: must be <= bound (< bound when strict); the adaptive attack step, whose
-#: extra work is the point, is reported and not judged.
+#: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline <=
+#: bound (< when strict); the adaptive attack step is reported, not judged.
 TARGETS = {
     ('fused-dot', 'time'): (1.03, False),
     ('fused-dot', 'memory'): (1.01, False),
@@ -71,8 +63,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         nargs='*',
         type=config_file,
         default=[DEFAULT_CONFIG],
-        help='config files ("mmseg::" paths allowed); default: '
-        'Segmenter ViT-T')
+        help='config files ("mmseg::" paths allowed; default: ViT-T)')
     p.add_argument('--names', nargs='+', help='one name per config')
     p.add_argument(
         '--roles',
@@ -83,8 +74,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument(
         '--whole-model',
         action='store_true',
-        help='time the segmentor (mode="tensor"), not the '
-        'backbone')
+        help='time the segmentor (mode="tensor"), not the backbone')
     p.add_argument(
         '--sizes',
         type=positive_int,
@@ -104,6 +94,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=[],
         help='sizes with the attack steps: forward and backward to the '
         'input, in eval mode, plain and through m (default: none)')
+    p.add_argument(
+        '--apgd-steps',
+        type=non_negative_int,
+        default=0,
+        help='with the attack steps, APGD-MCE runs of N (>= 4) iterations, '
+        'timed per iteration (default 0: none)')
+    p.add_argument(
+        '--at-sizes',
+        type=positive_int,
+        nargs='*',
+        default=[],
+        help='sizes with the adversarial training steps (segmentors; the '
+        'AT recipes against a plain step; default: none)')
     p.add_argument(
         '--flops-sizes',
         type=positive_int,
@@ -128,10 +131,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='untimed steps per model and (size, mode)')
     p.add_argument('--device', type=device, default='cpu')
     p.add_argument('--amp', action='store_true', help='bf16 autocast')
-    p.add_argument(
-        '--compile',
-        action='store_true',
-        help='run each model under torch.compile')
+    p.add_argument('--compile', action='store_true', help='torch.compile')
     p.add_argument(
         '--compile-backend',
         default='inductor',
@@ -140,9 +140,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--threads',
         type=non_negative_int,
         default=1,
-        help='torch threads (0: torch\'s default). 1 by default: '
-        'on a shared CPU, threads waiting for each other make '
-        'timings erratic')
+        help='torch threads (0: torch\'s default; 1 by default: on a shared '
+        'CPU, threads waiting for each other make timings erratic)')
     p.add_argument(
         '--clock',
         choices=['wall', 'process'],
@@ -157,8 +156,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument(
         '--saved-tensors',
         action='store_true',
-        help='also measure the tensors a training forward saves '
-        'for the backward')
+        help='also measure what a training forward saves for backward')
     p.add_argument(
         '--onnxruntime',
         action='store_true',
@@ -177,9 +175,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.onnxruntime and args.device != 'cpu':
         p.error('--onnxruntime runs on the CPU: use it with --device cpu')
     try:
+        check_apgd_steps(args.apgd_steps)
         if args.onnxruntime:
             require_deploy('--onnxruntime')
-    except ImportError as e:
+    except (ImportError, ValueError) as e:
         p.error(str(e))
     for kind in ('train', 'flops'):  # default: --sizes
         if getattr(args, f'{kind}_sizes') is None:
@@ -191,13 +190,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def judge(ratio: Dict) -> Dict:
-    """Add the verdicts against :data:`TARGETS` to a ratio row of
-    ``run_benchmark``: ``time_target`` / ``memory_target`` (the bound) and
-    ``time_verdict`` / ``memory_verdict``: ``'met'`` when the upper quartile
-    of the per-round ratios is within the bound, ``'within noise'`` when only
-    the lower quartile is, ``'missed'`` when neither is (memory: one
-    measurement, met or missed); None where no target applies (as to the
-    adaptive attack step)."""
+    """Add ``{time,memory}_{target,verdict}`` to a ratio row: the bound of
+    :data:`TARGETS`; ``'met'`` if the upper quartile of the per-round ratios
+    is within it, ``'within noise'`` if the lower one is, else ``'missed'``
+    (memory: one number); None without a target (adaptive step)."""
     quartiles = dict(
         time=(ratio['time_q1'], ratio['time_q3']),
         memory=(ratio['memory'], ratio['memory']))
@@ -225,9 +221,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     options = BenchmarkOptions.from_args(args)
     print('Models: ' + ', '.join(s.name for s in specs))
     bar = ProgressBar(
-        sum(len(modes)
-            for _, modes in options.groups()) * len(specs) * args.rounds)
+        (sum(len(modes)
+             for _, modes in options.groups()) + len(args.at_sizes) *
+         (1 + len(RECIPES))) * len(specs) * args.rounds)
+    # First: a model the hook refuses ends the run before the long part.
+    training = measure_training(specs, args.at_sizes, options, bar.update)
     report = run_benchmark(specs, options, bar.update)
+    report['adversarial_training'] = training
     report['ratios'] = [judge(r) for r in report['ratios']]
     report['meta']['command'] = ' '.join([
         'python tools/analysis_tools/benchmark.py',
