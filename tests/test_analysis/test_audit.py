@@ -137,6 +137,24 @@ def test_audit_cells():
         'square/linf/4/7', 'pgd@b/linf/4/5'
     ]
     assert 'fgsm@a/linf/4/1' in [rb.loop.key_of(c) for c in got['b']]
+    # the sweep keeps each attack's step / eps (a fixed step would stall)
+    steps = {rb.loop.key_of(c): c.step_size for c in got['a'][1:]}
+    assert [steps[f'pgd/linf/{e}/5'] for e in (8, 16, 32, 64)] == \
+        [2., 4., 8., 16.]
+    assert steps['fgsm/linf/64/1'] == 64.
+    assert steps['pgd/linf/4/10'] == 1.  # the doubled steps keep theirs
+    ratio = rb.audit_cells({'a': [pgd], 'b': [pgd]}, specs, [4.], 7, 0.5)
+    assert {
+        c.eps: c.step_size
+        for c in ratio['a']
+        if c.steps == 5 and not hasattr(c, 'source') and c.name == 'pgd'
+    } == {
+        4.: 1.,
+        8.: 4.,
+        16.: 8.,
+        32.: 16.,
+        64.: 32.
+    }
 
 
 def test_transfer_sources_pair_the_arms_runs():

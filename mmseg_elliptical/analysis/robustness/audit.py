@@ -199,7 +199,8 @@ def audit_cells(
         arms: Optional[Dict[str, List[str]]] = None) -> Dict[str, List]:
     """Each model's cells with the audit's extra cells added (on the same
     images): its gradient attacks at the largest headline eps again at each
-    larger eps of ``sweep`` (``sweep_attacks`` only, when given), its
+    larger eps of ``sweep`` (``sweep_attacks`` only, when given; the step
+    scaled with eps, :func:`sweep_step`), its
     iterative attacks with twice the steps at the headline eps, the square
     attack with ``queries`` at the headline eps, and every other model's
     attacks at the headline eps transferred to it (with ``arms``, the
@@ -232,11 +233,8 @@ def audit_cells(
     for spec in specs:
         mine = own[spec.name]
         extra = [
-            replace(
-                c,
-                eps=e,
-                step_size=c.step_size if step_ratio is None else step_ratio *
-                e) for c in mine if c.eps == top for e in sweep
+            replace(c, eps=e, step_size=sweep_step(c, e, step_ratio))
+            for c in mine if c.eps == top for e in sweep
             if e > top and (sweep_attacks is None or c.name in sweep_attacks)
         ]
         extra += [
@@ -263,6 +261,15 @@ def audit_cells(
                 cells.append(c)
         out[spec.name] = cells
     return out
+
+
+def sweep_step(cell: Attack, eps: float, step_ratio: Optional[float]) -> float:
+    """The step of ``cell`` swept to ``eps``: ``step_ratio * eps``, or the
+    cell's own step scaled with eps (a fixed step, 5 steps of 1 level,
+    could never leave a ball of 5 levels, and the sweep would stall)."""
+    if step_ratio is not None:
+        return step_ratio * eps
+    return cell.step_size * eps / cell.eps
 
 
 def transfer_sources(arms: Dict[str, List[str]]) -> Dict[str, List[str]]:
