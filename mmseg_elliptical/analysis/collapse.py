@@ -296,7 +296,7 @@ def write_collapse_report(results: Dict[str, Dict],
     text += '\n' + '\n'.join(notes) + '\n'
     if several(arms):
         by_arm = collapse_arms(arms, results)
-        text += '\n' + arms_markdown(by_arm, what='cosine')
+        text += '\n' + arms_markdown(by_arm, what='cosine', spec='.3f')
         write_report(
             out_dir, 'collapse_arms', data=by_arm, table=arms_rows(by_arm))
     write_report(

@@ -220,3 +220,21 @@ def test_reports_draw_and_write_the_arms(tmp_path, monkeypatch):
     ]
     assert means['dot'] == summary['dot']
     assert (tmp_path / 'adversarial_arms.csv').exists()
+
+
+def test_arms_markdown_leaves_out_numbers_no_arm_has():
+    from mmseg_elliptical.analysis.robustness.arms_report import \
+        arms_markdown
+    none = dict(mean=None, sd=None, n=3, runs=[1.0, None, None])
+    arms = dict(
+        a=dict(
+            runs=['a#0', 'a#1'],
+            figures={
+                'P': dict(mean=0.12345, sd=0.5, n=2, runs=[0.1, 0.2]),
+                'pgd@b#0/linf/4/5': none
+            },
+            paired=None),
+        b=dict(runs=['b'], figures={'pgd@a#0/linf/4/5': none}, paired=None))
+    text = arms_markdown(arms, spec='.3f')
+    assert '0.123 +- 0.500 (2 runs)' in text
+    assert '@' not in text

@@ -38,14 +38,17 @@ def arm_interval(result: Dict) -> str:
 
 def arms_markdown(arms: Dict[str, Dict],
                   keys: Optional[Sequence[str]] = None,
-                  what: str = 'mIoU') -> str:
+                  what: str = 'mIoU',
+                  spec: str = '.2f') -> str:
     """A table of the arms' figures (a row per number of ``keys``, default
-    all; a column per arm) and one line per hierarchical paired test
-    (markdown, without a title)."""
+    all but those no arm has a value of, such as a transfer cell named by
+    its source run; a column per arm; values formatted with ``spec``) and
+    one line per hierarchical paired test (markdown, without a title)."""
     keys = list(
         keys or dict.fromkeys(k for a in arms.values() for k in a['figures']))
-    rows = [[k] + [mean_sd(a['figures'].get(k)) for a in arms.values()]
+    rows = [[k] + [mean_sd(a['figures'].get(k), spec) for a in arms.values()]
             for k in keys]
+    rows = [r for r in rows if any(v is not None for v in r[1:])]
     lines: List[str] = []
     for name, a in arms.items():
         for stat, r in (a.get('paired') or {}).items():
