@@ -85,6 +85,10 @@ def test_within_the_slack_passes_and_the_sweep_says_where_it_stops():
     assert checks_of(got)['iterations'] is True
     assert got['verdict'] == 'failed: eps sweep'
     assert 'stops falling at eps 16' in got['checks'][0]['detail']
+    cells['pgd/linf/32/5'] = dict(aAcc=5.)
+    cells['pgd/linf/64/5'] = dict(aAcc=2.)  # falling, not below 1 % yet
+    detail = audit(cells)['checks'][0]['detail']
+    assert 'still falling at eps 64' in detail and 'stops' not in detail
 
 
 def test_missing_cells_are_not_checked():

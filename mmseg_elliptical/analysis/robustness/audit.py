@@ -133,8 +133,10 @@ def gradient_masking_audit(cells: Dict[str, Dict],
         if not passed:
             stop = next(
                 (e for (e, a), (_, b) in zip(curve, curve[1:]) if b >= a),
-                curve[-1][0])
-            text += f'; it stops falling at eps {stop:g}'
+                None)
+            text += (f'; it stops falling at eps {stop:g}' if stop is not None
+                     else f'; still falling at eps {curve[-1][0]:g} (more '
+                     'iterations or a larger eps would tell)')
         checks.append(
             dict(
                 check='eps sweep',
