@@ -27,10 +27,11 @@
 # SegPGD and APGD-MCE, the elliptical one also through m; the paired verdict; work_dirs/adversarial/),
 # make demo-at (both demo twins trained adversarially with the cheap recipe,
 # configs/demo/*_adversarial.py, then the adversarial grid on the four
-# checkpoints with the audit: the trained twins beside the plainly trained
-# ones, the paired verdict between the trained twins; work_dirs/demo_at/. Budget: 3000
-# iterations per twin at about 2.4 times a plain iteration's time, plus the plain
-# twins if missing and the grid on four models; docs/evidence.md),
+# checkpoints with the audit, on the first 32 test scenes: the trained twins
+# beside the plainly trained ones, the paired verdict between the trained
+# twins; work_dirs/demo_at/. Budget: 3000 iterations per twin at about 2.4
+# times a plain iteration's time, plus the plain twins if missing, and the
+# grid (about 17 min here); make report appends its section; docs/evidence.md),
 # make export (make demo's checkpoint, trained first if missing, exported to
 # ONNX, verified against PyTorch and tested with onnxruntime: its mIoU must
 # equal PyTorch's within 0.01).
