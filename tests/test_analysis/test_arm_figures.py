@@ -223,8 +223,7 @@ def test_reports_draw_and_write_the_arms(tmp_path, monkeypatch):
 
 
 def test_arms_markdown_leaves_out_numbers_no_arm_has():
-    from mmseg_elliptical.analysis.robustness.arms_report import \
-        arms_markdown
+    from mmseg_elliptical.analysis.robustness.arms_report import arms_markdown
     none = dict(mean=None, sd=None, n=3, runs=[1.0, None, None])
     arms = dict(
         a=dict(
