@@ -130,6 +130,8 @@ def attack_curves(summary: Dict[str, Dict],
                     zorder=1)
         curves = {**s['series'], 'worst case': worst_miou(s)}
         for series, values in curves.items():
+            if all(v is None for v in values.values()):
+                continue  # e.g. an arm's transfer series, named by a run
             attack = series.split('/')[0]
             points = [(0., s['clean'])] + [(float(e), v)
                                            for e, v in values.items()]
