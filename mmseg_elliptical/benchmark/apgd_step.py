@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from ..analysis.robustness.apgd import apgd, stages
-from .timing import paired_ratio
+from .timing import mode_ratios
 
 APGD_MODE = 'attack-apgd'
 #: The attack timed: SEA's masked cross-entropy, L-inf, its red-eps stages.
@@ -108,24 +108,10 @@ def per_iteration(stats: Dict, iterations: int) -> Dict:
 
 
 def apgd_ratios(results: Sequence[Dict]) -> List[Dict]:
-    """APGD-MCE iteration / PGD's attack step of each model and size, time
-    paired per round (both timed in the same rounds), peak memory one
-    ratio."""
-    table = {(r['model'], r['size'], r['mode']): r for r in results}
-    rows = []
-    for r in (r for r in results if r['mode'] == APGD_MODE):
-        base = table[(r['model'], r['size'], 'attack')]
-        memory = None if not base['peak_mem_mb'] or r['peak_mem_mb'] is None \
-            else r['peak_mem_mb'] / base['peak_mem_mb']
-        rows.append(
-            dict(
-                family=r['family'],
-                model=r['model'],
-                role=r['role'],
-                size=r['size'],
-                iterations=r['iterations'],
-                apgd_ms=r['median_ms'],
-                pgd_ms=base['median_ms'],
-                **paired_ratio(r['round_ms'], base['round_ms']).row(),
-                memory=memory))
-    return rows
+    """APGD-MCE iteration / PGD's attack step of each model and size
+    (:func:`~.timing.mode_ratios`), with both times."""
+    return mode_ratios(
+        results, APGD_MODE, lambda r, base: dict(
+            iterations=r['iterations'],
+            apgd_ms=r['median_ms'],
+            pgd_ms=base['median_ms']))

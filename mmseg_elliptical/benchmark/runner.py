@@ -13,7 +13,8 @@ from .flops import count_flops, count_params
 from .memory import saved_tensors_mb, step_peak_mb
 from .onnx import ROLE as ONNX_ROLE
 from .onnx import onnx_name, onnxruntime_step, runtime_ratios
-from .timing import make_timer, paired_ratio, run_interleaved, time_stats
+from .timing import (make_timer, mode_ratios, paired_ratio, ratio,
+                     run_interleaved, time_stats)
 from .variants import (ATTACK_MODES, MODES, BenchForward, BenchModel,
                        build_model, make_step)
 
@@ -283,29 +284,12 @@ def ratios(specs: Sequence[BenchModel], results: Sequence[Dict]) -> List[Dict]:
                         size=size,
                         mode=mode,
                         **paired_ratio(a['round_ms'], b['round_ms']).row(),
-                        memory=_ratio(a['peak_mem_mb'], b['peak_mem_mb']),
-                        saved=_ratio(a['saved_mb'], b['saved_mb'])))
+                        memory=ratio(a['peak_mem_mb'], b['peak_mem_mb']),
+                        saved=ratio(a['saved_mb'], b['saved_mb'])))
     return rows
 
 
 def adaptive_ratios(results: Sequence[Dict]) -> List[Dict]:
     """Adaptive / plain attack step of each model and size: the extra cost
-    of differentiating through ``m``, time paired per round (both steps are
-    timed in the same rounds), peak memory one ratio."""
-    table = {(r['model'], r['size'], r['mode']): r for r in results}
-    rows = []
-    for r in (r for r in results if r['mode'] == 'attack-adaptive'):
-        base = table[(r['model'], r['size'], 'attack')]
-        rows.append(
-            dict(
-                family=r['family'],
-                model=r['model'],
-                role=r['role'],
-                size=r['size'],
-                **paired_ratio(r['round_ms'], base['round_ms']).row(),
-                memory=_ratio(r['peak_mem_mb'], base['peak_mem_mb'])))
-    return rows
-
-
-def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    return None if a is None or b is None or b <= 0 else a / b
+    of differentiating through ``m`` (:func:`~.timing.mode_ratios`)."""
+    return mode_ratios(results, 'attack-adaptive')

@@ -126,3 +126,32 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> RatioStats:
         raise ValueError('paired_ratio: baseline times must be > 0.')
     q1, median, q3 = np.percentile(a / b, [25, 50, 75])
     return RatioStats(float(median), float(q1), float(q3), int(a.size))
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    """``a / b``, or None when either is missing or ``b`` is not positive."""
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def mode_ratios(
+        results: Sequence[Dict],
+        mode: str,
+        extra: Optional[Callable[[Dict, Dict], Dict]] = None) -> List[Dict]:
+    """Each model and size's ``mode`` rows over its plain attack step
+    (``attack``), both timed in the same rounds: time paired per round,
+    peak memory one ratio; ``extra(row, base)`` adds fields after the
+    size."""
+    table = {(r['model'], r['size'], r['mode']): r for r in results}
+    rows = []
+    for r in (r for r in results if r['mode'] == mode):
+        base = table[(r['model'], r['size'], 'attack')]
+        rows.append(
+            dict(
+                family=r['family'],
+                model=r['model'],
+                role=r['role'],
+                size=r['size'],
+                **(extra(r, base) if extra else {}),
+                **paired_ratio(r['round_ms'], base['round_ms']).row(),
+                memory=ratio(r['peak_mem_mb'], base['peak_mem_mb'])))
+    return rows
