@@ -74,6 +74,8 @@ def test_attack_curves_draw_the_runs_thin_and_the_mean():
         for k, r in enumerate(RUNS)
     }
     summary['ell#0']['series']['pgd@dot/linf/5'] = {'1': 60.0, '4': 40.0}
+    for r in RUNS:
+        summary[r]['series']['square/linf/20'] = {'1': 69.0, '4': 68.0}
     drawn = arm_means(summary, ARMS)
     runs = {'ell (mean of 3 runs)': [summary[r] for r in ARMS['ell']]}
     fig = attack_curves(drawn, 'linf', runs)
@@ -85,6 +87,12 @@ def test_attack_curves_draw_the_runs_thin_and_the_mean():
         and line.get_xdata().size and line.get_label().startswith('ell')
     ]
     assert len(worst) == 1
+    # square's curve in a colour of its own, not the worst case's black
+    assert not [
+        line
+        for line in ax.lines if line.get_label().endswith('square/linf/20')
+        and line.get_color() == 'black'
+    ]
     # a series only one run has (a transfer from its seed's twin): no mean
     assert not [line for line in ax.lines if '@' in line.get_label()]
     assert np.allclose(worst[0].get_ydata(),

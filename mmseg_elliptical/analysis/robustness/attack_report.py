@@ -9,7 +9,7 @@ from .arm_means import arm_means, several
 from .arms import attack_arms
 from .arms_report import arms_markdown, arms_rows
 from .attack_verdicts import attack_summary
-from .attacks import ATTACKS
+from .attacks import ATTACKS, PERTURBERS
 from .audit import audit_markdown
 from .paired import interval
 from .store import ResultStore
@@ -116,7 +116,8 @@ def attack_curves(summary: Dict[str, Dict],
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     styles = ['-', '--', ':', '-.']
-    colours = {a: f'C{i}' for i, a in enumerate(ATTACKS)}
+    # every attack its colour (square too: black is the worst case's)
+    colours = {a: f'C{i}' for i, a in enumerate([*ATTACKS, *PERTURBERS])}
     for m, (name, s) in enumerate(summary.items()):
         for run in (runs or {}).get(name, []):
             points = [(0., run['clean'])
