@@ -1,9 +1,9 @@
 """APGD with SEA's losses written out again, independently of
-``mmseg_elliptical.analysis.robustness.apgd`` and ``losses``: one image at
-a time (SEA's ``apgd_largereps`` / ``apgd_train`` at batch size 1, where its
-early stop is per image), in SEA's order of operations, with the losses
-from log-softmax and one-hot labels, and the class weights counted with
-numpy."""
+``mmseg_elliptical.analysis.robustness.attacks.apgd`` and ``losses``: one
+image at a time (SEA's ``apgd_largereps`` / ``apgd_train`` at batch size
+1, where its early stop is per image), in SEA's order of operations, with
+the losses from log-softmax and one-hot labels, and the class weights
+counted with numpy."""
 import math
 from typing import Callable, Dict, List, Optional
 

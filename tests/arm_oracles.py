@@ -82,3 +82,19 @@ def synthetic_store(tmp_path,
                         x.union.sum(0).astype(float)))
                 store.put(name, key, dict(mIoU=value), (x.intersect, x.union))
     return store
+
+
+#: The cells of a synthetic run.
+CELLS = ['clean', 'fog/1', 'fog/5']
+
+
+def runs_of(rng, qualities, cells=CELLS, images=40, classes=4):
+    """One ``{cell: areas}`` per run of the given qualities."""
+    return [{
+        k: areas(rng, images, classes, q)
+        for k in cells
+    } for q in qualities]
+
+
+def as_lists(runs, cells=CELLS):
+    return [[r[k] for k in cells] for r in runs]

@@ -3,27 +3,34 @@ circle among modules, function-level imports included."""
 import ast
 import os.path as osp
 from pathlib import Path
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import mmseg_elliptical
 
 ROOT = Path(osp.dirname(mmseg_elliptical.__file__))
 PACKAGE = 'mmseg_elliptical'
-#: The floors, bottom first: a module may import its own floor and below.
-FLOORS = {
-    'errors': 0,
-    'utils': 0,
-    'models': 1,
-    'datasets': 1,
-    'transforms': 1,
-    'evaluation': 1,
-    'analysis': 2,
-    'benchmark': 2,
-    'deploy': 2,
-    'converters': 2,
-    'engine': 3,
-}
-TOP = len(set(FLOORS.values()))  # the package's __init__ sits above all
+#: The floors, bottom first: the package's subpackages and the rooms inside
+#: them (dotted paths under the package). A module sits on the floor of the
+#: longest room that holds it and may import its own floor and below; a
+#: package's ``__init__`` that belongs to no room sits on the highest floor
+#: of the rooms inside it (it gathers them). Written down once, here;
+#: docs/install.md's "where things are" table follows it.
+ROOMS = (
+    ('errors', 'utils'),
+    ('models', 'datasets', 'transforms', 'evaluation'),
+    ('deploy', 'converters'),
+    ('benchmark', ),
+    ('analysis.loaders', 'analysis.seed_runs'),
+    ('analysis.robustness.attacks', ),
+    ('analysis.robustness.grid', ),
+    ('analysis.robustness.verdicts', ),
+    ('analysis.robustness.reports', ),
+    ('analysis.evidence', ),
+    ('analysis.comparison', ),
+    ('engine', ),
+)
+FLOORS = {room: level for level, rooms in enumerate(ROOMS) for room in rooms}
+TOP = len(ROOMS)  # the package's __init__ sits above all
 #: Words of the comment that must explain a nested import of the package's
 #: own code: only an optional dependency justifies one.
 OPTIONAL = ('mmdet', 'onnx', 'optional')
@@ -89,9 +96,25 @@ def import_graph(
     return edges, found
 
 
+def room_of(module: str) -> Optional[str]:
+    """The longest room of :data:`FLOORS` that holds ``module`` (None: no
+    room, a package's ``__init__`` above several)."""
+    parts = module.split('.')[1:]
+    for n in range(len(parts), 0, -1):
+        if '.'.join(parts[:n]) in FLOORS:
+            return '.'.join(parts[:n])
+    return None
+
+
 def floor(module: str) -> int:
-    parts = module.split('.')
-    return TOP if len(parts) == 1 else FLOORS[parts[1]]
+    room = room_of(module)
+    if room is not None:
+        return FLOORS[room]
+    inside = '.'.join(module.split('.')[1:])
+    below = [
+        f for r, f in FLOORS.items() if inside and r.startswith(inside + '.')
+    ]
+    return max(below) if below else TOP
 
 
 def cycles(edges: Dict[str, Set[str]]) -> List[List[str]]:
@@ -127,9 +150,17 @@ def cycles(edges: Dict[str, Set[str]]) -> List[List[str]]:
     return found
 
 
-def test_every_subpackage_has_a_floor() -> None:
-    tops = {m.split('.')[1] for m in package_modules() if '.' in m}
-    assert tops == set(FLOORS)
+def test_every_module_has_a_room() -> None:
+    """Every module but a package's gathering ``__init__`` is in a room,
+    and every room exists."""
+    modules = package_modules()
+    homeless = [
+        m for m, p in modules.items()
+        if room_of(m) is None and p.name != '__init__.py'
+    ]
+    assert homeless == []
+    missing = [r for r in FLOORS if f'{PACKAGE}.{r}' not in modules]
+    assert missing == []
 
 
 def test_no_import_circle() -> None:
@@ -184,6 +215,31 @@ def test_the_checks_see_circles_and_floors(tmp_path) -> None:
     assert up == [(f'{PACKAGE}.utils.a', f'{PACKAGE}.models.b')]
 
 
+def test_the_checks_see_an_import_up_between_rooms(tmp_path) -> None:
+    """Rooms inside a subpackage have floors of their own: the grid may
+    import the attacks, not the verdicts; the benchmark may not import the
+    analysis; a gathering ``__init__`` sits above its rooms."""
+    pkg = tmp_path / PACKAGE
+    rooms = pkg / 'analysis' / 'robustness'
+    for sub in (pkg, pkg / 'benchmark', pkg / 'analysis', rooms,
+                rooms / 'attacks', rooms / 'grid', rooms / 'verdicts'):
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / '__init__.py').write_text('')
+    (rooms / '__init__.py').write_text('from .verdicts import v\n')
+    (rooms / 'attacks' / 'a.py').write_text('')
+    (rooms / 'verdicts' / 'v.py').write_text('from ..grid import g\n')
+    (rooms / 'grid' /
+     'g.py').write_text('from ..attacks import a\nfrom ..verdicts import v\n')
+    (pkg / 'benchmark' /
+     'b.py').write_text('from ..analysis.robustness.attacks import a\n')
+    _, found = import_graph(pkg)
+    up = sorted((m.split('.', 1)[1], t.split('.', 1)[1])
+                for m, _, t, _ in found if floor(t) > floor(m))
+    assert up == [('analysis.robustness.grid.g',
+                   'analysis.robustness.verdicts.v'),
+                  ('benchmark.b', 'analysis.robustness.attacks.a')]
+
+
 def test_no_module_shadows_the_standard_library() -> None:
     import sys
     shadows = [
@@ -194,9 +250,14 @@ def test_no_module_shadows_the_standard_library() -> None:
 
 def test_basenames_repeat_only_for_a_family() -> None:
     """Two modules share a name only as one family's attention and
-    backbone (``attention/swin.py``, ``backbones/swin.py``), as mmseg's do;
-    no ``models.py`` outside ``models/``."""
-    families = {ROOT / 'models' / 'attention', ROOT / 'models' / 'backbones'}
+    backbone (``attention/swin.py``, ``backbones/swin.py``), as mmseg's do,
+    or as one threat's verdicts and report (``verdicts/attacks.py``,
+    ``reports/attacks.py``); no ``models.py`` outside ``models/``."""
+    robustness = ROOT / 'analysis' / 'robustness'
+    families = {
+        ROOT / 'models' / 'attention', ROOT / 'models' / 'backbones',
+        robustness / 'verdicts', robustness / 'reports'
+    }
     seen: Dict[str, List[Path]] = {}
     for path in ROOT.rglob('*.py'):
         if path.name != '__init__.py':

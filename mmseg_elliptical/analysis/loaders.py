@@ -1,8 +1,41 @@
 """Dataloader configs of the analyses."""
 import copy
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from mmengine.config import ConfigDict
+
+LOADERS = ('LoadImageFromFile', 'LoadImageFromNDArray')
+
+
+def dataset_pipelines(dataset: Dict) -> List[List]:
+    """The pipeline lists of a dataset config, looking inside wrappers.
+
+    Returns:
+        list[list]: The pipelines, the config's own objects (not copies).
+    """
+    if 'pipeline' in dataset:
+        return [dataset['pipeline']]
+    inner = [dataset['dataset']] if 'dataset' in dataset else list(
+        dataset.get('datasets') or [])
+    if not inner:
+        raise ValueError(
+            f'Cannot find the pipeline of dataset {dataset.get("type")!r}: '
+            'the robustness tool needs a dataset config with `pipeline` '
+            '(or a wrapper with `dataset` / `datasets`).')
+    return [p for d in inner for p in dataset_pipelines(d)]
+
+
+def insert_after_loading(pipeline: List, transform: Dict) -> List:
+    """A copy of ``pipeline`` with ``transform`` right after image
+    loading."""
+    types = [str(t.get('type', '')) for t in pipeline]
+    for i, name in enumerate(types):
+        if name.split('.')[-1] in LOADERS:
+            return [*pipeline[:i + 1], transform, *pipeline[i + 1:]]
+    raise ValueError(
+        f'No image loading transform ({", ".join(LOADERS)}) in the test '
+        f'pipeline {types}: the corruption must follow it. Add '
+        'LoadImageFromFile to the pipeline.')
 
 
 def subset_loader_cfg(loader_cfg: Dict,

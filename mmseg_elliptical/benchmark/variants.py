@@ -13,7 +13,7 @@ from ..models.conversion import ELLIPTICAL_VERSIONS
 from ..models.transformer import PARTS
 from ..utils import load_config, model_names
 from ..utils.registry import model_class
-from .apgd_step import APGD_MODE, ApgdStep
+from .apgd_step import APGD_MODE, apgd_step
 
 ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
@@ -270,7 +270,7 @@ def make_step(model: BenchForward,
             step of an attack) or ``'attack-adaptive'`` (the same inside
             :func:`~mmseg_elliptical.models.adaptive_relevance`) or
             ``'attack-apgd'`` (eval mode, a run of the grid's APGD-MCE:
-            :class:`.apgd_step.ApgdStep`).
+            :func:`.apgd_step.apgd_step`).
         amp (bool): bf16 autocast on ``x``'s device.
         runner (callable, optional): What runs the forward, e.g. the
             compiled model; defaults to ``model``.
@@ -285,7 +285,7 @@ def make_step(model: BenchForward,
     autocast = torch.autocast(x.device.type, torch.bfloat16, enabled=amp)
     model.train(mode == 'train')
     if mode == APGD_MODE:
-        return ApgdStep(runner, x, apgd_steps, autocast)
+        return apgd_step(runner, x, apgd_steps, autocast)
 
     def infer() -> None:
         with torch.no_grad(), autocast:

@@ -9,8 +9,8 @@ from bench_builders import tiny_family_variants
 from builders import BACKBONES, TINY_MODELS
 from processes import load_tool, refused
 
-from mmseg_elliptical.analysis.robustness import apgd as grid_apgd
-from mmseg_elliptical.benchmark import apgd_step
+from mmseg_elliptical.analysis.robustness.attacks import apgd as grid_apgd
+from mmseg_elliptical.analysis.robustness.attacks import bench_step
 from mmseg_elliptical.benchmark import runner as runner_module
 from mmseg_elliptical.benchmark.apgd_step import (APGD_MODE, MID, SCALE,
                                                   attacked_logits,
@@ -61,7 +61,7 @@ def test_apgd_step_is_the_grids_apgd(family, whole_model, monkeypatch):
         *TINY_MODELS[family].shape, generator=torch.Generator().manual_seed(1))
     calls = []
     monkeypatch.setattr(
-        apgd_step, 'apgd', lambda *a, **k:
+        bench_step, 'apgd', lambda *a, **k:
         (calls.append(a[4:]), grid_apgd.apgd(*a, **k))[1])
     step = make_step(model, x, APGD_MODE, apgd_steps=5)
     assert not any(m.training for m in model.modules())

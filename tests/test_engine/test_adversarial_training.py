@@ -102,7 +102,7 @@ def logits_by_hand(model, x, size):
 def attack_by_hand(model, image, gt, key, attack: dict, ignore=255):
     """One image's adversarial version against the training-time logits,
     textbook steps, the random start of the grid's seeded ball."""
-    from mmseg_elliptical.analysis.robustness import attacks
+    from mmseg_elliptical.analysis.robustness.attacks import pgd as attacks
     size = gt.shape
     label = F.pad(
         gt, (0, size[1] - gt.shape[1], 0, size[0] - gt.shape[0]),
@@ -204,7 +204,7 @@ def test_apgd_trains_on_the_oracle_apgd_of_the_training_forward(
     """The hook's APGD (no step_size given) against ``apgd_oracle``'s of
     each image alone, on the training-time logits written here (the first
     image flipped), from the seeded start of (its path, the iteration)."""
-    from mmseg_elliptical.analysis.robustness import attacks
+    from mmseg_elliptical.analysis.robustness.attacks import pgd as attacks
     cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
     model = build(cfg)
     model.train()

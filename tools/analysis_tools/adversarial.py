@@ -244,11 +244,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                                         args.step_ratio, args.random_start,
                                         args.labels))
         if is_main_process():
-            text = rb.write_attack_report(
-                store, [s.name
-                        for s in args.specs], args.work_dir, args.baseline,
+            verdicts = rb.attack_verdicts(
+                store, [s.name for s in args.specs], args.baseline,
                 args.resamples, args.bootstrap_seed, args.epsilons,
                 args.elliptical if args.audit else None, args.arms)
+            text = rb.write_attack_report(verdicts, args.work_dir)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

@@ -127,11 +127,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             launch_options=launch)
         if is_main_process():
             metrics = args.protocol.metrics
-            text = rb.write_robustness_report(
+            verdicts = rb.corruption_verdicts(
                 store, [s.name for s in args.specs], args.corruptions,
-                args.severities, args.metric, args.work_dir, args.baseline,
+                args.severities, args.metric, args.baseline,
                 metrics if len(metrics) > 1 else (), args.resamples,
                 args.bootstrap_seed, args.arms)
+            text = rb.write_robustness_report(verdicts, args.work_dir)
             print(text + note_partial_loads(f'{args.work_dir}/robustness.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')

@@ -12,11 +12,11 @@ from ...benchmark.timing import paired_ratio
 from ...utils.config import ModelSpec
 from ...utils.output import markdown_table
 from .. import robustness as rb
-from ..attention_figures import (plot_attention, plot_relevance, shown_heads,
-                                 shown_layers)
-from ..collapse import write_collapse_report
-from ..layers import AnalysisError
-from ..robustness.arms_report import arms_markdown
+from ..evidence.attention_figures import (plot_attention, plot_relevance,
+                                          shown_heads, shown_layers)
+from ..evidence.collapse import write_collapse_report
+from ..evidence.layers import AnalysisError
+from ..robustness.reports.arms import arms_markdown
 from . import sections
 from .sections import ReportOptions
 
@@ -96,31 +96,31 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
     severities = sorted(set(options.severities))
     store = parts['robustness']
     robustness = rb.write_robustness_report(
-        store,
-        names,
-        corruptions,
-        severities,
-        'mIoU',
-        work_dir,
-        baseline_of(specs, options),
-        resamples=options.resamples,
-        seed=options.bootstrap_seed,
-        arms=arms)
+        rb.corruption_verdicts(
+            store,
+            names,
+            corruptions,
+            severities,
+            'mIoU',
+            baseline_of(specs, options),
+            resamples=options.resamples,
+            seed=options.bootstrap_seed,
+            arms=arms), work_dir)
     collapse = write_collapse_report(parts['collapse'], work_dir, options.part,
                                      arms)
     several = any(len(r) > 1 for r in arms.values())
     attacked = parts['adversarial']
     rb.write_attack_report(
-        attacked,
-        names,
-        work_dir,
-        baseline_of(specs, options),
-        resamples=options.resamples,
-        seed=options.bootstrap_seed,
-        epsilons=rb.ATTACK_PROTOCOLS[options.attack_protocol].epsilons,
-        audit=rb.elliptical_models(specs, options.cfg_options)
-        if options.audit else None,
-        arms=arms)
+        rb.attack_verdicts(
+            attacked,
+            names,
+            baseline_of(specs, options),
+            resamples=options.resamples,
+            seed=options.bootstrap_seed,
+            epsilons=rb.ATTACK_PROTOCOLS[options.attack_protocol].epsilons,
+            audit=rb.elliptical_models(specs, options.cfg_options)
+            if options.audit else None,
+            arms=arms), work_dir)
     adversarial = rb.attack_markdown(attacked.data['summary'],
                                      attacked.data['settings'])
     if several:

@@ -13,9 +13,9 @@ from mmengine.logging import print_log
 from ... import benchmark
 from ...utils.config import ModelSpec, load_config
 from .. import robustness as rb
-from ..attention_maps import from_json, model_attention, to_json
-from ..collapse import measure_collapse
-from ..layers import AnalysisError
+from ..evidence.attention_maps import from_json, model_attention, to_json
+from ..evidence.collapse import measure_collapse
+from ..evidence.layers import AnalysisError
 
 #: One per ImageNet-C family: noise, blur, weather, digital.
 DEFAULT_CORRUPTIONS = ('gaussian_noise', 'defocus_blur', 'snow', 'contrast')

@@ -1,45 +1,49 @@
-"""Robustness: models side by side on corrupted and attacked test sets.
+"""Robustness: models side by side on corrupted and attacked test sets, in
+four rooms whose imports run downwards (docs/install.md):
 
-:mod:`.protocols` names the cells (corruption sets and groups, the
-``default``, ``ade20k-c`` and ``paper`` presets), :mod:`.pipeline` inserts
-the corruption into a config's test pipeline, :mod:`.loop` runs one model's
-cells through ``runner.test()``, :mod:`.store` keeps every finished cell
-(resumable), :mod:`.grid` drives the grid, :mod:`.summary` computes P, mPC,
-rPC, CE, mCE and rmCE, :mod:`.bootstrap` the paired test over images;
-:mod:`.corruption_verdicts` / :mod:`.attack_verdicts` compute the
-summaries and paired tests (:mod:`.paired`), :mod:`.corruption_report`,
-:mod:`.corruption_figure` and :mod:`.attack_report` write them.
-:mod:`.attacks` adds the adversarial cells (PGD, FGSM, SegPGD, CosPGD;
-APGD with SEA's losses from :mod:`.apgd`, :mod:`.losses` and
-:mod:`.class_weights`) to the same grid, :mod:`.square` the query attack,
-:mod:`.transfer` the transfer cells, :mod:`.worst` SEA's worst case over
-them, :mod:`.audit` the gradient-masking audit. The command lines:
-``tools/analysis_tools/robustness.py`` and ``adversarial.py``.
+* :mod:`.attacks`: PGD, FGSM, SegPGD, CosPGD; APGD with SEA's losses;
+  Square, transfer, class weights, which models have ``m``;
+* :mod:`.grid`: the cells, the loop that runs them through
+  ``runner.test()``, the resumable store and its per-image areas, the
+  corrupted pipelines, the protocols and the audit's extra cells;
+* :mod:`.verdicts`: the summary (P, mPC, rPC, CE, mCE, rmCE), SEA's worst
+  case, the paired and hierarchical bootstraps, arms, the audit; computed
+  once per store into a :class:`.verdicts.record.Verdicts`;
+* :mod:`.reports`: markdown, CSV and figures that read those verdicts.
+
+The command lines: ``tools/analysis_tools/robustness.py`` and
+``adversarial.py``. The names below are the public ones (this package
+gathers them; old module paths warn, see CHANGELOG.md).
 """
-from .attack_report import attack_markdown, write_attack_report
-from .attack_verdicts import attack_summary
-from .attacks import (ATTACKS, LABELS, NORMS, PERTURBERS, AdversarialTestLoop,
-                      Attack, perturb)
-from .audit import audit_cells, audit_markdown, gradient_masking_audit
-from .bootstrap import ImageAreas, miou, paired_bootstrap
-from .class_weights import class_weights_of, weighted_cells
-from .corruption_figure import heatmaps
-from .corruption_report import (csv_rows, grid_markdown, summary_rows,
-                                write_robustness_report)
-from .corruption_verdicts import grid_summary, paired_test
-from .elliptical import elliptical_models, has_elliptical_layers
-from .grid import open_store, run_cells, run_grid, with_image_areas
-from .loop import CellHook, CorruptionGridLoop
-from .pipeline import (corrupted_loader_cfg, dataset_pipelines,
-                       insert_after_loading)
-from .protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS, PROTOCOLS,
-                        AttackProtocol, Protocol, attack_cells,
-                        attack_settings, group_of, model_cells,
-                        resolve_corruptions, resolve_severities)
-from .square import square_perturb
-from .store import CLEAN, GridError, ResultStore, cell_key
-from .summary import grid_scores, model_summary, robustness_summary
-from .transfer import TransferAttack, TransferTestLoop, transfer_cells
+from ..loaders import dataset_pipelines, insert_after_loading
+from .attacks.class_weights import class_weights_of, weighted_cells
+from .attacks.elliptical import elliptical_models, has_elliptical_layers
+from .attacks.pgd import (ATTACKS, LABELS, NORMS, PERTURBERS,
+                          AdversarialTestLoop, Attack, perturb)
+from .attacks.square import square_perturb
+from .attacks.transfer import TransferAttack, TransferTestLoop, transfer_cells
+from .grid.areas import ImageAreas, miou
+from .grid.audit_cells import audit_cells
+from .grid.loop import CellHook, CorruptionGridLoop
+from .grid.pipeline import corrupted_loader_cfg
+from .grid.protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS,
+                             PROTOCOLS, AttackProtocol, Protocol, attack_cells,
+                             attack_settings, group_of, model_cells,
+                             resolve_corruptions, resolve_severities)
+from .grid.run import open_store, run_cells, run_grid, with_image_areas
+from .grid.store import CLEAN, GridError, ResultStore, cell_key
+from .reports.attacks import attack_markdown, write_attack_report
+from .reports.audit import audit_markdown
+from .reports.corruption_figure import heatmaps
+from .reports.corruptions import (csv_rows, grid_markdown, summary_rows,
+                                  write_robustness_report)
+from .verdicts.attacks import attack_summary, attack_verdicts
+from .verdicts.audit import gradient_masking_audit
+from .verdicts.bootstrap import paired_bootstrap
+from .verdicts.corruptions import (corruption_verdicts, grid_summary,
+                                   paired_test)
+from .verdicts.record import Verdicts
+from .verdicts.summary import grid_scores, model_summary, robustness_summary
 
 __all__ = [
     'ATTACKS', 'LABELS', 'NORMS', 'AdversarialTestLoop', 'Attack',
@@ -56,5 +60,6 @@ __all__ = [
     'CLEAN', 'GridError', 'ResultStore', 'cell_key', 'grid_scores',
     'model_summary', 'robustness_summary', 'PERTURBERS', 'square_perturb',
     'TransferAttack', 'TransferTestLoop', 'transfer_cells', 'audit_cells',
-    'audit_markdown', 'gradient_masking_audit'
+    'audit_markdown', 'gradient_masking_audit', 'attack_verdicts',
+    'corruption_verdicts', 'Verdicts'
 ]

@@ -23,8 +23,8 @@ from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 from mmseg.registry import HOOKS
 from torch import Tensor
 
-from ...analysis.robustness import attacks
-from ...analysis.robustness.losses import BALANCED
+from ...analysis.robustness.attacks import pgd as attacks
+from ...analysis.robustness.attacks.losses import BALANCED
 from ...errors import AnalysisError, ConfigError
 from ...utils.eps import parse_eps
 from .evidence_hook import kept_modes, kept_rng

@@ -1,0 +1,1 @@
+"""Evidence: what the layers compute (collapse, attention maps, tokens)."""

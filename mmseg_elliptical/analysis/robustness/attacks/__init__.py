@@ -1,0 +1,10 @@
+"""Attacks: PGD, SegPGD, CosPGD, FGSM, APGD and their losses, Square,
+transfer, class weights; one code for evaluation and training."""
+from . import bench_step  # noqa: F401 (registers the benchmark's APGD step)
+from .pgd import (ATTACKS, LABELS, NORMS, PERTURBERS, AdversarialTestLoop,
+                  Attack, perturb)
+
+__all__ = [
+    'ATTACKS', 'LABELS', 'NORMS', 'PERTURBERS', 'AdversarialTestLoop',
+    'Attack', 'perturb'
+]

@@ -1,0 +1,115 @@
+"""The audit's extra cells: the eps sweep, doubled steps, the square
+attack and the transfers (:mod:`..verdicts.audit` judges them)."""
+from dataclasses import replace
+from typing import Dict, List, Optional, Sequence
+
+from ....utils.config import ModelSpec
+from ..attacks.pgd import Attack
+from ..attacks.transfer import transfer_cells
+from .loop import key_of
+
+#: The eps (L-inf levels) of the audit's sweep.
+SWEEP = (8., 16., 32., 64.)
+#: Attacks that read outputs only.
+QUERY_ATTACKS = ('square', )
+
+
+def audit_cells(
+        per_model: Dict[str, List],
+        specs: Sequence[ModelSpec],
+        epsilons: Sequence[float],
+        queries: int,
+        step_ratio: Optional[float] = None,
+        cfg_options: Optional[Dict] = None,
+        sweep: Sequence[float] = SWEEP,
+        sweep_attacks: Optional[Sequence[str]] = None,
+        arms: Optional[Dict[str, List[str]]] = None) -> Dict[str, List]:
+    """Each model's cells with the audit's extra cells added (on the same
+    images): its gradient attacks at the largest headline eps again at each
+    larger eps of ``sweep`` (``sweep_attacks`` only, when given; the step
+    scaled with eps, :func:`sweep_step`), its
+    iterative attacks with twice the steps at the headline eps, the square
+    attack with ``queries`` at the headline eps, and every other model's
+    attacks at the headline eps transferred to it (with ``arms``, the
+    other arms' runs only: :func:`transfer_sources`).
+
+    Args:
+        per_model (dict): ``{name: cells}`` of the run.
+        specs (Sequence[ModelSpec]): The models.
+        epsilons (Sequence[float]): The headline eps.
+        queries (int): The square attack's queries.
+        step_ratio (float, optional): The step as a fraction of eps (the
+            sweep's steps scale with it); None: the run's fixed step.
+        cfg_options (dict, optional): The grid's config overrides.
+        arms (dict, optional): ``{arm: [runs]}``.
+
+    Returns:
+        dict: ``{name: cells}``, the run's first, without duplicates.
+    """
+    sources = transfer_sources(arms or {s.name: [s.name] for s in specs})
+    by_name = {s.name: s for s in specs}
+    top = max(epsilons)
+    own = {
+        name: [
+            c for c in cells if type(c) is Attack and c.eps in epsilons
+            and c.name not in QUERY_ATTACKS
+        ]
+        for name, cells in per_model.items()
+    }
+    out = {}
+    for spec in specs:
+        mine = own[spec.name]
+        extra = [
+            replace(c, eps=e, step_size=sweep_step(c, e, step_ratio))
+            for c in mine if c.eps == top for e in sweep
+            if e > top and (sweep_attacks is None or c.name in sweep_attacks)
+        ]
+        extra += [
+            replace(c, steps=2 * c.steps) for c in mine if c.name != 'fgsm'
+        ]
+        if mine:
+            extra += [
+                Attack(
+                    'square',
+                    'linf',
+                    e,
+                    queries,
+                    1.,
+                    labels=mine[0].labels,
+                    seed=mine[0].seed) for e in epsilons
+            ]
+        for other in sources[spec.name]:
+            extra += transfer_cells(own[other], by_name[other], cfg_options)
+        cells = list(per_model[spec.name])
+        keys = {key_of(c) for c in cells}
+        for c in extra:
+            if key_of(c) not in keys:
+                keys.add(key_of(c))
+                cells.append(c)
+        out[spec.name] = cells
+    return out
+
+
+def sweep_step(cell: Attack, eps: float, step_ratio: Optional[float]) -> float:
+    """The step of ``cell`` swept to ``eps``: ``step_ratio * eps``, or the
+    cell's own step scaled with eps (a fixed step, 5 steps of 1 level,
+    could never leave a ball of 5 levels, and the sweep would stall)."""
+    if step_ratio is not None:
+        return step_ratio * eps
+    return cell.step_size * eps / cell.eps
+
+
+def transfer_sources(arms: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """The runs whose attacks transfer to each run: run ``I`` of an arm
+    takes run ``I`` of every other arm (its last, when it has fewer), so
+    the transfers grow with the arms, not with their runs squared; runs of
+    one arm (the same method) never transfer to each other."""
+    return {
+        run: [
+            others[min(i,
+                       len(others) - 1)] for other, others in arms.items()
+            if other != arm
+        ]
+        for arm, runs in arms.items()
+        for i, run in enumerate(runs)
+    }

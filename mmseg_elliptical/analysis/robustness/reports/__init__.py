@@ -1,0 +1,2 @@
+"""Reports: the markdown, CSV and figures of each threat and of arms; they
+read the verdicts and compute nothing."""

@@ -1,0 +1,248 @@
+"""Arms (several training runs of one model name): run names, the arm
+figures, the hierarchical paired bootstrap and Welch's interval against
+independent computations, the verdict words, old stores, bad input."""
+import argparse
+import json
+
+import numpy as np
+import pytest
+from arm_oracles import (CELLS, as_lists, hierarchical_by_hand, runs_of,
+                         synthetic_store)
+from scipy.stats import ttest_ind
+
+import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.robustness.verdicts.bootstrap import \
+    hierarchical_bootstrap
+from mmseg_elliptical.analysis.robustness.verdicts.worst import \
+    greedy_worst_case
+from mmseg_elliptical.utils.arguments import add_models, models_of
+from mmseg_elliptical.utils.arm_names import arms_of, run_names
+
+
+def test_run_names():
+    assert run_names(['e', 'd']) == ['e', 'd']  # old command lines
+    assert run_names(['e', 'e', 'd', 'e']) == ['e#0', 'e#1', 'd', 'e#2']
+    assert arms_of(['e', 'e', 'd'], ['e#0', 'e#1', 'd']) == {
+        'e': ['e#0', 'e#1'],
+        'd': ['d']
+    }
+    with pytest.raises(ValueError, match='repeat'):
+        run_names(['e', 'e', 'e#0'])
+
+
+def test_hierarchical_bootstrap_against_a_computation_by_hand():
+    rng = np.random.default_rng(0)
+    a = as_lists(runs_of(rng, [0.5, 0.6, 0.55], images=9))
+    b = as_lists(runs_of(rng, [0.5, 0.45], images=9))
+    got = hierarchical_bootstrap(a, b, resamples=60, seed=5)
+    want = hierarchical_by_hand(a, b, 60, 5)
+    for key in ('difference', 'low', 'high'):
+        assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-9), key
+    for mine, theirs in zip(got['values'], want['values']):
+        assert mine == pytest.approx(theirs, rel=1e-9)
+    assert got['runs'] == [3, 2] and got['images'] == 9
+    # Welch's t interval over the run-level values is scipy's.
+    ci = ttest_ind(*want['values'], equal_var=False).confidence_interval(0.95)
+    assert got['welch'] == pytest.approx(dict(low=ci.low, high=ci.high))
+    assert got['zero_inside'] == (
+        want['low'] <= 0 <= want['high'] or ci.low <= 0 <= ci.high)
+    # Below 30 images: the interval, no verdict.
+    assert not got['reliable']
+    assert got['verdict'] == 'not reliable below 30 images (9): no verdict'
+
+
+def test_one_run_per_arm_is_todays_paired_bootstrap():
+    rng = np.random.default_rng(1)
+    a, b = (as_lists(runs_of(rng, [q])) for q in (0.6, 0.5))
+    today = rb.paired_bootstrap(a[0], b[0], 300, 7)
+    arms = hierarchical_bootstrap(a, b, 300, 7)
+    for key in ('difference', 'low', 'high', 'zero_inside', 'verdict',
+                'reliable'):
+        assert arms[key] == today[key], key
+    assert arms['welch'] is None and arms['runs'] == [1, 1]
+    assert 'one run per arm' in arms['verdict']
+
+
+def test_a_seed_outlier_one_run_differs_three_runs_do_not():
+    """Run 0 of the arm is far better than the baseline's run 0: one run
+    per arm says 0 outside; its other two runs are worse than the
+    baseline's: three runs per arm say 0 inside."""
+    rng = np.random.default_rng(2)
+    a = as_lists(runs_of(rng, [0.8, 0.42, 0.4]))
+    b = as_lists(runs_of(rng, [0.5, 0.52, 0.48]))
+    one = hierarchical_bootstrap(a[:1], b[:1], 300, 0)
+    assert not one['zero_inside'] and one['difference'] > 0
+    assert one['verdict'].startswith('0 outside: one run per arm')
+    two = hierarchical_bootstrap(a[:2], b, 300, 0)  # the smaller arm's
+    assert not two['reliable'] and two['verdict'].endswith(
+        ': 2 runs: too few for a verdict across seeds')
+    three = hierarchical_bootstrap(a, b, 300, 0)
+    assert three['zero_inside'] and three['reliable']
+    assert three['verdict'] == ("0 inside (the bootstrap's or Welch's "
+                                'interval): no evidence that the arms differ')
+
+
+def test_both_say_0_outside():
+    rng = np.random.default_rng(3)
+    a = as_lists(runs_of(rng, [0.8, 0.78, 0.82]))
+    b = as_lists(runs_of(rng, [0.5, 0.52, 0.48]))
+    one = hierarchical_bootstrap(a[:1], b[:1], 300, 0)
+    three = hierarchical_bootstrap(a, b, 300, 0)
+    assert not one['zero_inside'] and not one['reliable']
+    assert not three['zero_inside'] and three['reliable']
+    assert three['verdict'] == (
+        '0 outside (both intervals): the arms differ beyond the variation '
+        'of these 3 seeds and the test images')
+    assert three['welch']['low'] > 0 and three['low'] > 0
+
+
+def test_corruption_report_of_arms(tmp_path):
+    """The arms' figures are the mean and sample sd of the runs' own
+    numbers; the store gains a top-level ``arms`` beside ``models`` and
+    ``summary``, with the hierarchical test of the arm against the
+    baseline arm (the same as the bootstrap called directly)."""
+    rng = np.random.default_rng(4)
+    runs = dict(
+        ell=runs_of(rng, [0.6, 0.55, 0.65]), dot=runs_of(rng, [0.5, 0.5]))
+    store = synthetic_store(tmp_path, runs)
+    names = list(store.data['models'])
+    assert names == ['ell#0', 'ell#1', 'ell#2', 'dot#0', 'dot#1']
+    arms = dict(ell=names[:3], dot=names[3:])
+    text = rb.write_robustness_report(
+        rb.corruption_verdicts(
+            store,
+            names, ['fog'], [1, 5],
+            'mIoU',
+            'dot',
+            resamples=100,
+            arms=arms), str(tmp_path))
+    with open(tmp_path / 'grid.json') as f:
+        data = json.load(f)
+    assert {'models', 'summary', 'arms'} <= set(data)
+    ell = data['arms']['ell']
+    assert ell['runs'] == names[:3] and ell['baseline'] == 'dot'
+    clean = [store.get(n, 'clean')['mIoU'] for n in names[:3]]
+    fig = ell['figures']['P']
+    assert fig['runs'] == clean
+    assert fig['mean'] == pytest.approx(np.mean(clean))
+    assert fig['sd'] == pytest.approx(np.std(clean, ddof=1))
+    mpc = [
+        np.mean([store.get(n, k)['mIoU'] for k in CELLS[1:]])
+        for n in names[:3]
+    ]
+    assert ell['figures']['mPC']['mean'] == pytest.approx(np.mean(mpc))
+    assert ell['figures']['mPC']['sd'] == pytest.approx(np.std(mpc, ddof=1))
+    # Each run's CE divides by the baseline arm's first run.
+    assert data['summary']['dot#0']['mCE'] == pytest.approx(1)
+    want = hierarchical_bootstrap(
+        as_lists(runs['ell'], CELLS[1:]), as_lists(runs['dot'], CELLS[1:]),
+        100, 0)
+    got = ell['paired']['mPC']
+    assert {k: got[k] for k in ('low', 'high', 'difference')} == \
+        {k: want[k] for k in ('low', 'high', 'difference')}
+    assert got['runs'] == [3, 2] and set(got['welch']) == {'low', 'high'}
+    assert data['arms']['dot']['paired'] is None
+    assert f'{fig["mean"]:.2f} +- {fig["sd"]:.2f} (3 runs)' in text
+    assert 'Hierarchical paired bootstrap over 40 images and 3 / 2 runs' \
+        in text
+    assert 'a real difference' not in text
+
+
+def test_attack_report_of_arms(tmp_path):
+    rng = np.random.default_rng(5)
+    cells = ['clean', 'pgd/linf/4/10', 'segpgd/linf/4/10']
+    runs = dict(
+        ell=runs_of(rng, [0.6, 0.5, 0.55], cells),
+        dot=runs_of(rng, [0.5, 0.45, 0.5], cells))
+    store = synthetic_store(tmp_path, runs, dict(norm='linf'))
+    names = list(store.data['models'])
+    arms = dict(ell=names[:3], dot=names[3:])
+    text = rb.write_attack_report(
+        rb.attack_verdicts(store, names, 'dot', resamples=50, arms=arms),
+        str(tmp_path))
+    ell = store.data['arms']['ell']
+    worst = [store.data['summary'][n]['worst']['4']['mIoU'] for n in names[:3]]
+    assert ell['figures']['worst/4']['mean'] == pytest.approx(np.mean(worst))
+    assert ell['figures']['worst/4']['sd'] == pytest.approx(
+        np.std(worst, ddof=1))
+    assert set(ell['paired']) == {'clean', 'worst/4', 'worst_mean'}
+    # SEA's worst case of each run, then the hierarchical test.
+    want = hierarchical_bootstrap(
+        *[[[greedy_worst_case([r[k] for k in cells[1:]]).areas]
+           for r in runs[a]] for a in ('ell', 'dot')], 50, 0)
+    assert ell['paired']['worst/4']['low'] == want['low']
+    assert ell['paired']['worst/4']['runs'] == [3, 3]
+    assert '## Arms' in text and '(3 runs)' in text
+
+
+def test_stores_written_before_arms_still_report(tmp_path):
+    """A store without ``arms`` (one run per model, plain names) reopens
+    and reports as before, the arms added as arms of one run."""
+    rng = np.random.default_rng(6)
+    synthetic_store(tmp_path,
+                    dict(ell=runs_of(rng, [0.6]), dot=runs_of(rng, [0.5])))
+    assert 'arms' not in json.load(open(tmp_path / 'grid.json'))
+    old = rb.ResultStore(str(tmp_path / 'grid.json'), {})
+    text = rb.write_robustness_report(
+        rb.corruption_verdicts(
+            old, ['ell', 'dot'], ['fog'], [1, 5], 'mIoU', 'dot',
+            resamples=100), str(tmp_path))
+    paired = old.data['summary']['ell']['paired']['clean']
+    arm = old.data['arms']['ell']['paired']['clean']
+    assert (arm['low'], arm['high']) == (paired['low'], paired['high'])
+    assert old.data['arms']['ell']['figures']['P']['sd'] is None
+    assert '## Arms' not in text and '+-' not in text
+
+
+def write_model(tmp_path, name, dataset='DemoShapes', classes=4):
+    import torch
+    config = tmp_path / f'{name}.py'
+    config.write_text(f'test_dataloader = dict(dataset=dict(type={dataset!r}, '
+                      f"data_root='data'))\nmodel = dict(decode_head=dict("
+                      f'num_classes={classes}))\n')
+    ckpt = tmp_path / f'{name}.pth'
+    torch.save({}, str(ckpt))
+    return [str(config), str(ckpt)]
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    add_models(parser, baseline='the baseline')
+    args = parser.parse_args(argv)
+    return models_of(parser, args), args
+
+
+def test_models_of_forms_arms(tmp_path):
+    a, b, c, d = (write_model(tmp_path, n) for n in 'abcd')
+    specs, args = parse([*a, *b, *c, *d, '--names', 'e', 'e', 'dot', 'dot'])
+    assert [s.name for s in specs] == ['e#0', 'e#1', 'dot#0', 'dot#1']
+    assert args.arms == dict(e=['e#0', 'e#1'], dot=['dot#0', 'dot#1'])
+    assert args.baseline == 'dot'
+    specs, args = parse([*a, *b, '--names', 'e', 'dot'])  # as before
+    assert [s.name for s in specs] == ['e', 'dot'] and args.baseline == 'dot'
+    # Without --names, the same config twice is one arm.
+    specs, args = parse([a[0], a[1], a[0], b[1]])
+    assert args.arms == dict(a=['a#0', 'a#1'])
+    assert args.baseline is None
+
+
+@pytest.mark.parametrize(
+    'extra, message',
+    [(['--names', 'e', 'e', 'dot', '--baseline', 'x'], "'x' is none of"),
+     (['--names', 'e', 'e', 'dot', '--same'], 'gives checkpoint'),
+     (['--names', 'e', 'e', 'dot', '--other'], 'differ in dataset')])
+def test_bad_arms_are_refused(tmp_path, capsys, extra, message):
+    a, b, c = (write_model(tmp_path, n) for n in 'abc')
+    if '--same' in extra:
+        b = [b[0], a[1]]
+    if '--other' in extra:
+        b = write_model(tmp_path, 'other', classes=7)
+    extra = [
+        x for x in extra
+        if not x.startswith('--') or x == '--names' or x == '--baseline'
+    ]
+    with pytest.raises(SystemExit) as e:
+        parse([*a, *b, *c, *extra])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,217 @@
+"""The gradient-masking audit's verdict on synthetic cells (each check made
+to pass and to fail), its extra cells, and the tool's ``--audit`` on the
+demo twins."""
+import numpy as np
+import pytest
+from processes import load_tool, refused
+
+from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.robustness.verdicts.audit import (
+    CLEAN_VERDICT, gradient_masking_audit)
+from mmseg_elliptical.utils.config import ModelSpec
+
+
+def healthy() -> dict:
+    """A model whose cells show no sign of masking (aAcc in percent)."""
+    return {
+        'clean': dict(aAcc=90.),
+        'pgd/linf/4/5': dict(aAcc=30.),
+        'pgd/linf/4/10': dict(aAcc=29.),
+        'segpgd/linf/4/5': dict(aAcc=35.),
+        'pgd/linf/8/5': dict(aAcc=10.),
+        'pgd/linf/64/5': dict(aAcc=0.5),
+        'pgd-adaptive/linf/4/5': dict(aAcc=29.8),
+        'square/linf/4/20': dict(aAcc=60.),
+        'pgd@dot/linf/4/5': dict(aAcc=70.),
+    }
+
+
+def checks_of(result) -> dict:
+    return {c['check']: c['passed'] for c in result['checks']}
+
+
+def audit(cells, elliptical=True, correct=lambda key: None):
+    return gradient_masking_audit(cells, correct, [4.], elliptical)
+
+
+def test_a_healthy_model_passes_every_check():
+    got = audit(healthy())
+    assert got['verdict'] == CLEAN_VERDICT
+    assert checks_of(got) == {
+        'eps sweep': True,
+        'white-box beats black-box': True,
+        'iterations': True,
+        'adaptive': True
+    }
+    sweep = got['checks'][0]['detail']
+    assert 'eps 4: 29.80' not in sweep  # the plain series is swept
+    assert 'pgd/linf/5 aAcc eps 4: 30.00, eps 8: 10.00, eps 64: 0.50' in sweep
+    assert 'adaptive' not in checks_of(audit(healthy(), elliptical=False))
+
+
+@pytest.mark.parametrize('change, failed', [
+    ({
+        'pgd/linf/64/5': dict(aAcc=12.)
+    }, 'eps sweep'),
+    ({
+        'square/linf/4/20': dict(aAcc=27.)
+    }, 'white-box beats black-box'),
+    ({
+        'pgd@dot/linf/4/5': dict(aAcc=27.4)
+    }, 'white-box beats black-box'),
+    ({
+        'pgd/linf/4/10': dict(aAcc=30.6)
+    }, 'iterations'),
+    ({
+        'pgd-adaptive/linf/4/5': dict(aAcc=20.)
+    }, 'adaptive'),
+])
+def test_each_failed_check_is_named(change, failed):
+    got = audit({**healthy(), **change})
+    assert checks_of(got)[failed] is False
+    assert got['verdict'] == f'failed: {failed}'
+
+
+def test_within_the_slack_passes_and_the_sweep_says_where_it_stops():
+    cells = {
+        **healthy(), 'square/linf/4/20': dict(aAcc=29.4),
+        'pgd/linf/4/10': dict(aAcc=30.4),
+        'pgd/linf/16/5': dict(aAcc=9.),
+        'pgd/linf/32/5': dict(aAcc=9.5),
+        'pgd/linf/64/5': dict(aAcc=9.)
+    }
+    got = audit(cells)
+    assert checks_of(got)['white-box beats black-box'] is True
+    assert checks_of(got)['iterations'] is True
+    assert got['verdict'] == 'failed: eps sweep'
+    assert 'stops falling at eps 16' in got['checks'][0]['detail']
+    cells['pgd/linf/32/5'] = dict(aAcc=5.)
+    cells['pgd/linf/64/5'] = dict(aAcc=2.)  # falling, not below 1 % yet
+    detail = audit(cells)['checks'][0]['detail']
+    assert 'still falling at eps 64' in detail and 'stops' not in detail
+
+
+def test_missing_cells_are_not_checked():
+    cells = {
+        k: v
+        for k, v in healthy().items() if '@' not in k and 'square' not in k
+        and '/10' not in k and '/64/' not in k and '/8/' not in k
+    }
+    got = audit(cells)
+    assert checks_of(got)['eps sweep'] is None
+    assert got['verdict'] == (
+        CLEAN_VERDICT + ' (not checked: eps sweep, '
+        'white-box beats black-box, iterations)')
+
+
+def test_white_box_worst_is_the_per_image_minimum():
+    """Two white-box cells that each keep one image right: per image the
+    minimum is 0, below the black-box cell, though each cell alone is
+    above it."""
+    cells = {
+        'pgd/linf/4/5': dict(aAcc=50.),
+        'segpgd/linf/4/5': dict(aAcc=50.),
+        'square/linf/4/20': dict(aAcc=10.),
+    }
+    right = {
+        'pgd/linf/4/5': np.array([10, 0]),
+        'segpgd/linf/4/5': np.array([0, 10]),
+        'square/linf/4/20': np.array([1, 1])
+    }
+    got = audit(cells, False, lambda k: (right[k], np.array([10, 10])))
+    assert checks_of(got)['white-box beats black-box'] is True
+    assert checks_of(audit(cells, False))['white-box beats black-box'] is \
+        False
+
+
+def test_audit_cells():
+    pgd = rb.Attack('pgd', 'linf', 4, 5, 1.)
+    fgsm = rb.Attack('fgsm', 'linf', 4, 1, 4.)
+    specs = [ModelSpec('a', 'a.py', 'a.pth'), ModelSpec('b', 'b.py', 'b.pth')]
+    got = rb.audit_cells(
+        {
+            'a': [(None, None), pgd, fgsm],
+            'b': [(None, None), pgd]
+        }, specs, [4.], 7)
+    keys = [rb.grid.loop.key_of(c) for c in got['a']]
+    assert keys == [
+        'clean', 'pgd/linf/4/5', 'fgsm/linf/4/1', 'pgd/linf/8/5',
+        'pgd/linf/16/5', 'pgd/linf/32/5', 'pgd/linf/64/5', 'fgsm/linf/8/1',
+        'fgsm/linf/16/1', 'fgsm/linf/32/1', 'fgsm/linf/64/1', 'pgd/linf/4/10',
+        'square/linf/4/7', 'pgd@b/linf/4/5'
+    ]
+    assert 'fgsm@a/linf/4/1' in [rb.grid.loop.key_of(c) for c in got['b']]
+    # the sweep keeps each attack's step / eps (a fixed step would stall)
+    steps = {rb.grid.loop.key_of(c): c.step_size for c in got['a'][1:]}
+    assert [steps[f'pgd/linf/{e}/5'] for e in (8, 16, 32, 64)] == \
+        [2., 4., 8., 16.]
+    assert steps['fgsm/linf/64/1'] == 64.
+    assert steps['pgd/linf/4/10'] == 1.  # the doubled steps keep theirs
+    ratio = rb.audit_cells({'a': [pgd], 'b': [pgd]}, specs, [4.], 7, 0.5)
+    assert {
+        c.eps: c.step_size
+        for c in ratio['a']
+        if c.steps == 5 and not hasattr(c, 'source') and c.name == 'pgd'
+    } == {
+        4.: 1.,
+        8.: 4.,
+        16.: 8.,
+        32.: 16.,
+        64.: 32.
+    }
+
+
+def test_transfer_sources_pair_the_arms_runs():
+    from mmseg_elliptical.analysis.robustness.grid.audit_cells import \
+        transfer_sources
+    arms = dict(ell=['e0', 'e1', 'e2'], dot=['d0', 'd1'], x=['x'])
+    assert transfer_sources(arms) == dict(
+        e0=['d0', 'x'],
+        e1=['d1', 'x'],
+        e2=['d1', 'x'],
+        d0=['e0', 'x'],
+        d1=['e1', 'x'],
+        x=['e0', 'd0'])
+    # one run per arm: every other model, as without arms
+    assert transfer_sources(dict(a=['a'], b=['b'], c=['c'])) == dict(
+        a=['b', 'c'], b=['a', 'c'], c=['a', 'b'])
+
+
+def test_audit_cells_of_arms_transfer_between_arms_only():
+    pgd = rb.Attack('pgd', 'linf', 4, 5, 1.)
+    names = ['e#0', 'e#1', 'd#0', 'd#1']
+    specs = [ModelSpec(n, f'{n}.py', f'{n}.pth') for n in names]
+    got = rb.audit_cells({n: [(None, None), pgd]
+                          for n in names},
+                         specs, [4.],
+                         7,
+                         arms=dict(e=names[:2], d=names[2:]))
+    for name, source in zip(names, ['d#0', 'd#1', 'e#0', 'e#1']):
+        sources = [c.source for c in got[name] if hasattr(c, 'source')]
+        assert sources == [source]
+
+
+def test_audit_in_the_tool(demo_models, tmp_path, capsys):
+    tool = load_tool('analysis_tools/adversarial.py')
+    argv = demo_models + [
+        '--names', 'ell', 'dot', '--attacks', 'pgd', '--epsilons', '16',
+        '--steps', '1', '--step-size', '4', '--max-images', '1', '--queries',
+        '2', '--adaptive'
+    ]
+    data = tool.main(argv + ['--audit', '--work-dir', str(tmp_path)])
+    cells = data['models']['ell']['cells']
+    assert {
+        'pgd/linf/32/1', 'pgd-adaptive/linf/64/1', 'pgd/linf/16/2',
+        'square/linf/16/2', 'pgd@dot/linf/16/1'
+    } <= set(cells)
+    assert 'pgd-adaptive@ell/linf/16/1' in data['models']['dot']['cells']
+    for name in ('ell', 'dot'):
+        got = data['summary'][name]['audit']
+        assert got['verdict']
+        assert list(data['summary'][name]['worst']) == ['16']
+    assert 'adaptive' in checks_of(data['summary']['ell']['audit'])
+    text = (tmp_path / 'adversarial.md').read_text()
+    assert '## Gradient-masking audit' in text
+    assert 'ell: ' + data['summary']['ell']['audit']['verdict'] in text
+    assert 'argument --audit' in refused(capsys, tool.main,
+                                         argv + ['--audit', '--norm', 'l2'])
