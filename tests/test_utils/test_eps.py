@@ -49,6 +49,21 @@ def test_a_small_radius_when_meant():
         pytest.approx(0.1)
 
 
+@pytest.mark.parametrize('value', ['8', 4.5, '255'])
+def test_a_large_l2_radius_is_refused_unless_meant(value):
+    """An L2 radius is on the 0-1 scale: 8 most likely means 8/255."""
+    with pytest.raises(ConfigError) as error:
+        parse_eps(value, 'l2')
+    eps = float(value)
+    assert str(error.value) == (
+        f'{value} is an L2 radius of {eps:g} on the 0-1 scale (L2 eps is not '
+        f'in 0-255 levels); for a radius of {eps:g}/255 give {eps:g}/255 (= '
+        f'{eps / 255:.4g}); --allow-large-eps to mean it')
+    assert parse_eps(value, 'l2', allow_large=True) == eps
+    assert parse_eps(value, 'linf') == eps  # levels: as written
+    assert parse_eps('4', 'l2') == 4.  # the largest taken as written
+
+
 def test_both_units():
     assert eps_units(8., 'linf') == '8 = 8/255 = 0.03137'
     assert eps_units(0.25, 'linf') == '0.25 = 0.25/255 = 0.0009804'

@@ -85,6 +85,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='take an L-inf eps below 0.25 levels as written (refused by '
         'default: 0.03 is most likely 0.03 of the range, 7.65 levels)')
     parser.add_argument(
+        '--allow-large-eps',
+        action='store_true',
+        help='take an L2 eps above 4 (0-1 scale) as written (refused by '
+        'default: 8 is most likely 8/255)')
+    parser.add_argument(
         '--steps',
         nargs='+',
         type=cli.positive_int,
@@ -144,7 +149,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.norm = args.norm or preset.norm
     try:
         args.epsilons = [
-            parse_eps(e, args.norm, args.allow_small_eps)
+            parse_eps(e, args.norm, args.allow_small_eps, args.allow_large_eps)
             for e in args.epsilons
         ] if args.epsilons else list(preset.epsilons)
     except ConfigError as e:

@@ -386,6 +386,8 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
         (['--step-size', '-2'], "argument --step-size: '-2' is not"),
         (['--attacks', 'fgm'], "argument --attacks: invalid choice: 'fgm'"),
         (['--norm', 'l1'], "argument --norm: invalid choice: 'l1'"),
+        (['--norm', 'l2', '--epsilons', '8'],
+         'argument --epsilons: 8 is an L2 radius of 8 on the 0-1 scale'),
         (['--protocol', 'x'], "argument --protocol: invalid choice: 'x'"),
         (['--labels', 'y'], "argument --labels: invalid choice: 'y'"),
         (['--names', 'a', 'b', '--baseline',
@@ -396,6 +398,11 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
     monkeypatch.setattr(tool, 'fitting_models', lambda *args: [])
     args = tool.parse_args(argv + ['--epsilons', '0.03', '--allow-small-eps'])
     assert args.epsilons == [0.03] and args.cells[0].eps == 0.03
+    args = tool.parse_args(argv + [
+        '--norm', 'l2', '--epsilons', '8', '--step-size', '1',
+        '--allow-large-eps'
+    ])
+    assert args.epsilons == [8.] and args.cells[0].eps == 8.
     dot = demo_models[2:] + ['--adaptive', '--work-dir', str(tmp_path / 'w')]
     assert 'argument --adaptive: no model has an elliptical layer' in \
         refused(capsys, tool.main, dot)
