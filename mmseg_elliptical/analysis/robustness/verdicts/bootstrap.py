@@ -9,7 +9,7 @@ the clean cell alone gives the clean mIoU, the corrupted cells mPC. The
 interval is ``scipy.stats.bootstrap``'s percentile interval; below
 :data:`MIN_IMAGES` images it comes without a verdict.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -39,27 +39,37 @@ def _mean_miou(cells: Sequence[ImageAreas], counts: np.ndarray) -> np.ndarray:
                    axis=0)
 
 
-def verdict(zero_inside: bool, images: int, runs: int = 1) -> str:
+def verdict(zero_inside: bool,
+            images: int,
+            runs: Union[int, Sequence[int]] = 1) -> str:
     """What the interval says, and what it varied: the test images only
-    (one run per arm), or the runs too (:func:`hierarchical_bootstrap`;
-    ``runs`` is the smaller arm's run count, at least :data:`MIN_RUNS` for
-    a verdict across seeds)."""
+    (one run against one run), or the runs too
+    (:func:`hierarchical_bootstrap`; ``runs``: each arm's run count, or
+    one count for both; at least :data:`MIN_RUNS` in each for a verdict
+    across seeds). Arms of unequal size are named ``A / B runs``."""
+    counts = [runs, runs] if isinstance(runs, int) else list(runs)
     if images < MIN_IMAGES:
         return (f'not reliable below {MIN_IMAGES} images ({images}): no '
                 'verdict')
     side = '0 inside' if zero_inside else '0 outside'
-    if runs <= 1:
+    fewest = min(counts)
+    named = f'{counts[0]} / {counts[1]} runs' if counts[0] != counts[1] \
+        else f'{fewest} runs'
+    if max(counts) <= 1:
         differ = 'do not measurably differ' if zero_inside else 'differ'
-        return (f'{side}: one run per arm: these checkpoints {differ} on '
-                'these images; seed-to-seed variation is not in this '
-                'interval')
-    if runs < MIN_RUNS:
-        return f'{side}: {runs} runs: too few for a verdict across seeds'
+        return (f'{side}: one run against one run: these checkpoints '
+                f'{differ} on these images; seed-to-seed variation is not in '
+                'this interval')
+    if fewest <= 1:
+        return (f'{side}: {named}: an arm of one run has no seed-to-seed '
+                'variation to measure: no verdict across seeds')
+    if fewest < MIN_RUNS:
+        return f'{side}: {named}: too few for a verdict across seeds'
     if zero_inside:
         return ('0 inside (the bootstrap\'s or Welch\'s interval): no '
-                'evidence that the arms differ')
+                f'evidence that the arms differ ({named})')
     return ('0 outside (both intervals): the arms differ beyond the '
-            f'variation of these {runs} seeds and the test images')
+            f'variation of these {named} and the test images')
 
 
 def paired_bootstrap(a: Sequence[ImageAreas],
@@ -230,7 +240,7 @@ def hierarchical_bootstrap(a: Sequence[Sequence[ImageAreas]],
         zero_inside=zero_inside,
         reliable=bool(images >= MIN_IMAGES and runs >= MIN_RUNS
                       and welch is not None),
-        verdict=verdict(zero_inside, images, runs),
+        verdict=verdict(zero_inside, images, (len(a), len(b))),
         level=level,
         resamples=resamples,
         seed=seed,

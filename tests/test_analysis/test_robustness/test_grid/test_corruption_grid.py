@@ -265,8 +265,8 @@ def test_paired_bootstrap_gives_no_verdict_below_30_images():
     # One run per model: the interval, no verdict across training seeds.
     assert not full['zero_inside'] and not full['reliable']
     assert full['verdict'] == (
-        '0 outside: one run per arm: these checkpoints differ on these '
-        'images; seed-to-seed variation is not in this interval')
+        '0 outside: one run against one run: these checkpoints differ on '
+        'these images; seed-to-seed variation is not in this interval')
     few = rb.paired_bootstrap(
         *([rb.ImageAreas(*(x[:29] for x in c)) for c in m]
           for m in (better, a)), 300)

@@ -61,7 +61,7 @@ def test_one_run_per_arm_is_todays_paired_bootstrap():
                 'reliable'):
         assert arms[key] == today[key], key
     assert arms['welch'] is None and arms['runs'] == [1, 1]
-    assert 'one run per arm' in arms['verdict']
+    assert 'one run against one run' in arms['verdict']
 
 
 def test_a_seed_outlier_one_run_differs_three_runs_do_not():
@@ -73,14 +73,31 @@ def test_a_seed_outlier_one_run_differs_three_runs_do_not():
     b = as_lists(runs_of(rng, [0.5, 0.52, 0.48]))
     one = hierarchical_bootstrap(a[:1], b[:1], 300, 0)
     assert not one['zero_inside'] and one['difference'] > 0
-    assert one['verdict'].startswith('0 outside: one run per arm')
+    assert one['verdict'].startswith('0 outside: one run against one run')
     two = hierarchical_bootstrap(a[:2], b, 300, 0)  # the smaller arm's
     assert not two['reliable'] and two['verdict'].endswith(
-        ': 2 runs: too few for a verdict across seeds')
+        ': 2 / 3 runs: too few for a verdict across seeds')
     three = hierarchical_bootstrap(a, b, 300, 0)
     assert three['zero_inside'] and three['reliable']
     assert three['verdict'] == ("0 inside (the bootstrap's or Welch's "
-                                'interval): no evidence that the arms differ')
+                                'interval): no evidence that the arms differ '
+                                '(3 runs)')
+
+
+def test_arms_of_unequal_size_are_named_so():
+    """Two runs against one: the verdict names both counts and says an arm
+    of one run has no seed variation (it said "one run per arm")."""
+    rng = np.random.default_rng(4)
+    a = as_lists(runs_of(rng, [0.6, 0.62]))
+    b = as_lists(runs_of(rng, [0.5]))
+    for x, y, counts in ((a, b, '2 / 1'), (b, a, '1 / 2')):
+        r = hierarchical_bootstrap(x, y, 200, 0)
+        assert r['runs'] == [int(c) for c in counts.split(' / ')]
+        assert not r['reliable'] and r['welch'] is None
+        assert r['verdict'].endswith(
+            f': {counts} runs: an arm of one run has no seed-to-seed '
+            'variation to measure: no verdict across seeds'), r['verdict']
+        assert 'one run per arm' not in r['verdict']
 
 
 def test_both_say_0_outside():
@@ -93,7 +110,7 @@ def test_both_say_0_outside():
     assert not three['zero_inside'] and three['reliable']
     assert three['verdict'] == (
         '0 outside (both intervals): the arms differ beyond the variation '
-        'of these 3 seeds and the test images')
+        'of these 3 runs and the test images')
     assert three['welch']['low'] > 0 and three['low'] > 0
 
 
