@@ -16,7 +16,8 @@ from ..evidence.attention_figures import (plot_attention, plot_relevance,
                                           shown_heads, shown_layers)
 from ..evidence.collapse import write_collapse_report
 from ..evidence.layers import AnalysisError
-from ..robustness.reports.arms import arms_markdown
+from ..robustness.reports.arms import (RUN_BY_RUN, arms_markdown,
+                                       verdict_lines)
 from . import sections
 from .sections import ReportOptions
 
@@ -123,8 +124,18 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
             arms=arms), work_dir)
     adversarial = rb.attack_markdown(attacked.data['summary'],
                                      attacked.data['settings'])
+    verdicts: List[str] = []
     if several:
-        adversarial += '\n' + arms_markdown(attacked.data['arms'])
+        adversarial = arms_markdown(attacked.data['arms']) + RUN_BY_RUN + \
+            adversarial
+        verdicts = [
+            '## Verdicts across seeds', '',
+            'Each arm against the baseline arm (hierarchical paired '
+            'bootstrap and Welch\'s interval; the sections below give the '
+            'numbers, then each run\'s own).', '',
+            *verdict_lines(store.data['arms']),
+            *verdict_lines(attacked.data['arms']), ''
+        ]
     preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
     speed = parts['speed']
     meta = next(iter(speed.values()))['meta']
@@ -136,8 +147,9 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
         f'Test split of each config ({images} images), ' +
         ('one run per model.' if not several else
          f'arms of {", ".join(str(len(r)) for r in arms.values())} runs '
-         '(training seeds); each run\'s own numbers, then the arms\' mean '
-         '+- sd and the hierarchical paired test (docs/evidence.md).'), '',
+         '(training seeds); in each section the arms\' mean +- sd and '
+         'their hierarchical paired test first, then each run\'s own '
+         'numbers (docs/evidence.md).'), '', *verdicts,
         '## Accuracy (clean test split)', '',
         accuracy_table(store, names), '',
         f'## Robustness: {", ".join(corruptions)} at severities '

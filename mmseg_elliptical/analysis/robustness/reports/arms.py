@@ -5,6 +5,11 @@ from typing import Dict, List, Optional, Sequence
 
 from ....utils.output import markdown_table
 
+#: Between the arms' verdicts and the run-by-run numbers below them.
+RUN_BY_RUN = ('\n## Run by run\n\nEach run\'s own numbers; its paired test '
+              'compares it with the baseline arm\'s first run (not the '
+              'verdict: that is the arms\' test above).\n\n')
+
 
 def mean_sd(fig: Optional[Dict], spec: str = '.2f') -> Optional[str]:
     """``MEAN +- SD (N runs)``, ``VALUE (1 run)``, or None (no value)."""
@@ -36,6 +41,23 @@ def arm_interval(result: Dict) -> str:
             f'{result["verdict"]})')
 
 
+def verdict_lines(arms: Dict[str, Dict], what: str = 'mIoU') -> List[str]:
+    """One markdown line per hierarchical paired test of an arm against
+    the baseline arm, then the arms' notes: the verdicts across seeds."""
+    lines: List[str] = []
+    for name, a in arms.items():
+        for stat, r in (a.get('paired') or {}).items():
+            if r is None:
+                continue
+            lines.append(
+                f'- {name} - {a["baseline"]}, {stat} {what}: '
+                f'{arm_interval(r)}. Hierarchical paired bootstrap over '
+                f'{r["images"]} images and {r["runs"][0]} / {r["runs"][1]} '
+                f'runs, {r["resamples"]} resamples, seed {r["seed"]}.')
+        lines += [f'- {name}: {n}' for n in a.get('notes', [])]
+    return lines
+
+
 def arms_markdown(arms: Dict[str, Dict],
                   keys: Optional[Sequence[str]] = None,
                   what: str = 'mIoU',
@@ -49,17 +71,7 @@ def arms_markdown(arms: Dict[str, Dict],
     rows = [[k] + [mean_sd(a['figures'].get(k), spec) for a in arms.values()]
             for k in keys]
     rows = [r for r in rows if any(v is not None for v in r[1:])]
-    lines: List[str] = []
-    for name, a in arms.items():
-        for stat, r in (a.get('paired') or {}).items():
-            if r is None:
-                continue
-            lines.append(
-                f'- {name} - {a["baseline"]}, {stat} {what}: '
-                f'{arm_interval(r)}. Hierarchical paired bootstrap over '
-                f'{r["images"]} images and {r["runs"][0]} / {r["runs"][1]} '
-                f'runs, {r["resamples"]} resamples, seed {r["seed"]}.')
-        lines += [f'- {name}: {n}' for n in a.get('notes', [])]
+    lines = verdict_lines(arms, what)
     text = [
         'Arms (runs of one name; mean +- sample sd over the runs):', '',
         markdown_table(['number', *arms], rows, left=1)

@@ -8,7 +8,7 @@ from ....utils.output import markdown_table, pyplot, wrap_label, write_report
 from ..attacks.pgd import ATTACKS, PERTURBERS
 from ..verdicts.paired import interval
 from ..verdicts.record import Verdicts
-from .arms import arms_markdown, arms_rows
+from .arms import RUN_BY_RUN, arms_markdown, arms_rows
 from .audit import audit_markdown
 
 #: How far right an adaptive curve is drawn, as a fraction of the largest
@@ -174,14 +174,15 @@ def write_attack_report(verdicts: Verdicts, work_dir: str) -> str:
         work_dir (str): Where to write.
 
     Returns:
-        str: The markdown: a title, then :func:`attack_markdown` (and the
-        arms, where one has two or more runs).
+        str: The markdown: a title, the arms' verdicts where an arm has
+        two or more runs, then :func:`attack_markdown` run by run.
     """
     summary, settings = verdicts.summary, verdicts.settings
-    text = '# Adversarial robustness\n\n' + attack_markdown(summary, settings)
+    text = attack_markdown(summary, settings)
     drawn, runs = summary, None
     if verdicts.means:
-        text += '\n## Arms\n\n' + arms_markdown(verdicts.arms)
+        text = ('## Arms\n\n' + arms_markdown(verdicts.arms) + RUN_BY_RUN +
+                text)
         drawn = verdicts.means
         runs = {
             label: [summary[r] for r in verdicts.runs[arm]]
@@ -190,6 +191,7 @@ def write_attack_report(verdicts: Verdicts, work_dir: str) -> str:
         }
         write_report(
             work_dir, 'adversarial_arms', table=arms_rows(verdicts.arms))
+    text = '# Adversarial robustness\n\n' + text
     write_report(
         work_dir,
         'adversarial',

@@ -10,7 +10,7 @@ from ..grid.store import CLEAN
 from ..verdicts.arms import CORRUPTION_FIGURES
 from ..verdicts.paired import interval
 from ..verdicts.record import Verdicts
-from .arms import arms_markdown, arms_rows
+from .arms import RUN_BY_RUN, arms_markdown, arms_rows
 from .corruption_figure import heatmaps
 
 
@@ -178,7 +178,9 @@ def write_robustness_report(verdicts: Verdicts, work_dir: str) -> str:
     text = grid_markdown(summary, corruptions, severities)
     drawn = verdicts.means or summary
     if verdicts.means:
-        text += '\n' + arms_markdown(verdicts.arms, CORRUPTION_FIGURES)
+        text = (
+            arms_markdown(verdicts.arms, CORRUPTION_FIGURES) + RUN_BY_RUN +
+            text)
         write_report(
             work_dir, 'robustness_arms', table=arms_rows(verdicts.arms))
     write_report(

@@ -164,6 +164,8 @@ def test_corruption_report_of_arms(tmp_path):
     assert 'Hierarchical paired bootstrap over 40 images and 3 / 2 runs' \
         in text
     assert 'a real difference' not in text
+    assert text.index('Hierarchical paired bootstrap') < text.index(
+        '## Run by run') < text.index('dot#0')
 
 
 def test_attack_report_of_arms(tmp_path):
@@ -191,6 +193,12 @@ def test_attack_report_of_arms(tmp_path):
     assert ell['paired']['worst/4']['low'] == want['low']
     assert ell['paired']['worst/4']['runs'] == [3, 3]
     assert '## Arms' in text and '(3 runs)' in text
+    # The arms' verdicts open the report; the run-by-run tests against the
+    # baseline arm's first run come below them.
+    arm_line = text.index('- ell - dot, worst/4 mIoU:')
+    run_line = text.index('- ell#1 - dot#0, worst case, eps 4:')
+    assert text.index('# Adversarial') < arm_line < text.index(
+        '## Run by run') < text.index('## Against the baseline') < run_line
 
 
 def test_stores_written_before_arms_still_report(tmp_path):
