@@ -264,10 +264,17 @@ def collapse_figure(results: Dict[str, Dict],
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f'{part} layer (forward order across stages)')
         ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if any(len(r) > 1 for r in arms.values()):  # the thin lines, once
+        from matplotlib.lines import Line2D
+        handles.append(Line2D([], [], color='0.3', lw=0.7, alpha=0.45))
+        labels.append('thin: each run of an arm')
     fig.legend(
-        *axes[0][0].get_legend_handles_labels(),
+        handles,
+        labels,
         loc='outside lower center',
-        ncols=1 if max(len(n) for n in arms) > 50 // len(arms) else len(arms),
+        ncols=1 if max(len(n) for n in labels) > 50 // len(labels) else len(
+            labels),
         fontsize=7)
     return fig
 

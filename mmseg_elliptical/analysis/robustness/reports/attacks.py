@@ -1,6 +1,7 @@
 """The adversarial report: :func:`write_attack_report` writes the attack
 grid's verdicts (:func:`~..verdicts.attacks.attack_verdicts`) as
 ``adversarial.{md,csv,png}``."""
+from collections import Counter
 from typing import Dict, List, Optional
 
 from ....utils.eps import eps_units
@@ -12,8 +13,13 @@ from .arms import RUN_BY_RUN, arms_markdown, arms_rows
 from .audit import audit_markdown
 
 #: How far right an adaptive curve is drawn, as a fraction of the largest
-#: eps (its points keep their eps in the table and the CSV).
+#: headline eps (its points keep their eps in the table and the CSV).
 ADAPTIVE_SHIFT = 0.012
+#: An attack's colour, by its place in ATTACKS + PERTURBERS (grey and
+#: black left out: those are the transfers' and the worst case's).
+PALETTE = ('C0', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C8', 'C9')
+#: The worst case's series name in the figure.
+WORST = 'worst case'
 
 
 def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
@@ -101,67 +107,141 @@ def attack_rows(cells: Dict[str, Dict]) -> tuple:
     return header, rows
 
 
+def series_style(series: str, steps: Optional[int]) -> Dict:
+    """How one series is drawn: its attack's colour (the worst case
+    black), dashed with hollow diamonds when adaptive, dotted when a
+    transfer, thinner and paler at other steps than the model's usual
+    (the audit's doubled steps)."""
+    attack, *rest = series.split('/')
+    base = attack.split('@')[0].replace('-adaptive', '')
+    order = [*ATTACKS, *PERTURBERS]
+    style = dict(
+        color='black' if series == WORST else
+        PALETTE[order.index(base) % len(PALETTE)] if base in order else '0.5',
+        linewidth=2.2 if series == WORST else 1.4,
+        linestyle='-',
+        zorder=4 if series == WORST else 2)
+    if attack.endswith('-adaptive'):
+        style.update(
+            linestyle=(0, (3, 2)),
+            marker='D',
+            zorder=3,
+            markerfacecolor='none',
+            markersize=5,
+            linewidth=1.)
+    if '@' in attack:
+        style.update(linestyle=':')
+    if rest and steps is not None and rest[-1] != str(steps):
+        style.update(linewidth=0.9, alpha=0.6)
+    return style
+
+
 def attack_curves(summary: Dict[str, Dict],
                   norm: str,
                   runs: Optional[Dict[str, List[Dict]]] = None):
-    """mIoU against eps, the clean mIoU at eps 0: a colour per attack (the
-    worst case black), a line style per model; the adaptive attacks dashed,
-    with hollow diamonds, drawn over the plain ones and nudged right by
-    :data:`ADAPTIVE_SHIFT` of the largest eps (where the two coincide, both
-    stay visible). ``runs``: for an entry of ``summary`` that is an arm's
-    mean, its runs' summaries: their worst cases drawn as thin lines."""
+    """mIoU against eps, the clean mIoU at eps 0: the headline eps (those
+    with a worst case) in the left panel, the audit's eps sweep beyond
+    them, where there is one, in a panel of its own. A colour per attack
+    (the worst case black), a marker per model; adaptive curves dashed
+    with hollow diamonds and nudged right by :data:`ADAPTIVE_SHIFT` of the
+    largest eps (where one lies on its plain twin both stay visible);
+    transfers dotted; other step counts than a model's usual thinner.
+    ``runs``: for an entry of ``summary`` that is an arm's mean, its runs'
+    summaries, whose worst cases are drawn as thin unlabelled lines. The
+    legend names each attack, model and style once."""
+    from matplotlib.lines import Line2D
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    styles = ['-', '--', ':', '-.']
-    # every attack its colour (square too: black is the worst case's)
-    colours = {a: f'C{i}' for i, a in enumerate([*ATTACKS, *PERTURBERS])}
+    headline = max((float(e) for s in summary.values() for e in s['worst']),
+                   default=0.)
+    swept = headline and any(
+        float(e) > headline for s in summary.values()
+        for v in s['series'].values() for e in v)
+    fig, axes = plt.subplots(
+        1,
+        2 if swept else 1,
+        figsize=(10 if swept else 7.5, 4),
+        squeeze=False,
+        gridspec_kw=dict(width_ratios=[3, 2] if swept else [1]))
+    axes = list(axes[0])
+    markers = ['o', 's', '^', 'v', 'P', 'X', '*', 'h']
+    attacks, models = {}, {}
     for m, (name, s) in enumerate(summary.items()):
+        marker = markers[m % len(markers)]
+        models[name] = marker
         for run in (runs or {}).get(name, []):
-            points = [(0., run['clean'])
-                      ] + [(float(e), v) for e, v in worst_miou(run).items()]
-            points = [(e, v) for e, v in points if v is not None]
-            ax.plot([e for e, _ in points], [v for _, v in points],
-                    linestyle=styles[m % len(styles)],
+            points = [(0., run['clean'])] + sorted(
+                (float(e), v) for e, v in worst_miou(run).items())
+            for ax in axes[:1]:
+                ax.plot(
+                    *zip(*[p for p in points if p[1] is not None]),
+                    color='black',
                     linewidth=0.7,
                     alpha=0.45,
-                    color='black',
                     zorder=1)
-        curves = {**s['series'], 'worst case': worst_miou(s)}
-        for series, values in curves.items():
+        steps = Counter(k.split('/')[-1] for k in s['series']).most_common(1)
+        steps = int(steps[0][0]) if steps else None
+        for series, values in {**s['series'], WORST: worst_miou(s)}.items():
             if all(v is None for v in values.values()):
                 continue  # e.g. an arm's transfer series, named by a run
-            attack = series.split('/')[0]
+            style = series_style(series, steps)
+            attacks.setdefault(
+                'worst case' if series == WORST else
+                series.split('/')[0].split('@')[0].replace('-adaptive', ''),
+                style['color'])
+            style.setdefault('marker', marker)
+            style.setdefault('markersize', 4)
             points = [(0., s['clean'])] + [(float(e), v)
                                            for e, v in values.items()]
-            points = [(e, v) for e, v in points if v is not None]
-            adaptive = attack.endswith('-adaptive')
-            # An adaptive curve often lies on its plain twin: drawn over it,
-            # thinner, dashed, hollow and nudged right, so both show.
-            shift = ADAPTIVE_SHIFT * max(
-                (float(e) for e in values), default=1.) if adaptive else 0.
-            ax.plot(
-                [e + shift * (e > 0) for e, _ in points],
-                [v for _, v in points],
-                linestyle=(0, (3, 2)) if adaptive else styles[m % len(styles)],
-                linewidth=1. if adaptive else 1.5,
-                marker='D' if adaptive else 'o',
-                markerfacecolor='none' if adaptive else None,
-                markersize=5 if adaptive else 4,
-                zorder=3 if adaptive else 2,
-                color=colours.get(attack.replace('-adaptive', ''), 'black'),
-                label=wrap_label(f'{name}: {series}', 32))
+            points = sorted(p for p in points if p[1] is not None)
+            shift = ADAPTIVE_SHIFT * headline if style['marker'] == 'D' else 0
+            for k, ax in enumerate(axes):
+                if k and all(e <= headline for e, _ in points):
+                    continue  # no point of the sweep
+                shown = [
+                    p for p in points
+                    if (p[0] <= headline if k == 0 else p[0] >= headline)
+                ]
+                ax.plot([e + shift * (e > 0) for e, _ in shown],
+                        [v for _, v in shown],
+                        label=f'{name}: {series}',
+                        **style)
+    handles = [Line2D([], [], color=c, lw=2) for c in attacks.values()]
+    labels = list(attacks)
+    handles += [
+        Line2D([], [], color='0.3', marker=mk, lw=0) for mk in models.values()
+    ]
+    labels += [f'model {n}' for n in models]
+    seen = ' '.join(k for s in summary.values() for k in s['series'])
+    if '-adaptive/' in seen:
+        handles.append(
+            Line2D([], [],
+                   color='0.3',
+                   linestyle=(0, (3, 2)),
+                   marker='D',
+                   markerfacecolor='none'))
+        labels.append('adaptive (through m)')
+    if '@' in seen:
+        handles.append(Line2D([], [], color='0.3', linestyle=':'))
+        labels.append('transfer (ATTACK@SOURCE)')
     if runs:
-        ax.plot([], [],
-                color='black',
-                linewidth=0.7,
-                alpha=0.45,
-                label='each run\'s worst case')
-    ax.set_xlabel(f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})')
-    ax.set_ylabel('mIoU')
-    ax.set_ylim(bottom=0)
-    ax.set_xlim(left=0)
-    ax.legend(
-        fontsize=7, loc='upper left', bbox_to_anchor=(1.02, 1), handlelength=3)
+        handles.append(Line2D([], [], color='black', lw=0.7, alpha=0.45))
+        labels.append('thin: each run\'s worst case')
+    label = f'eps ({"0-255 levels" if norm == "linf" else "L2, 0-1"})'
+    for k, ax in enumerate(axes):
+        ax.set_xlabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title(
+            'headline eps' if k == 0 else 'the audit\'s eps sweep', fontsize=9)
+    axes[0].set_xlim(left=0)
+    axes[0].set_ylabel('mIoU')
+    axes[-1].legend(
+        handles, [wrap_label(x, 32) for x in labels],
+        fontsize=7,
+        loc='upper left',
+        bbox_to_anchor=(1.02, 1),
+        handlelength=3)
+    fig.tight_layout()
     return fig
 
 

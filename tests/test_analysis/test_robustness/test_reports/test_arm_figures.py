@@ -82,7 +82,10 @@ def test_attack_curves_draw_the_runs_thin_and_the_mean():
     fig = attack_curves(drawn, 'linf', runs)
     ax = fig.axes[0]
     thin = [line for line in ax.lines if line.get_linewidth() == 0.7]
-    assert len(thin) == 4  # three runs and the legend's sample
+    assert len(thin) == 3  # the three runs, unlabelled
+    assert all(line.get_label().startswith('_') for line in thin)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend.count("thin: each run's worst case") == 1
     worst = [
         line for line in ax.lines if line.get_label().endswith('worst case')
         and line.get_xdata().size and line.get_label().startswith('ell')
@@ -98,6 +101,57 @@ def test_attack_curves_draw_the_runs_thin_and_the_mean():
     assert not [line for line in ax.lines if '@' in line.get_label()]
     assert np.allclose(worst[0].get_ydata(),
                        [71.0, 51.0, 19.0])  # means of 70-72, 50-52, 20-18
+
+
+def test_attack_curves_keep_the_sweep_apart_and_the_legend_short():
+    """The audit's sweep to 64 levels in its own panel (the headline eps
+    keep the left one), one legend entry per attack, model and style, a
+    colour of its own per attack, the worst case black."""
+    series = {
+        f'{a}/linf/10': {
+            '1': 60.0 - k,
+            '4': 40.0 - k
+        }
+        for k, a in enumerate(
+            ['pgd', 'segpgd', 'cospgd', 'apgd-mce', 'apgd-mce-bal', 'apgd-js'])
+    }
+    series['square/linf/1000'] = {'1': 65.0, '4': 55.0}
+    series['pgd/linf/20'] = {'4': 38.0}  # the audit's doubled steps
+    series['apgd-mce-bal/linf/10'].update({'16': 3.0, '64': 0.5})
+    summary = {
+        name:
+        dict(
+            clean=70.0,
+            series=dict(series),
+            worst={
+                '1': dict(mIoU=30.0),
+                '4': dict(mIoU=10.0)
+            },
+            mean_over_eps={})
+        for name in ('ell', 'dot', 'third')
+    }
+    fig = attack_curves(summary, 'linf')
+    head, sweep = fig.axes
+    assert head.get_xlim()[1] < 5 and sweep.get_xlim()[1] >= 64
+    assert all(max(line.get_xdata()) <= 4.1 for line in head.lines)
+    swept = [line.get_label() for line in sweep.lines]
+    assert sorted(swept) == [
+        f'{n}: apgd-mce-bal/linf/10' for n in ('dot', 'ell', 'third')
+    ]
+    legend = [t.get_text() for t in sweep.get_legend().get_texts()]
+    assert len(legend) == 8 + 3  # 7 attacks, the worst case; 3 models
+    colour = {}
+    for line in head.lines:
+        attack = line.get_label().split(': ')[1].split('/')[0]
+        colour.setdefault(attack, set()).add(line.get_color())
+    assert all(len(c) == 1 for c in colour.values())  # one per attack
+    assert colour['worst case'] == {'black'}
+    assert len({c.pop() for c in colour.values()}) == len(colour) == 8
+    doubled = [line for line in head.lines if '/20' in line.get_label()]
+    plain = [
+        line for line in head.lines if line.get_label() == 'ell: pgd/linf/10'
+    ]
+    assert doubled[0].get_linewidth() < plain[0].get_linewidth()
 
 
 def _collapse(cosine, spread):
@@ -132,6 +186,10 @@ def test_collapse_figure_draws_the_runs_thin_and_the_mean(collapse_results):
     assert len(thin) == 3
     means = [line for line in cosine.lines if line.get_linewidth() == 1.5]
     assert [m.get_label() for m in means] == ['ell (mean of 3 runs)', 'dot']
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [
+        'ell (mean of 3 runs)', 'dot', 'thin: each run of an arm'
+    ]
     expected = np.mean([collapse_results[r]['cosine'] for r in ARMS['ell']],
                        axis=0)
     assert np.allclose(means[0].get_ydata(), expected)
