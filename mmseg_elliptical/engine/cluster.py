@@ -56,12 +56,15 @@ class SlurmOptions:
         gpus_per_run (int): GPUs of the job (one task each); 0: CPU tasks.
         tasks_per_run (int): Tasks of a CPU job (with GPUs: one per GPU).
         cpus_per_task (int): ``--cpus-per-task``.
+        max_timeouts (int): Time-outs after which a job is not requeued
+            again (submitit's ``max_num_timeout``).
     """
     partition: str
     time_min: int = 60
     gpus_per_run: int = 0
     tasks_per_run: int = 1
     cpus_per_task: int = 1
+    max_timeouts: int = 3
 
     @property
     def tasks(self) -> int:
@@ -92,7 +95,7 @@ def executor(kind: str,
     if kind != 'slurm' or slurm is None:
         raise ValueError(f'executor {kind!r} (one of {EXECUTORS}; slurm '
                          'needs SlurmOptions)')
-    ex = submitit.SlurmExecutor(folder)
+    ex = submitit.SlurmExecutor(folder, max_num_timeout=slurm.max_timeouts)
     gpus = dict(gpus_per_node=slurm.gpus_per_run) if slurm.gpus_per_run \
         else {}
     ex.update_parameters(
@@ -107,16 +110,33 @@ def executor(kind: str,
     return ex
 
 
+class Resumable(submitit.helpers.Checkpointable):
+    """A job's function that Slurm may stop and requeue: signalled before
+    its time limit or preemption, submitit requeues the same call (up to
+    the executor's ``max_num_timeout`` time-outs), which resumes from the
+    last checkpoint (the function's own ``--resume``).
+
+    Args:
+        fn (callable): The function.
+    """
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
 def submit(ex: submitit.Executor, fn: Callable, *args: Any) -> submitit.Job:
-    """``ex.submit(fn, *args)``; a function of a module that a job's
-    interpreter cannot import by name (a tool loaded from its path) travels
-    by value."""
+    """``ex.submit(Resumable(fn), *args)``; a function of a module that a
+    job's interpreter cannot import by name (a tool loaded from its path)
+    travels by value."""
     module = sys.modules.get(getattr(fn, '__module__', None) or '')
     if module is not None and module.__name__ != '__main__' and \
             '.' not in module.__name__ and \
             PathFinder.find_spec(module.__name__) is None:
         cloudpickle.register_pickle_by_value(module)
-    return ex.submit(fn, *args)
+    return ex.submit(Resumable(fn), *args)
 
 
 def log_path(job: submitit.Job) -> str:
@@ -184,6 +204,9 @@ def outcome(job: submitit.Job, what: str) -> Any:
             return job.submission().result()
         return job.results()[0]
     except Exception as e:  # noqa: BLE001  # the job's error, with its log
+        if 'timed-out' in str(e) or state(job) == 'TIMEOUT':
+            raise JobError(f'{what}: job {job.job_id} {WHY["TIMEOUT"]}; its '
+                           f'log: {log_path(job)}') from None
         raise JobError(f'{what}: job {job.job_id} failed; its log: '
                        f'{log_path(job)}\n{e}') from e
 

@@ -1,11 +1,16 @@
 """The slurm_*.sh scripts against a real single-node Slurm
 (``tests/slurm_cluster.py``) on CPU tasks: ``slurm_train.sh`` with 2 tasks
-trains the weights of the 2-process torchrun run, bitwise."""
+trains the weights of the 2-process torchrun run, bitwise;
+``slurm_robustness.sh`` and ``slurm_adversarial.sh`` with 2 tasks give the
+single process's cells and per-image areas exactly. Without a cluster: the
+GPUs asked for only where there are some."""
+import json
 import os
 import os.path as osp
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from builders import DEMO_ELLIPTICAL, ROOT, tiny_config
@@ -137,3 +142,66 @@ def test_a_bad_task_count_is_one_line(env, words) -> None:
         timeout=60)
     assert proc.returncode == 2
     assert words in proc.stderr.splitlines()[-1], proc.stderr
+
+
+#: Small grids of the two evidence tools, and what their cells record
+#: beside the scores.
+GRIDS = {
+    'robustness': [
+        '--corruptions', 'gaussian_noise', '--severities', '1', '--max-images',
+        '4', '--resamples', '100'
+    ],
+    'adversarial': [
+        '--attacks', 'pgd', '--epsilons', '4', '--steps', '2', '--step-size',
+        '2', '--max-images', '4', '--resamples', '100'
+    ],
+}
+TIMING = ('seconds', 'finished')
+
+
+def cells(work: str, tool: str) -> dict:
+    """Every model's cells in ``<tool>.json`` without their timing."""
+    with open(osp.join(work, f'{tool}.json')) as f:
+        models = json.load(f)['models']
+    return {
+        name: {
+            key: {
+                k: v
+                for k, v in cell.items() if k not in TIMING
+            }
+            for key, cell in model['cells'].items()
+        }
+        for name, model in models.items()
+    }
+
+
+@pytest.mark.parametrize('tool', ['robustness', 'adversarial'])
+def test_the_grids_on_two_slurm_tasks_match_one_process(
+        slurm, demo_models, tmp_path, tool) -> None:
+    if tool == 'robustness':
+        pytest.importorskip('imagecorruptions')
+    args = [*demo_models, *GRIDS[tool], '--names', 'ell', 'dot']
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    run_command([
+        sys.executable, f'tools/analysis_tools/{tool}.py', *args, '--work-dir',
+        one
+    ],
+                timeout=400)
+    proc = run_command([
+        'bash', f'tools/slurm_{tool}.sh', slurm.partition, tool, *args,
+        '--work-dir', two
+    ],
+                       env=cpu_job_env(slurm),
+                       timeout=400)
+    assert '--ntasks=2' in proc.stderr and '--gres' not in proc.stderr
+    expected = cells(one, tool)
+    assert len(expected['ell']) == 2  # clean and one perturbation
+    assert json.dumps(cells(two, tool)) == json.dumps(expected)
+    for name, model in expected.items():
+        for key in model:
+            with np.load(osp.join(one, 'areas', name, f'{key}.npz')) as a, \
+                    np.load(osp.join(two, 'areas', name, f'{key}.npz')) as b:
+                assert sorted(a.files) == sorted(b.files)
+                for array in a.files:
+                    assert np.array_equal(a[array],
+                                          b[array]), (name, key, array)

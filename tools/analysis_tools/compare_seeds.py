@@ -136,7 +136,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      'partition of the jobs')
     args.slurm = cluster.SlurmOptions(
         args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
-        args.cpus_per_task) if args.executor == 'slurm' else None
+        args.cpus_per_task,
+        args.max_timeouts) if args.executor == 'slurm' else None
     if args.jobs is None:
         args.jobs = cores() if args.executor != 'slurm' else \
             len(args.configs) * len(args.seeds)
@@ -174,6 +175,12 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help='CPUs of each Slurm task (default: 1)')
+    group.add_argument(
+        '--max-timeouts',
+        type=non_negative_int,
+        default=3,
+        help='times a Slurm run that reaches its --time is requeued (it '
+        'resumes from its last checkpoint; default: 3)')
 
 
 def cores() -> int:
