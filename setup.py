@@ -49,6 +49,9 @@ setup(
         'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
         # Mask2Former, MaskFormer and KNet (mmdet asserts mmcv < 2.2.0)
         'mmdet': ['mmdet==3.3.0'],
+        # the seeds' runs as jobs, local or on Slurm (compare_seeds.py,
+        # mmseg_elliptical/engine/cluster.py)
+        'cluster': ['submitit==1.5.4'],
         # TensorboardVisBackend (the evidence hook's scalars; make demo-tb)
         'tensorboard': ['tensorboard>=2.21,<2.22'],
         # ONNX export (torch.onnx's dynamo exporter) and onnxruntime, at the

@@ -1,19 +1,23 @@
 """Fixtures shared by the tests. The support modules (``builders``,
 ``shipped_configs``, ``bench_builders``, ``onnx_builders``, ``saved_models``,
-``checks``, ``spies``, ``processes``) and the oracles are
+``checks``, ``spies``, ``processes``, ``slurm_cluster``) and the oracles are
 registered for pytest's assert rewriting, so their asserts report as the
 tests' own."""
+import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 pytest.register_assert_rewrite('attack_oracles', 'bench_builders', 'builders',
                                'checks', 'evidence_oracles', 'onnx_builders',
                                'oracles', 'processes', 'saved_models',
-                               'shipped_configs', 'spies')
+                               'shipped_configs', 'slurm_cluster', 'spies')
 
 import builders  # noqa: E402
 import saved_models  # noqa: E402
+import slurm_cluster  # noqa: E402
 
 
 @pytest.fixture(scope='session')
@@ -90,6 +94,34 @@ def family_models(demo_root, tmp_path_factory):
             str(tmp / f'{family}.py'))
         for family in builders.BACKBONES
     }
+
+
+@pytest.fixture(scope='session')
+def slurm_session():
+    """A real single-node Slurm (``tests/slurm_cluster.py``), started at
+    the first test that needs it and stopped at the end of the session; the
+    test skips with one line where it cannot start (fails instead under
+    ``MMSEG_ELLIPTICAL_NEED_SLURM=1``, as .ci/run sets it)."""
+    why = slurm_cluster.missing()
+    if why:
+        if os.environ.get('MMSEG_ELLIPTICAL_NEED_SLURM') == '1':
+            pytest.fail(f'{slurm_cluster.HOW_TO_RUN} ({why})', pytrace=False)
+        pytest.skip(f'{slurm_cluster.HOW_TO_RUN} ({why})')
+    # Not under pytest's base folder: another pytest session on the machine
+    # may delete that while this one runs.
+    folder = tempfile.mkdtemp(prefix='mmseg-elliptical-slurm-')
+    cluster = slurm_cluster.start(folder)
+    yield cluster
+    slurm_cluster.stop(cluster)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(slurm_session, monkeypatch):
+    """:func:`slurm_session` with its ``SLURM_CONF`` in this test's
+    environment (the Slurm commands of the tools and of submitit read it)."""
+    monkeypatch.setenv('SLURM_CONF', slurm_session.conf)
+    yield slurm_session
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@
 # mmseg's slurm_test.sh for tools/analysis_tools/adversarial.py, with
 # --launcher slurm. Env: GPUS (total, default 4), GPUS_PER_NODE (4),
 # CPUS_PER_TASK (5), SRUN_ARGS (extra srun flags), PYTHON (python).
-# mmengine's slurm launcher needs CUDA devices. A rerun resumes.
+# CPU nodes: GPUS_PER_NODE=0 with TASKS, TASKS_PER_NODE (slurm_launch.sh). A rerun resumes.
 set -euo pipefail
 if [ $# -lt 4 ]; then
   echo "usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [adversarial.py args...]" >&2

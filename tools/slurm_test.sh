@@ -4,7 +4,7 @@
 # mmseg's own slurm_test.sh, calling our tools/test.py (plugin loaded) with
 # --launcher slurm. Env: GPUS (total, default 4), GPUS_PER_NODE (4),
 # CPUS_PER_TASK (5), SRUN_ARGS (extra srun flags), PYTHON (see slurm_launch.sh).
-# mmengine's slurm launcher needs CUDA devices.
+# CPU nodes: GPUS_PER_NODE=0 with TASKS, TASKS_PER_NODE (slurm_launch.sh).
 set -euo pipefail
 if [ $# -lt 4 ]; then
   echo "usage: $0 PARTITION JOB_NAME CONFIG CHECKPOINT [tools/test.py args...]" >&2

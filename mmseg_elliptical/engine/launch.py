@@ -1,10 +1,11 @@
-"""Run mmseg's tools with the plugin, also ``--launcher pytorch`` without
-CUDA (gloo; docs/reliability.md, "Multi-GPU and Slurm")."""
+"""Run mmseg's tools with the plugin, also ``--launcher pytorch|slurm``
+without CUDA (gloo; docs/reliability.md, "Multi-GPU and Slurm")."""
 import argparse
 import gc
 import logging
 import os
 import runpy
+import subprocess
 import sys
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional, Sequence
@@ -39,9 +40,9 @@ def argv_launcher(argv: Sequence[str]) -> str:
 
 def prepare_cpu_launch(argv: Sequence[str],
                        cuda: Optional[bool] = None) -> List[str]:
-    """Set up a ``--launcher pytorch`` run on CPU: a gloo group from
-    torchrun's environment (mmengine 0.10's launcher needs CUDA) and DDP
-    without ``device_ids``.
+    """Set up a ``--launcher pytorch|slurm`` run on CPU: a gloo group from
+    torchrun's or Slurm's environment (mmengine 0.10's launchers need CUDA)
+    and DDP without ``device_ids``.
 
     Args:
         argv (Sequence[str]): The tool's command line.
@@ -56,17 +57,49 @@ def prepare_cpu_launch(argv: Sequence[str],
     launcher = argv_launcher(argv)
     if cuda or launcher == 'none':
         return argv
-    if launcher != 'pytorch':
+    if launcher == 'slurm':
+        slurm_environment()
+    elif launcher != 'pytorch':
         raise RuntimeError(
             f'--launcher {launcher} needs CUDA devices with mmengine 0.10; on '
-            'a machine without GPUs use tools/dist_train.sh / dist_test.sh '
-            '(--launcher pytorch, gloo backend).')
+            'a machine without GPUs use --launcher pytorch (tools/dist_*.sh) '
+            'or slurm (tools/slurm_*.sh), gloo backend.')
     init_cpu_group()
     return argv + ['--cfg-options', *CPU_WRAPPER_OPTIONS]
 
 
+def slurm_port(job_id: str) -> int:
+    """The rendezvous port of a Slurm job without ``MASTER_PORT``: one of
+    20000-39999 from the job id, so two jobs on one node do not meet."""
+    return 20000 + int(job_id) % 20000 if job_id.isdigit() else 29500
+
+
+def slurm_environment() -> None:
+    """torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) from Slurm's, as mmengine's slurm
+    launcher sets them, in a task started by ``srun``; ``MASTER_ADDR`` and
+    ``MASTER_PORT`` already set are kept.
+
+    Raises:
+        ConfigError: Not in a Slurm task (no ``SLURM_PROCID``).
+    """
+    env = os.environ
+    check_launcher('slurm')
+    if 'MASTER_ADDR' not in env:
+        nodes = env.get('SLURM_STEP_NODELIST', env.get('SLURM_NODELIST', ''))
+        hosts = subprocess.run(['scontrol', 'show', 'hostnames', nodes],
+                               capture_output=True,
+                               text=True).stdout.split()
+        env['MASTER_ADDR'] = hosts[0] if hosts else '127.0.0.1'
+    env.setdefault('MASTER_PORT', str(slurm_port(env.get('SLURM_JOB_ID', ''))))
+    env['RANK'] = env['SLURM_PROCID']
+    env['WORLD_SIZE'] = env['SLURM_NTASKS']
+    env['LOCAL_RANK'] = env.get('SLURM_LOCALID', '0')
+
+
 def init_cpu_group() -> None:
-    """Join torchrun's process group on the CPU (gloo), once."""
+    """Join torchrun's (or :func:`slurm_environment`'s) process group on
+    the CPU (gloo), once."""
     if 'RANK' not in os.environ:
         check_launcher('pytorch')
     if not dist.is_initialized():
@@ -79,7 +112,7 @@ def start_launcher(launcher: str,
     own runners.
 
     Args:
-        launcher (str): ``'none'``, ``'pytorch'`` or ``'slurm'`` (CUDA).
+        launcher (str): ``'none'``, ``'pytorch'`` or ``'slurm'``.
         cuda (bool, optional): Defaults to ``torch.cuda.is_available()``.
 
     Returns:
@@ -225,7 +258,10 @@ def run_mmseg_tool(name: str) -> None:
         check_launcher(argv_launcher(sys.argv), name)
     except ConfigError as e:
         fail(str(e))
-    sys.argv = prepare_cpu_launch(sys.argv)
+    try:
+        sys.argv = prepare_cpu_launch(sys.argv)
+    except ConfigError as e:
+        fail(str(e))
     try:
         with ending_process_group(), unknown_types_as_config_errors():
             runpy.run_path(mmseg_tool_path(name), run_name='__main__')

@@ -1,6 +1,6 @@
 """What a run needs around it, checked at the door (docs/reliability.md):
 an output folder that is not a file, the config's data folders, and the
-environment of ``--launcher pytorch``. Each problem is one
+environment of ``--launcher pytorch|slurm``. Each problem is one
 :class:`~mmseg_elliptical.errors.ConfigError` line naming the fix."""
 import copy
 import os
@@ -99,13 +99,21 @@ def launch_script(tool: Optional[str] = None) -> str:
 
 def check_launcher(launcher: str, tool: Optional[str] = None) -> None:
     """Refuse ``--launcher pytorch`` outside torchrun, naming the tool's
-    launch script (:func:`launch_script`)."""
+    launch script (:func:`launch_script`), and ``--launcher slurm`` outside
+    a task started by srun."""
     if launcher == 'pytorch' and 'RANK' not in os.environ and \
             not LAUNCHING:
         raise ConfigError(
             '--launcher pytorch expects the environment torchrun sets (RANK, '
             'WORLD_SIZE, MASTER_ADDR, MASTER_PORT); start it with '
             f'{launch_script(tool)}, or drop --launcher')
+    if launcher == 'slurm' and 'SLURM_PROCID' not in os.environ and \
+            not LAUNCHING:
+        raise ConfigError(
+            '--launcher slurm expects the environment of a task started by '
+            'srun (SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST); start it with '
+            f'{launch_script(tool).replace("dist_", "slurm_")}, or drop '
+            '--launcher')
 
 
 def check_run(parser,

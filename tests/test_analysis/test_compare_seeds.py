@@ -1,20 +1,23 @@
 """``tools/analysis_tools/compare_seeds.py``: each seed trained once,
 resumable, mean ± std; ``analysis/seed_runs.py``: the history it reads
 and the statistics over seeds."""
+import functools
 import json
 import os
 import os.path as osp
 import subprocess
-import threading
-import time
 
 import numpy as np
 import pytest
+import seed_fakes
 from builders import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE
 from mmengine.config import Config
 from processes import load_tool
 
 from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
+from mmseg_elliptical.utils import load_config
+
+TESTS = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 @pytest.fixture(scope='module')
@@ -119,23 +122,13 @@ def test_summary_and_table_use_the_last_validation(compare):
 
 
 @pytest.fixture
-def fake_training(compare, monkeypatch):
-    """``compare.train`` replaced by a logger of calls writing a history;
+def fake_training(compare, monkeypatch, tmp_path):
+    """``compare.train`` replaced by :func:`seed_fakes.train` (it runs in
+    the jobs: its calls, failures and barrier go through a control folder);
     the configs (``load_config``) by 4-iteration configs whose content
     (``edits``) the test changes."""
-    calls, fail, edits, trained = [], set(), {}, []
-
-    def train(config, seed, work_dir, threads=None):
-        trained.append(Config.fromfile(config))
-        name = trained[-1].name
-        calls.append((name, seed))
-        if (name, seed) in fail:
-            raise RuntimeError('training failed')
-        _scalars(
-            work_dir, f'2024_{len(calls)}',
-            [dict(mIoU=seed + 0.5, step=2),
-             dict(mIoU=seed + 1.5, step=4)])
-        return 1.0
+    control = seed_fakes.Control(str(tmp_path / 'control'))
+    edits = {}
 
     def load_config(config, options=None):
         cfg = Config(
@@ -146,92 +139,107 @@ def fake_training(compare, monkeypatch):
         cfg.merge_from_dict(options or {})
         return cfg
 
-    monkeypatch.setattr(compare, 'train', train)
+    monkeypatch.setattr(compare, 'train',
+                        functools.partial(seed_fakes.train, control.folder))
     monkeypatch.setattr(compare, 'load_config', load_config)
-    return calls, fail, edits, trained
+    # a local job's interpreter imports seed_fakes
+    monkeypatch.setenv(
+        'PYTHONPATH',
+        os.pathsep.join([TESTS, os.environ.get('PYTHONPATH', '')]))
+    return control, edits
 
 
-def test_runs_are_trained_once(compare, tmp_path, fake_training):
-    calls, fail, fingerprints, trained = fake_training
+def _calls(control):
+    return [(c['name'], c['seed']) for c in control.calls()]
+
+
+@pytest.mark.parametrize(
+    'executor',
+    ['debug', pytest.param('local', marks=pytest.mark.slow)])
+def test_runs_are_trained_once(compare, tmp_path, fake_training, executor):
+    control, fingerprints = fake_training
     work = str(tmp_path / 'cmp')
     args = (['a.py', 'b.py'], ['x', 'y'], [0, 1], work, {'k': 1})
-    first = compare.run_all(*args, log=lambda s: None)
-    assert calls == [('a.py', 0), ('a.py', 1), ('b.py', 0), ('b.py', 1)]
+    options = dict(log=lambda s: None, executor=executor)
+    first = compare.run_all(*args, **options)
+    assert _calls(control) == [('a.py', 0), ('a.py', 1), ('b.py', 0),
+                               ('b.py', 1)]
     # Each run trains the config dumped in its folder, options merged.
+    trained = [Config.fromfile(c['config']) for c in control.calls()]
     assert all(cfg.k == 1 for cfg in trained)
     assert trained[0].filename == osp.join(work, 'x', 'seed0', 'config.py')
     assert [r['history']['4']['mIoU'] for r in first] == [1.5, 2.5] * 2
-    calls.clear()
-    assert compare.run_all(*args, log=lambda s: None) == first
-    assert calls == []
+    # Each result names its job and the job's log.
+    for result in first:
+        job = result['job']
+        assert job['executor'] == executor and job['id']
+        assert job['log'].startswith(
+            osp.join(work, result['name'], f'seed{result["seed"]}',
+                     'submitit'))
+    if executor == 'local':  # a process of its own, its log written
+        assert len({c['pid'] for c in control.calls()} | {os.getpid()}) == 5
+        assert all(osp.isfile(r['job']['log']) for r in first)
+    control.clear()
+    assert compare.run_all(*args, **options) == first
+    assert _calls(control) == []
     # a run without its result (interrupted) is trained again, alone
     os.remove(osp.join(work, 'y', 'seed0', compare.RESULT))
-    compare.run_all(*args, log=lambda s: None)
-    assert calls == [('b.py', 0)]
+    compare.run_all(*args, **options)
+    assert _calls(control) == [('b.py', 0)]
     # a failed run leaves no result; the next command retries it
-    calls.clear()
+    control.clear()
     os.remove(osp.join(work, 'x', 'seed1', compare.RESULT))
-    fail.add(('a.py', 1))
-    with pytest.raises(RuntimeError, match='training failed'):
-        compare.run_all(*args, log=lambda s: None)
+    control.set(fail=[('a.py', 1)])
+    with pytest.raises(RuntimeError, match='training failed') as failed:
+        compare.run_all(*args, **options)
+    assert 'x seed 1: job ' in str(failed.value)
     assert not osp.exists(osp.join(work, 'x', 'seed1', compare.RESULT))
     # other settings in the same folder are refused: options, config content
     with pytest.raises(ValueError, match='another --work-dir'):
-        compare.run_all(*args[:4], {'k': 2}, log=lambda s: None)
+        compare.run_all(*args[:4], {'k': 2}, **options)
     fingerprints['a.py'] = 'edited'
     with pytest.raises(ValueError, match='another --work-dir'):
-        compare.run_all(*args, log=lambda s: None)
+        compare.run_all(*args, **options)
 
 
+@pytest.mark.slow  # local jobs: processes
 def test_jobs_train_runs_at_once_and_keep_their_order(compare, tmp_path,
-                                                      fake_training,
-                                                      monkeypatch):
-    calls = fake_training[0]
-    inner, lock = compare.train, threading.Lock()
-    state = dict(now=0, most=0, threads=set())
-
-    def train(config, seed, work_dir, threads=None):
-        with lock:
-            state['now'] += 1
-            state['most'] = max(state['most'], state['now'])
-            state['threads'].add(threads)
-        if barrier is not None:
-            barrier.wait()  # broken (an error) unless both runs are here
-        time.sleep(0.05)
-        with lock:
-            state['now'] -= 1
-        return inner(config, seed, work_dir)
-
-    monkeypatch.setattr(compare, 'train', train)
-    barrier = threading.Barrier(2, timeout=20)
+                                                      fake_training):
+    control = fake_training[0]
+    # Both runs of a pair must be in their jobs at once: the fake fails
+    # after 60 s unless 2 runs have arrived.
+    control.set(barrier=2)
     results = compare.run_all(['a.py', 'b.py'], ['x', 'y'], [0, 1],
                               str(tmp_path / 'two'),
                               log=lambda s: None,
                               jobs=2,
                               threads=3)
-    assert state['most'] == 2 and state['threads'] == {3}
+    assert control.most_at_once() == 2
+    assert {c['threads'] for c in control.calls()} == {3}
     assert [(r['name'], r['seed']) for r in results] == [('x', 0), ('x', 1),
                                                          ('y', 0), ('y', 1)]
-    assert sorted(calls) == [('a.py', 0), ('a.py', 1), ('b.py', 0),
-                             ('b.py', 1)]
-    barrier, state['most'] = None, 0
+    assert sorted(_calls(control)) == [('a.py', 0), ('a.py', 1), ('b.py', 0),
+                                       ('b.py', 1)]
+    control.set()
+    control.clear()
     compare.run_all(['a.py'], ['x'], [0, 1, 2],
                     str(tmp_path / 'one'),
                     log=lambda s: None,
                     jobs=1)
-    assert state['most'] == 1
+    assert len(control.calls()) == 3 and control.most_at_once() == 1
 
 
+@pytest.mark.slow  # local jobs: processes
 def test_a_failed_run_stops_the_runs_not_started(compare, tmp_path,
                                                  fake_training):
-    calls, fail = fake_training[:2]
-    fail.add(('a.py', 0))
+    control = fake_training[0]
+    control.set(fail=[('a.py', 0)])
     with pytest.raises(RuntimeError, match='training failed'):
         compare.run_all(['a.py', 'b.py'], ['x', 'y'], [0, 1],
-                        str(tmp_path),
+                        str(tmp_path / 'work'),
                         log=lambda s: None,
                         jobs=1)
-    assert calls == [('a.py', 0)]
+    assert _calls(control) == [('a.py', 0)]
 
 
 def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
@@ -246,22 +254,30 @@ def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
     compare.train('c.py', 4, str(tmp_path), threads=3)
     assert seen['env']['OMP_NUM_THREADS'] == '3'
     assert seen['command'][-1] == 'randomness.seed=4'
-    compare.train('c.py', 4, str(tmp_path))
+    assert seen['command'][-4:-2] == ['--launcher', 'none']
+    compare.train('c.py', 4, str(tmp_path), launcher='slurm')
     assert seen['env']['OMP_NUM_THREADS'] == '7'
+    assert seen['command'][-4:-2] == ['--launcher', 'slurm']
 
 
-def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch):
+@pytest.mark.slow  # local jobs: processes
+def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch,
+                                          fake_training):
+    control = fake_training[0]
+    control.set(history=[2])
     root = str(tmp_path / 'fresh' / 'demo_shapes')
     seen = []
 
-    def train(config, seed, work_dir, threads=None):
+    def prepare(config, cfg):
         seen.append(osp.isfile(osp.join(root, 'meta.json')))
-        _scalars(work_dir, 'stamp', [dict(mIoU=1.0, step=2)])
-        return 1.0
+        inner(config, cfg)
+        seen.append(osp.isfile(osp.join(root, 'meta.json')))
 
-    monkeypatch.setattr(compare, 'train', train)
+    inner = compare.prepare_data
+    monkeypatch.setattr(compare, 'prepare_data', prepare)
+    monkeypatch.setattr(compare, 'load_config', load_config)
     loaders = ('train_dataloader', 'val_dataloader', 'test_dataloader')
-    options = {'train_cfg.max_iters': 2}
+    options = {'train_cfg.max_iters': 2, 'name': 'dot'}
     for loader in loaders:
         options[f'{loader}.dataset.data_root'] = root
         options[f'{loader}.dataset.generate'] = TINY_GENERATE
@@ -270,8 +286,12 @@ def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch):
                     options,
                     log=lambda s: None,
                     jobs=2)
-    assert seen == [True, True]
-    missing = {}
+    # generated once, here, before the two jobs (which found it there)
+    assert seen == [False, True]
+    first = min(c['start'] for c in control.calls())
+    assert os.stat(osp.join(root, 'meta.json')).st_mtime <= first
+    assert len(control.calls()) == 2
+    missing = {'name': 'dot'}
     for loader in loaders:
         missing[f'{loader}.dataset.generate'] = None
         missing[f'{loader}.dataset.data_root'] = str(tmp_path / 'none')
@@ -280,17 +300,18 @@ def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch):
                         str(tmp_path / 'work2'),
                         missing,
                         log=lambda s: None)
-    assert len(seen) == 2
+    assert len(control.calls()) == 2
 
 
 def test_a_run_must_validate_at_its_last_iteration(compare, tmp_path,
                                                    fake_training):
     with pytest.raises(RuntimeError, match='last iteration'):
         compare.run_all(['a.py'], ['x'], [0],
-                        str(tmp_path), {'train_cfg.max_iters': 6},
-                        log=lambda s: None)
+                        str(tmp_path / 'work'), {'train_cfg.max_iters': 6},
+                        log=lambda s: None,
+                        executor='debug')
     assert not osp.exists(
-        osp.join(str(tmp_path), 'x', 'seed0', compare.RESULT))
+        osp.join(str(tmp_path / 'work'), 'x', 'seed0', compare.RESULT))
 
 
 def test_fingerprint_of_the_config_and_options(compare):
@@ -362,6 +383,9 @@ def test_end_to_end_on_tiny_runs(compare, demo_root, tmp_path, monkeypatch,
     with open(osp.join(work, 'compare.json')) as f:
         runs = json.load(f)['runs']
     finals = [r['history']['2']['mIoU'] for r in runs]
+    for run in runs:  # each run's job: its id and its log
+        assert run['job']['executor'] == 'local', run['job']
+        assert osp.isfile(run['job']['log']), run['job']
     assert summary['ell']['mIoU']['mean'] == pytest.approx(np.mean(finals))
     with open(osp.join(work, 'compare.md')) as f:
         row = f.read().splitlines()[2]

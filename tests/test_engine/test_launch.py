@@ -9,6 +9,7 @@ import faulthandler
 import logging
 import os
 import os.path as osp
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -161,7 +162,10 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
     # With CUDA, or without a launcher, the command line is left alone.
     assert prepare_cpu_launch(argv, cuda=True) == argv
     assert prepare_cpu_launch(['t.py', 'c.py'], cuda=False) == ['t.py', 'c.py']
-    with pytest.raises(RuntimeError, match='--launcher slurm needs CUDA'):
+    with pytest.raises(RuntimeError, match='--launcher mpi needs CUDA'):
+        prepare_cpu_launch(['t.py', '--launcher', 'mpi'], cuda=False)
+    monkeypatch.delenv('SLURM_PROCID', raising=False)
+    with pytest.raises(ConfigError, match='task started by srun'):
         prepare_cpu_launch(['t.py', '--launcher', 'slurm'], cuda=False)
     monkeypatch.delenv('RANK', raising=False)
     with pytest.raises(ConfigError, match='environment torchrun sets'):
@@ -174,6 +178,45 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
     assert out[-len(CPU_WRAPPER_OPTIONS) -
                1:] == ['--cfg-options', *CPU_WRAPPER_OPTIONS]
     assert 'model_wrapper_cfg.device_ids=None' in out
+
+
+def test_slurm_environment_becomes_torchruns(monkeypatch) -> None:
+    from mmseg_elliptical.engine import launch
+    for key in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
+                'LOCAL_RANK', 'SLURM_STEP_NODELIST'):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv('SLURM_PROCID', '3')
+    monkeypatch.setenv('SLURM_NTASKS', '4')
+    monkeypatch.setenv('SLURM_LOCALID', '1')
+    monkeypatch.setenv('SLURM_NODELIST', 'node[07-08]')
+    monkeypatch.setenv('SLURM_JOB_ID', '123456')
+    asked = []
+
+    def scontrol(args, **kwargs):
+        asked.append(args)
+        return subprocess.CompletedProcess(args, 0, 'node07\nnode08\n', '')
+
+    monkeypatch.setattr(launch.subprocess, 'run', scontrol)
+    launch.slurm_environment()
+    assert asked == [['scontrol', 'show', 'hostnames', 'node[07-08]']]
+    env = {
+        k: os.environ[k]
+        for k in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
+                  'LOCAL_RANK')
+    }
+    assert env == dict(
+        MASTER_ADDR='node07',
+        MASTER_PORT=str(20000 + 123456 % 20000),
+        RANK='3',
+        WORLD_SIZE='4',
+        LOCAL_RANK='1')
+    # Set by the user: kept.
+    monkeypatch.setenv('MASTER_PORT', '29999')
+    monkeypatch.setenv('MASTER_ADDR', 'head')
+    launch.slurm_environment()
+    assert (os.environ['MASTER_ADDR'], os.environ['MASTER_PORT']) == ('head',
+                                                                      '29999')
+    assert len(asked) == 1
 
 
 THREADS_AFTER_END = r'''

@@ -350,10 +350,15 @@ def test_the_run_around_a_tool_is_checked_at_the_door(path, script, argv,
      'start it with tools/dist_test.sh, or drop --launcher'),
     ('train.py', '{ell_cfg} --launcher pytorch',
      'start it with tools/dist_train.sh, or drop --launcher'),
+    ('train.py', '{ell_cfg} --launcher slurm',
+     '--launcher slurm expects the environment of a task started by srun '
+     '(SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST); start it with '
+     'tools/slurm_train.sh, or drop --launcher'),
 ])
 def test_the_run_around_train_and_test(tool, argv, expected, files, capsys,
                                        monkeypatch):
     monkeypatch.delenv('RANK', raising=False)
+    monkeypatch.delenv('SLURM_PROCID', raising=False)
     monkeypatch.setattr('mmengine.runner.Runner.from_cfg', forbidden)
     line = refused(capsys,
                    lambda args: run_tool_main(monkeypatch, tool, *args),

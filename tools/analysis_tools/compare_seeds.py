@@ -2,19 +2,29 @@
 
     python tools/analysis_tools/compare_seeds.py CONFIG [CONFIG ...] \\
         [--names ...] [--seeds 0 1 2] [--work-dir work_dirs/compare] \\
-        [--jobs N] [--threads T] [--cfg-options ...]
+        [--jobs N] [--threads T] [--cfg-options ...] \\
+        [--executor local|slurm|debug] [--partition P --time MIN \\
+         --gpus-per-run G --tasks-per-run T --cpus-per-task C]
 
-Every (config, seed) run is mmseg's ``tools/train.py`` in a subprocess, in its
-own work dir ``WORK_DIR/NAME/seedSEED``, on the config as resolved here (its
-bases and ``--cfg-options`` merged, dumped there as ``config.py``) with
-``--cfg-options randomness.seed=SEED``. A finished run leaves ``result.json``
-there and is skipped when the command is run again, unless its settings
-(config path and resolved content, seed) changed, which is an error; an
-interrupted one is resumed from its last checkpoint (``--resume``).
-Up to ``--jobs`` runs train at once (default: one per core), each on
-``--threads`` torch threads (``OMP_NUM_THREADS`` of its process; default:
-the cores shared among the jobs); the configs' datasets are built once
-here first, so that runs which generate the same data (the demo's) do
+Every (config, seed) run is mmseg's ``tools/train.py`` in a submitit job
+(``mmseg_elliptical/engine/cluster.py``), in its own work dir
+``WORK_DIR/NAME/seedSEED``, on the config as resolved here (its bases and
+``--cfg-options`` merged, dumped there as ``config.py``) with
+``--cfg-options randomness.seed=SEED``. ``--executor local`` (default) runs
+the jobs on this machine, ``slurm`` submits each as a Slurm job of
+``--gpus-per-run`` GPUs (one task each) or ``--tasks-per-run`` CPU tasks,
+training with ``--launcher slurm`` over its tasks, ``debug`` runs them one
+after the other in this process. A job's files and log are in the run's
+``submitit/`` folder; ``job.json`` there and ``compare.json`` name them.
+A finished run leaves ``result.json`` there and is skipped when the command
+is run again, unless its settings (config path and resolved content, seed)
+changed, which is an error; an interrupted, cancelled or failed one is
+resumed from its last checkpoint (``--resume``), and one whose Slurm job is
+still queued or running is waited for, not submitted again.
+Up to ``--jobs`` runs train at once (default: one per core; on Slurm: all),
+each on ``--threads`` torch threads (``OMP_NUM_THREADS`` of its process;
+default: the cores shared among the jobs); the configs' datasets are built
+once here first, so that runs which generate the same data (the demo's) do
 not race to write it.
 
 Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
@@ -31,9 +41,7 @@ import os.path as osp
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mmengine.config import Config
@@ -41,6 +49,7 @@ from mmengine.registry import init_default_scope
 from mmseg.registry import DATASETS
 
 from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
+from mmseg_elliptical.engine import cluster
 from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
                                     write_report)
 from mmseg_elliptical.utils.arguments import (CfgOptions, config_file, fail,
@@ -50,6 +59,9 @@ TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
 RESULT = 'result.json'
 CONFIG = 'config.py'
+JOB = 'job.json'
+#: The folder of a run's submitit files (pickles, the job's log).
+JOB_FOLDER = 'submitit'
 
 
 class RunError(RuntimeError):
@@ -90,9 +102,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--jobs',
         type=positive_int,
-        default=cores(),
         help='runs trained at once (default: the number of cores, '
-        f'{cores()} here)')
+        f'{cores()} here; with --executor slurm: all)')
     parser.add_argument(
         '--threads',
         type=positive_int,
@@ -105,6 +116,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         metavar='KEY=VALUE',
         default={},
         help='key=value options of every run, as in tools/train.py')
+    jobs_arguments(parser)
     args = parser.parse_args(argv)
     args.names = args.names or [
         osp.splitext(osp.basename(c))[0] for c in args.configs
@@ -119,8 +131,56 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      'its own.')
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f'argument --seeds: {args.seeds} repeat a seed.')
+    if args.executor == 'slurm' and not args.partition:
+        parser.error('argument --partition: --executor slurm needs the '
+                     'partition of the jobs')
+    args.slurm = cluster.SlurmOptions(
+        args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
+        args.cpus_per_task,
+        args.max_timeouts) if args.executor == 'slurm' else None
+    if args.jobs is None:
+        args.jobs = cores() if args.executor != 'slurm' else \
+            len(args.configs) * len(args.seeds)
     args.threads = args.threads or max(1, cores() // args.jobs)
     return args
+
+
+def jobs_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of where the runs' jobs run."""
+    group = parser.add_argument_group('jobs (submitit)')
+    group.add_argument(
+        '--executor',
+        choices=cluster.EXECUTORS,
+        default='local',
+        help='local: jobs on this machine (default); slurm: Slurm jobs; '
+        'debug: one after the other in this process')
+    group.add_argument('--partition', help='Slurm partition of the jobs')
+    group.add_argument(
+        '--time',
+        type=positive_int,
+        default=24 * 60,
+        help="minutes of a run's Slurm job (default: 1440)")
+    group.add_argument(
+        '--gpus-per-run',
+        type=non_negative_int,
+        default=0,
+        help='GPUs of a Slurm run, one task each (default: 0, CPU tasks)')
+    group.add_argument(
+        '--tasks-per-run',
+        type=positive_int,
+        default=1,
+        help='tasks of a Slurm run on CPUs (default: 1)')
+    group.add_argument(
+        '--cpus-per-task',
+        type=positive_int,
+        default=1,
+        help='CPUs of each Slurm task (default: 1)')
+    group.add_argument(
+        '--max-timeouts',
+        type=non_negative_int,
+        default=3,
+        help='times a Slurm run that reaches its --time is requeued (it '
+        'resumes from its last checkpoint; default: 3)')
 
 
 def cores() -> int:
@@ -140,8 +200,10 @@ def fingerprint(cfg: Config) -> str:
 def train(config: str,
           seed: int,
           work_dir: str,
-          threads: Optional[int] = None) -> float:
-    """Run mmseg's ``tools/train.py`` on one seed (resuming if it can).
+          threads: Optional[int] = None,
+          launcher: str = 'none') -> float:
+    """Run mmseg's ``tools/train.py`` on one seed (resuming if it can); the
+    function of a run's job.
 
     Args:
         config (str): Config file.
@@ -150,6 +212,8 @@ def train(config: str,
             output.
         threads (int, optional): ``OMP_NUM_THREADS`` of the run (default:
             this process's environment).
+        launcher (str): ``--launcher`` (``slurm`` in every task of a Slurm
+            job).
 
     Returns:
         float: Wall-clock seconds.
@@ -157,7 +221,8 @@ def train(config: str,
     os.makedirs(work_dir, exist_ok=True)
     command = [
         sys.executable, '-c', TRAIN, config, '--work-dir', work_dir,
-        '--resume', '--cfg-options', f'randomness.seed={seed}'
+        '--resume', '--launcher', launcher, '--cfg-options',
+        f'randomness.seed={seed}'
     ]
     env = dict(os.environ)
     if threads:
@@ -211,13 +276,10 @@ def _finished(path: str, settings: Dict) -> Optional[Dict]:
     return result
 
 
-def _train_one(cfg: Config, settings: Dict, run_dir: str, threads: int,
-               cfg_options: Optional[dict]) -> Dict:
-    """Train one run and write its ``result.json``; return the result."""
-    os.makedirs(run_dir, exist_ok=True)
-    cfg.dump(osp.join(run_dir, CONFIG))
-    seconds = train(
-        osp.join(run_dir, CONFIG), settings['seed'], run_dir, threads=threads)
+def _finish(cfg: Config, settings: Dict, run_dir: str, seconds: float,
+            cfg_options: Optional[dict], job: Dict) -> Dict:
+    """Check a trained run's history and write its ``result.json``; return
+    the result."""
     history = read_history(run_dir)
     last_iter = int(cfg.train_cfg.max_iters)
     if max(history, default=None) != last_iter:
@@ -231,6 +293,7 @@ def _train_one(cfg: Config, settings: Dict, run_dir: str, threads: int,
         settings,
         cfg_options=dict(cfg_options or {}),
         seconds=round(seconds, 1),
+        job=job,
         history={
             str(k): v
             for k, v in sorted(history.items())
@@ -240,6 +303,15 @@ def _train_one(cfg: Config, settings: Dict, run_dir: str, threads: int,
     return result
 
 
+def _saved_job(run_dir: str) -> Optional[Dict]:
+    """The record of the run's last job (``job.json``), if any."""
+    path = osp.join(run_dir, JOB_FOLDER, JOB)
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def run_all(configs: Sequence[str],
             names: Sequence[str],
             seeds: Sequence[int],
@@ -247,8 +319,11 @@ def run_all(configs: Sequence[str],
             cfg_options: Optional[dict] = None,
             log: Callable[[str], None] = print,
             jobs: int = 1,
-            threads: Optional[int] = None) -> List[Dict]:
-    """Train what has no ``result.json`` yet, up to ``jobs`` runs at once.
+            threads: Optional[int] = None,
+            executor: str = 'local',
+            slurm: Optional[cluster.SlurmOptions] = None) -> List[Dict]:
+    """Train what has no ``result.json`` yet, up to ``jobs`` runs at once,
+    each as a submitit job (:mod:`mmseg_elliptical.engine.cluster`).
 
     Every finished run's settings are checked before any training starts.
     A failed run stops the runs not started yet; those already training
@@ -264,11 +339,13 @@ def run_all(configs: Sequence[str],
         log (callable): Progress printer.
         jobs (int): Runs trained at once.
         threads (int, optional): ``OMP_NUM_THREADS`` of each run.
+        executor (str): ``'local'``, ``'slurm'`` or ``'debug'``.
+        slurm (SlurmOptions, optional): The resources of a Slurm run.
 
     Returns:
         list[dict]: One result per run (configs, then seeds, in order):
         ``name``, ``config``, ``seed``, ``config_sha256``, ``cfg_options``,
-        ``seconds``, ``history``.
+        ``seconds``, ``job`` (``executor``, ``id``, ``log``), ``history``.
     """
     resolved = {c: load_config(c, cfg_options) for c in configs}
     todo = [(c, n, s) for c, n in zip(configs, names) for s in seeds]
@@ -288,37 +365,57 @@ def run_all(configs: Sequence[str],
             pending.append((i, config, settings, run_dir))
     for config in dict.fromkeys(p[1] for p in pending):
         prepare_data(config, resolved[config])
+    launcher = 'slurm' if executor == 'slurm' else 'none'
+    records = {}
 
-    stop = threading.Event()  # set by a failed run
+    def start(i, config, settings, run_dir):
+        what = f'[{i + 1}/{len(todo)}] {settings["name"]} seed ' \
+            f'{settings["seed"]}'
+        folder = osp.join(run_dir, JOB_FOLDER)
+        job = cluster.attach(folder, _saved_job(run_dir))
+        if job is not None:
+            log(f'{what}: its Slurm job {job.job_id} is still queued or '
+                'running: waiting for it')
+        else:
+            os.makedirs(run_dir, exist_ok=True)
+            resolved[config].dump(osp.join(run_dir, CONFIG))
+            ex = cluster.executor(
+                executor,
+                folder,
+                slurm,
+                name=f'{settings["name"]}-seed{settings["seed"]}')
+            job = cluster.submit(ex, train, osp.join(run_dir, CONFIG),
+                                 settings['seed'], run_dir, threads, launcher)
+        records[i] = cluster.record(job, executor)
+        os.makedirs(folder, exist_ok=True)
+        with open(osp.join(folder, JOB), 'w') as f:
+            json.dump(records[i], f, indent=1)
+        log(f'{what}: training as job {job.job_id} (log: '
+            f'{osp.join(run_dir, "train.log")}, job log: '
+            f'{records[i]["log"]})')
+        return job
 
-    def one(i, config, settings, run_dir):
-        if stop.is_set():
-            return None
-        log(f'[{i + 1}/{len(todo)}] {settings["name"]} seed '
-            f'{settings["seed"]}: training (log: '
-            f'{osp.join(run_dir, "train.log")})')
-        try:
-            result = _train_one(resolved[config], settings, run_dir, threads,
-                                cfg_options)
-        except BaseException:
-            stop.set()
-            raise
+    def done(k, seconds):
+        i, config, settings, run_dir = pending[k]
+        result = _finish(resolved[config], settings, run_dir, seconds,
+                         cfg_options, records[i])
         last = result['history'][max(result['history'], key=int)]
         log(f'    {settings["name"]} seed {settings["seed"]}: '
             f'{result["seconds"] / 60:.1f} min, final mIoU '
             f'{last.get("mIoU", float("nan")):.2f}')
+        results[i] = result
         return result
 
-    errors = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [(p[0], pool.submit(one, *p)) for p in pending]
-        for i, future in futures:
-            try:
-                results[i] = future.result()
-            except Exception as e:  # raised below, after the others
-                errors.append(e)
-    if errors:
-        raise errors[0]
+    starts = [lambda p=p: start(*p) for p in pending]
+    try:
+        cluster.run_jobs(
+            starts,
+            jobs,
+            done,
+            names=[f'{p[2]["name"]} seed {p[2]["seed"]}' for p in pending],
+            poll_s=2.0 if executor == 'slurm' else 0.2)
+    except cluster.JobError as e:
+        raise RunError(str(e)) from None
     return results
 
 
@@ -390,7 +487,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
             args.cfg_options,
             log=lambda s: print(s, flush=True),
             jobs=args.jobs,
-            threads=args.threads)
+            threads=args.threads,
+            executor=args.executor,
+            slurm=args.slurm)
     except (StaleRunError, DataError) as e:
         fail(str(e))
     except RunError as e:  # the run's own log says why
@@ -407,6 +506,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
             command=dict(
                 jobs=args.jobs,
                 threads=args.threads,
+                executor=args.executor,
                 seconds=round(seconds, 1))),
         markdown=table,
         figure=figure(results))

@@ -1,0 +1,104 @@
+"""A real single-node Slurm for the tests (``tools/misc/slurm_cluster.sh``):
+munged, slurmctld and slurmd on this machine, started once per session in a
+temporary folder and stopped at its end.
+
+Where Debian's ``slurm-wlm`` and ``munge`` are missing (or the tests do not
+run as root) the tests that need it skip with :data:`HOW_TO_RUN`.
+"""
+import os
+import os.path as osp
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from builders import ROOT
+
+SCRIPT = osp.join(ROOT, 'tools', 'misc', 'slurm_cluster.sh')
+PARTITION = 'debug'
+#: The one line of a skipped Slurm test.
+HOW_TO_RUN = ('needs a real Slurm: as root, apt-get install -y slurm-wlm '
+              'munge, then run the tests again (bash .ci/run does both)')
+
+
+@dataclass
+class Cluster:
+    """A started test cluster.
+
+    Attributes:
+        folder (str): Its configuration, state and logs.
+        conf (str): Its ``slurm.conf`` (``SLURM_CONF`` of its commands).
+        partition (str): Its one partition.
+    """
+    folder: str
+    conf: str
+    partition: str = PARTITION
+
+    def env(self, **extra: str) -> Dict[str, str]:
+        """This process's environment with ``SLURM_CONF`` and ``extra``."""
+        return dict(os.environ, SLURM_CONF=self.conf, **extra)
+
+    def command(self, *args: str, timeout: float = 60) -> str:
+        """Run a Slurm command (``squeue``, ``scancel``, ...); its stdout."""
+        return subprocess.run(
+            args,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=timeout).stdout
+
+    def job_state(self, job_id: str) -> Optional[str]:
+        """``JobState`` of a job from ``scontrol`` (None: unknown)."""
+        proc = subprocess.run(['scontrol', 'show', 'job', '-o', job_id],
+                              env=self.env(),
+                              capture_output=True,
+                              text=True)
+        found = re.search(r'JobState=(\S+)', proc.stdout)
+        return found.group(1) if found else None
+
+    def wait_idle(self, timeout: float = 120) -> None:
+        """Wait until no job is queued or running (a test's jobs ended)."""
+        deadline = time.monotonic() + timeout
+        while self.command('squeue', '-h').strip():
+            assert time.monotonic() < deadline, self.command('squeue')
+            time.sleep(0.5)
+
+
+def missing() -> Optional[str]:
+    """Why no test cluster can start here (None: it can)."""
+    if os.name != 'posix' or os.geteuid() != 0:
+        return 'not root'
+    for program in ('munged', 'slurmctld', 'slurmd', 'sinfo', 'srun'):
+        if not (shutil.which(program) or osp.exists(f'/usr/sbin/{program}')):
+            return f'{program} missing'
+    return None
+
+
+def start(folder: str) -> Cluster:
+    """Start the cluster in ``folder`` (the node idle at return).
+
+    Raises:
+        RuntimeError: It did not start; the script's output says why.
+    """
+    proc = subprocess.run(['bash', SCRIPT, 'start', folder],
+                          capture_output=True,
+                          text=True,
+                          timeout=180)
+    if proc.returncode:
+        raise RuntimeError(f'{SCRIPT} start {folder} failed: '
+                           f'{proc.stdout}{proc.stderr}')
+    return Cluster(folder, osp.join(folder, 'slurm.conf'))
+
+
+def stop(cluster: Cluster) -> None:
+    """Cancel what is left of its jobs, stop its daemons."""
+    subprocess.run(['scancel', '--partition', cluster.partition],
+                   env=cluster.env(),
+                   capture_output=True,
+                   timeout=60)
+    subprocess.run(['bash', SCRIPT, 'stop', cluster.folder],
+                   capture_output=True,
+                   timeout=120)
