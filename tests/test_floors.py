@@ -11,6 +11,7 @@ ROOT = Path(osp.dirname(mmseg_elliptical.__file__))
 PACKAGE = 'mmseg_elliptical'
 #: The floors, bottom first: a module may import its own floor and below.
 FLOORS = {
+    '_quiet': 0,  # the warning filter the package's __init__ imports first
     'errors': 0,
     'utils': 0,
     'models': 1,
