@@ -42,7 +42,11 @@
 # that touch mmcv's ops in a second venv with full mmcv (FULL_VENV).
 # DEMO_THREADS (default 1) is the torch thread count of the demo runs: the
 # demo's matrices are small, and two threads competing with other processes
-# for two cores run many times slower than one.
+# for two cores run many times slower than one. DEMO_ENV pins the threads
+# and the CPU kernels (ATen's capability, MKL's code path, oneDNN's ISA) so
+# that the demo trains to the same number on every x86-64 host with AVX2:
+# mmseg_elliptical/utils/pinned_env.py is the one place (docs/demo.md, "One
+# number on every host"); DEMO_THREADS=2 gives other numbers.
 PYTHON ?= python3
 VENV ?= .venv
 WHEELHOUSE ?=
@@ -53,7 +57,7 @@ DEMO_DOT_CONFIG ?= configs/demo/segmenter_vit-mini-p8_mask_1xb8-3k_demo-shapes-6
 SEEDS ?= 0 1 2
 BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
-DEMO_ENV := OMP_NUM_THREADS=$(DEMO_THREADS)
+DEMO_ENV = $(shell $(PYTHON) mmseg_elliptical/utils/pinned_env.py $(DEMO_THREADS))
 
 .PHONY: setup demo demo-dot demo-tb compare export lint test test-fast benchmark \
 	speed report adversarial test-full-mmcv demo-at

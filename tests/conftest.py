@@ -1,6 +1,7 @@
 """Fixtures shared by the tests. The support modules (``builders``,
 ``shipped_configs``, ``bench_builders``, ``onnx_builders``, ``saved_models``,
-``checks``, ``spies``, ``processes``, ``slurm_cluster``) and the oracles are
+``checks``, ``spies``, ``processes``, ``slurm_cluster``, ``demo_losses``) and
+the oracles are
 registered for pytest's assert rewriting, so their asserts report as the
 tests' own."""
 import os
@@ -13,7 +14,8 @@ import pytest
 pytest.register_assert_rewrite('attack_oracles', 'bench_builders', 'builders',
                                'checks', 'evidence_oracles', 'onnx_builders',
                                'oracles', 'processes', 'saved_models',
-                               'shipped_configs', 'slurm_cluster', 'spies')
+                               'shipped_configs', 'slurm_cluster', 'spies',
+                               'demo_losses')
 
 import builders  # noqa: E402
 import saved_models  # noqa: E402

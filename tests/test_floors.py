@@ -16,7 +16,8 @@ PACKAGE = 'mmseg_elliptical'
 #: of the rooms inside it (it gathers them). Written down once, here;
 #: docs/install.md's "where things are" table follows it.
 ROOMS = (
-    ('errors', 'utils'),
+    ('_quiet', 'errors', 'utils'),  # _quiet: the warning filter the
+    # package's __init__ imports first
     ('models', 'datasets', 'transforms', 'evaluation'),
     ('deploy', 'converters'),
     ('benchmark', ),

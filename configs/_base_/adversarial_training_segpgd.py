@@ -3,9 +3,14 @@
 # count and size are read from the paper's training setting as we recall
 # it (docs/evidence.md says what was not re-checked). Cost per iteration: 3
 # more forward and backward passes (to the input only) and one forward.
-# Inherit it last, as configs/_base_/adversarial_training.py.
-adversarial_attack = dict(
-    name='segpgd', norm='linf', eps=8, steps=3, step_size=2, random_start=True)
-custom_hooks = [
-    dict(type='AdversarialTrainingHook', attack=adversarial_attack, ratio=1.)
-]
+# Inherit it beside any config, as configs/_base_/adversarial_training.py.
+runner_type = 'AdversarialTrainingRunner'
+adversarial_training = dict(
+    attack=dict(
+        name='segpgd',
+        norm='linf',
+        eps=8,
+        steps=3,
+        step_size=2,
+        random_start=True),
+    ratio=1.)

@@ -11,6 +11,7 @@ from .hooks import (AdversarialTrainingHook, EllipticalEvidenceHook,
                     SegSummaryHook)
 from .launch import (end_process_group, prepare_cpu_launch, process_group,
                      run_mmseg_tool, start_launcher)
+from .recipe_runner import AdversarialTrainingRunner
 
 __all__ = [
     'CheckpointError', 'check_checkpoint', 'load_from_local',
@@ -19,5 +20,5 @@ __all__ = [
     'check_weights_fit', 'fitting_models', 'note_partial_loads', 'weights_fit',
     'AdversarialTrainingHook', 'EllipticalEvidenceHook', 'SegSummaryHook',
     'end_process_group', 'prepare_cpu_launch', 'process_group',
-    'run_mmseg_tool', 'start_launcher'
+    'run_mmseg_tool', 'start_launcher', 'AdversarialTrainingRunner'
 ]

@@ -34,12 +34,29 @@ def mmengine_safe_globals() -> List[object]:
     ]
 
 
+def _log_once() -> None:
+    """Say once per process, on rank 0, at the first checkpoint it loads
+    (not at import: a tool that loads none prints nothing), which loader
+    reads local checkpoints and how to keep mmengine's."""
+    global _logged
+    if _logged or os.environ.get('RANK', '0') != '0':
+        return
+    _logged = True
+    print_log(
+        'mmseg_elliptical: local checkpoints load through mmengine\'s '
+        'loader with mmengine\'s own objects allowed (still weights-only) '
+        'and a clear error for an unreadable file; set '
+        f'{ENV_SWITCH}=0 to keep mmengine\'s loader.',
+        logger='current')
+
+
 def load_from_local(filename: str, map_location: Optional[str] = None):
     """mmengine's local-file loader with mmengine's globals allowed.
 
     Raises:
         CheckpointError: For a file that is no complete checkpoint.
     """
+    _log_once()
     try:
         with torch.serialization.safe_globals(mmengine_safe_globals()):
             return mmengine_load_from_local(filename, map_location)
@@ -65,8 +82,9 @@ def checkpoint_loader_enabled() -> bool:
 
 def register_checkpoint_loader() -> bool:
     """Make :func:`load_from_local` mmengine's loader for local files
-    (idempotent, logged once) and return whether it is installed."""
-    global _mmengine_loader, _logged
+    (idempotent; logged at the first load) and return whether it is
+    installed."""
+    global _mmengine_loader
     if not checkpoint_loader_enabled():
         return False
     current = CheckpointLoader._schemes.get('')
@@ -75,14 +93,6 @@ def register_checkpoint_loader() -> bool:
     _mmengine_loader = current
     CheckpointLoader.register_scheme(
         prefixes='', loader=load_from_local, force=True)
-    if not _logged and os.environ.get('RANK', '0') == '0':  # rank 0 only
-        _logged = True
-        print_log(
-            'mmseg_elliptical: local checkpoints now load through mmengine\'s '
-            'loader with mmengine\'s own objects allowed (still '
-            'weights-only) and a clear error for an unreadable file; set '
-            f'{ENV_SWITCH}=0 to keep mmengine\'s loader.',
-            logger='current')
     return True
 
 

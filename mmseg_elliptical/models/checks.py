@@ -1,17 +1,16 @@
 """Argument and input checks of the elliptical models, run at build time
 but for :func:`check_images`."""
-import difflib
-import inspect
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import InputError  # noqa: F401
-from ..errors import ConfigError, UnknownArgumentError
+from ..errors import ConfigError, UnknownArgumentError  # noqa: F401
+from ..utils.keywords import init_keywords, unknown_keyword_error
 
 REDUCTIONS = ('mean', 'median')
 CHECK_FINITE = ('cpu', 'always', 'never')
@@ -152,37 +151,6 @@ def looks_at_values(x: Tensor, check_finite: str) -> bool:
     return check_finite == 'always' or x.device.type == 'cpu'
 
 
-def init_keywords(cls: type,
-                  whole_mro: bool = False) -> Tuple[List[str], bool]:
-    """The keyword names of the ``__init__`` s along ``cls.__mro__``, up to
-    the first without ``**kwargs``.
-
-    Args:
-        cls (type): The class.
-        whole_mro (bool): Read every class of the MRO.
-
-    Returns:
-        tuple[list[str], bool]: The names in MRO order, and whether an
-        ``__init__`` without ``**kwargs`` was met.
-    """
-    names: List[str] = []
-    closed = False
-    for klass in cls.__mro__:
-        if '__init__' not in vars(klass) or klass is object:
-            continue
-        params = inspect.signature(klass.__init__).parameters
-        names += [
-            n for n, p in params.items()
-            if n != 'self' and p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                          p.KEYWORD_ONLY)
-        ]
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            closed = True
-            if not whole_mro:
-                break
-    return names, closed
-
-
 def check_kwargs(cls: type, parent: type, kwargs: dict,
                  own: Sequence[str]) -> None:
     """Reject keyword arguments neither ``cls`` nor ``parent`` accepts
@@ -203,9 +171,4 @@ def check_kwargs(cls: type, parent: type, kwargs: dict,
     valid = list(own) + names
     for name in kwargs:
         if name not in valid:
-            close = difflib.get_close_matches(name, valid, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else (
-                f'; valid are {sorted(set(valid))}.')
-            raise UnknownArgumentError(
-                f'{cls.__name__} got an unexpected keyword argument '
-                f'{name!r}{hint}')
+            raise unknown_keyword_error(cls.__name__, name, valid)

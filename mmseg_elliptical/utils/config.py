@@ -8,6 +8,9 @@ from mmengine.utils import get_installed_path
 
 from ..errors import ConfigError
 
+#: mmengine's error for a top-level key that two bases set.
+DUPLICATE_BASE_KEYS = 'Duplicate key is not allowed among bases'
+
 
 class ModelSpec(NamedTuple):
     """A model given on the command line as ``CONFIG CHECKPOINT``.
@@ -90,6 +93,7 @@ def load_config(path: str,
 
     Raises:
         FileNotFoundError: The file does not exist.
+        ConfigError: Two of its bases set the same key.
     """
     if '::' in path:  # mmengine resolves it (mmseg/.mim/configs/...)
         try:
@@ -103,7 +107,19 @@ def load_config(path: str,
     elif not osp.isfile(path):
         raise FileNotFoundError(f'config {path} does not exist.')
     else:
-        cfg = Config.fromfile(path)
+        try:
+            cfg = Config.fromfile(path)
+        except KeyError as e:
+            if DUPLICATE_BASE_KEYS not in str(e):
+                raise
+            raise ConfigError(
+                f'two of the bases of {path} set the same keys '
+                f'({str(e).split("Duplicate keys: ")[-1].rstrip(chr(34))}), '
+                'which mmengine does not merge: set each in one base only, '
+                'or in the config itself after _base_ (e.g. the hooks of '
+                'configs/_base_/adversarial_training.py come from its '
+                'adversarial_training key, beside any custom_hooks).'
+            ) from None
     if no_pretrained and 'model' in cfg:
         if cfg.model.get('pretrained'):
             cfg.model.pretrained = None

@@ -1,8 +1,10 @@
-"""A config ``type`` that no registry holds, as one line with the closest
-registered names (mmengine raises a ``KeyError`` deep inside the nested
-builds, without a hint)."""
+"""A config ``type`` that no registry holds, or a hook argument its class
+does not take, as one line with the closest names (mmengine raises a
+``KeyError`` deep inside the nested builds, without a hint, and a hook's
+``TypeError`` only once the runner is built)."""
 import difflib
 import importlib
+import inspect
 import re
 from contextlib import contextmanager
 from typing import Iterator, List, Optional
@@ -11,6 +13,8 @@ from mmengine.config import Config
 from mmengine.registry import Registry
 
 from ..errors import ConfigError
+from .hooks import config_hooks
+from .keywords import init_keywords, unknown_keyword_error
 
 NOT_REGISTERED = re.compile(r'(\w+) is not in the (\w+)::(\w+) registry')
 #: The parts of an mmseg segmentor config built from ``MODELS``.
@@ -102,10 +106,12 @@ def layer_types(cfg) -> Iterator[str]:
 def check_model_types(cfg: Config) -> None:
     """Check, without building it, that mmseg's ``MODELS`` registry (with
     its parents) holds the types of the config's model, of its backbone,
-    neck and heads, and of every norm, activation and convolution layer.
+    neck and heads, and of every norm, activation and convolution layer;
+    then the hooks the runner builds from it (:func:`check_hook_args`).
 
     Raises:
-        ConfigError: One of them is not registered.
+        ConfigError: One of them is not registered, or a hook's arguments
+            are wrong.
     """
     from mmseg.registry import MODELS
     model = cfg.get('model')
@@ -117,3 +123,48 @@ def check_model_types(cfg: Config) -> None:
     for kind in kinds + list(layer_types(model)):
         if isinstance(kind, str) and MODELS.get(kind) is None:
             raise unknown_type_error(kind, MODELS.scope, MODELS.name)
+    check_hook_args(cfg)
+
+
+def check_hook_args(cfg: Config) -> None:
+    """Check the hooks of a config (:func:`.hooks.config_hooks`) before the
+    runner builds them: each type registered in mmseg's ``HOOKS`` (with its
+    parents), no keyword its class does not take, none it needs missing;
+    the plugin's own hooks are built, so that they check their values.
+
+    Raises:
+        ConfigError: With where the hook is set and, for a misspelt
+            keyword, the closest one.
+    """
+    from mmseg.registry import HOOKS
+    for where, hook in config_hooks(cfg):
+        kind = hook.get('type')
+        cls = kind if isinstance(kind, type) else HOOKS.get(kind) \
+            if isinstance(kind, str) else None
+        if isinstance(kind, str) and cls is None:
+            error = unknown_type_error(kind, HOOKS.scope, HOOKS.name)
+            raise ConfigError(f'{where}: {error}')
+        if cls is None:
+            continue
+        kwargs = {
+            k: v
+            for k, v in hook.items() if k not in ('type', 'priority')
+        }
+        names, closed = init_keywords(cls)
+        unknown = [k for k in kwargs if k not in names] if closed else []
+        if unknown:
+            error = unknown_keyword_error(cls.__name__, unknown[0], names)
+            raise ConfigError(f'{where}: {error}')
+        params = inspect.signature(cls).parameters.values()
+        missing = [
+            p.name for p in params if p.default is p.empty and p.kind in
+            (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in kwargs
+        ]
+        if missing:
+            raise ConfigError(f'{where}: {cls.__name__} needs {missing[0]}= '
+                              '(missing from the config).')
+        if cls.__module__.startswith('mmseg_elliptical.'):
+            try:
+                cls(**kwargs)
+            except ConfigError as error:
+                raise ConfigError(f'{where}: {error}') from None

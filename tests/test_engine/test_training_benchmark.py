@@ -56,8 +56,8 @@ def test_recipes_are_the_configs():
             ROOT, 'configs', 'demo', 'segmenter_vit-mini-p8_mask_1xb8-3k_'
             'demo-shapes-64x64_adversarial.py'))
     assert RECIPES == {
-        'pgd-1': demo.adversarial_attack,
-        'pgd-at-2': base.adversarial_attack
+        'pgd-1': demo.adversarial_training.attack,
+        'pgd-at-2': base.adversarial_training.attack
     }
 
 

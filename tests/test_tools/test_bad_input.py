@@ -299,6 +299,35 @@ def test_the_printed_error(files):
         assert expected in proc.stderr and 'Traceback' not in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize('argv', [
+    ['tools/train.py', 'no_such_config.py'],
+    ['tools/analysis_tools/robustness.py', '--max-images', '-1'],
+    ['-c', 'import mmseg_elliptical'],
+])
+def test_a_start_prints_nothing_it_was_not_asked_for(argv):
+    """No ``pkg_resources`` deprecation warnings (four at every start, from
+    mmengine's and mmseg's imports) and no INFO line of the checkpoint
+    loader at import: a refusal is its usage and error lines, an import
+    prints nothing."""
+    import subprocess
+
+    from builders import ROOT
+    proc = subprocess.run([sys.executable, *argv],
+                          cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    if argv[0] == '-c':
+        assert proc.returncode == 0 and not lines, lines
+    else:
+        assert proc.returncode == 2 and 1 <= len(lines) <= 2, lines
+        assert ': error: ' in lines[-1] and (
+            len(lines) == 1 or lines[0].startswith('usage: ')), lines
+
+
 #: The run around a tool: output folder, data folder, launcher.
 NO_DATA = ('--cfg-options test_dataloader.dataset.data_root={tmp}/nodata '
            'test_dataloader.dataset.generate=None')
