@@ -28,8 +28,9 @@ def audit_cells(
     images): its gradient attacks at the largest headline eps again at each
     larger eps of ``sweep`` (``sweep_attacks`` only, when given; the step
     scaled with eps, :func:`sweep_step`), its
-    iterative attacks with twice the steps at the headline eps, the square
-    attack with ``queries`` at the headline eps, and every other model's
+    iterative attacks with twice the steps at the headline eps, FGSM at
+    each headline eps (where the run has none: the single-step check), the
+    square attack with ``queries`` at the headline eps, and every other model's
     attacks at the headline eps transferred to it (with ``arms``, the
     other arms' runs only: :func:`transfer_sources`).
 
@@ -68,6 +69,17 @@ def audit_cells(
             replace(c, steps=2 * c.steps) for c in mine if c.name != 'fgsm'
         ]
         if mine:
+            extra += [
+                Attack(
+                    'fgsm',
+                    'linf',
+                    e,
+                    1,
+                    e,
+                    labels=mine[0].labels,
+                    seed=mine[0].seed) for e in epsilons
+                if not any(m.name == 'fgsm' and m.eps == e for m in mine)
+            ]
             extra += [
                 Attack(
                     'square',

@@ -16,8 +16,9 @@ def healthy() -> dict:
     return {
         'clean': dict(aAcc=90.),
         'pgd/linf/4/5': dict(aAcc=30.),
-        'pgd/linf/4/10': dict(aAcc=29.),
+        'pgd/linf/4/10': dict(aAcc=29.9),
         'segpgd/linf/4/5': dict(aAcc=35.),
+        'fgsm/linf/4/1': dict(aAcc=50.),
         'pgd/linf/8/5': dict(aAcc=10.),
         'pgd/linf/64/5': dict(aAcc=0.5),
         'pgd-adaptive/linf/4/5': dict(aAcc=29.8),
@@ -28,6 +29,10 @@ def healthy() -> dict:
 
 def checks_of(result) -> dict:
     return {c['check']: c['passed'] for c in result['checks']}
+
+
+def detail_of(result, check: str) -> str:
+    return next(c['detail'] for c in result['checks'] if c['check'] == check)
 
 
 def audit(cells, elliptical=True, correct=lambda key: None):
@@ -41,11 +46,13 @@ def test_a_healthy_model_passes_every_check():
         'eps sweep': True,
         'white-box beats black-box': True,
         'iterations': True,
+        'single step': True,
         'adaptive': True
     }
-    sweep = got['checks'][0]['detail']
+    sweep = detail_of(got, 'eps sweep')
     assert 'eps 4: 29.80' not in sweep  # the plain series is swept
     assert 'pgd/linf/5 aAcc eps 4: 30.00, eps 8: 10.00, eps 64: 0.50' in sweep
+    assert 'tolerance 0.50 (fixed: no per-image areas)' in sweep
     assert 'adaptive' not in checks_of(audit(healthy(), elliptical=False))
 
 
@@ -54,14 +61,17 @@ def test_a_healthy_model_passes_every_check():
         'pgd/linf/64/5': dict(aAcc=12.)
     }, 'eps sweep'),
     ({
-        'square/linf/4/20': dict(aAcc=27.)
+        'square/linf/4/20': dict(aAcc=29.)
     }, 'white-box beats black-box'),
     ({
-        'pgd@dot/linf/4/5': dict(aAcc=27.4)
+        'pgd@dot/linf/4/5': dict(aAcc=29.2)
     }, 'white-box beats black-box'),
     ({
-        'pgd/linf/4/10': dict(aAcc=30.6)
+        'pgd/linf/4/10': dict(aAcc=29.2)
     }, 'iterations'),
+    ({
+        'fgsm/linf/4/1': dict(aAcc=29.2)
+    }, 'single step'),
     ({
         'pgd-adaptive/linf/4/5': dict(aAcc=20.)
     }, 'adaptive'),
@@ -70,12 +80,21 @@ def test_each_failed_check_is_named(change, failed):
     got = audit({**healthy(), **change})
     assert checks_of(got)[failed] is False
     assert got['verdict'] == f'failed: {failed}'
+    assert '1 of' not in detail_of(got, failed) or 'fail' in \
+        detail_of(got, failed)
 
 
-def test_within_the_slack_passes_and_the_sweep_says_where_it_stops():
+def test_more_iterations_that_help_less_pass():
+    """Twice the steps leaving the model *more* accurate is noise, not a
+    sign of an unconverged attack (the old check failed here)."""
+    got = audit({**healthy(), 'pgd/linf/4/10': dict(aAcc=34.)})
+    assert checks_of(got)['iterations'] is True
+
+
+def test_within_the_tolerance_passes_and_the_sweep_says_where_it_stops():
     cells = {
         **healthy(), 'square/linf/4/20': dict(aAcc=29.4),
-        'pgd/linf/4/10': dict(aAcc=30.4),
+        'pgd/linf/4/10': dict(aAcc=29.4),
         'pgd/linf/16/5': dict(aAcc=9.),
         'pgd/linf/32/5': dict(aAcc=9.5),
         'pgd/linf/64/5': dict(aAcc=9.)
@@ -94,14 +113,15 @@ def test_within_the_slack_passes_and_the_sweep_says_where_it_stops():
 def test_missing_cells_are_not_checked():
     cells = {
         k: v
-        for k, v in healthy().items() if '@' not in k and 'square' not in k
-        and '/10' not in k and '/64/' not in k and '/8/' not in k
+        for k, v in healthy().items()
+        if '@' not in k and 'square' not in k and '/10' not in k
+        and '/64/' not in k and '/8/' not in k and 'fgsm' not in k
     }
     got = audit(cells)
     assert checks_of(got)['eps sweep'] is None
     assert got['verdict'] == (
         CLEAN_VERDICT + ' (not checked: eps sweep, '
-        'white-box beats black-box, iterations)')
+        'white-box beats black-box, iterations, single step)')
 
 
 def test_white_box_worst_is_the_per_image_minimum():
@@ -140,7 +160,11 @@ def test_audit_cells():
         'fgsm/linf/16/1', 'fgsm/linf/32/1', 'fgsm/linf/64/1', 'pgd/linf/4/10',
         'square/linf/4/7', 'pgd@b/linf/4/5'
     ]
-    assert 'fgsm@a/linf/4/1' in [rb.grid.loop.key_of(c) for c in got['b']]
+    keys_b = [rb.grid.loop.key_of(c) for c in got['b']]
+    assert 'fgsm@a/linf/4/1' in keys_b
+    # FGSM where the run has none (the single-step check), once
+    assert keys_b.count('fgsm/linf/4/1') == 1 and keys.count(
+        'fgsm/linf/4/1') == 1
     # the sweep keeps each attack's step / eps (a fixed step would stall)
     steps = {rb.grid.loop.key_of(c): c.step_size for c in got['a'][1:]}
     assert [steps[f'pgd/linf/{e}/5'] for e in (8, 16, 32, 64)] == \
