@@ -237,5 +237,8 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     text = (tmp_path / 'adversarial.md').read_text()
     assert '## Gradient-masking audit' in text
     assert 'ell: ' + data['summary']['ell']['audit']['verdict'] in text
+    assert 'as SEA\'s released code computes them: mIoU' in text
+    worst = data['summary']['ell']['worst']['16']
+    assert {'mIoU_sea', 'aAcc_sea', 'sea_start'} <= set(worst)
     assert 'argument --audit' in refused(capsys, tool.main,
                                          argv + ['--audit', '--norm', 'l2'])
