@@ -30,11 +30,14 @@ check's detail:
 A transfer cell more accurate than the clean images beyond the tolerance is
 named in ``notes`` as suspect (a transfer should not help). The verdict is
 ``no sign of gradient masking`` or names the failed checks; a run below the
-audit preset's budget says so (``budget below the audit preset: ...``).
+audit preset's budget (:data:`~..grid.audit_cells.AUDIT_PRESET`: the sweep
+of APGD-MCE-Bal with 100 iterations to 64 levels, 1000 square queries, a
+transfer) says so (``budget below the audit preset: ...``): a reduced
+audit's "no sign" is weaker evidence.
 """
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..grid.audit_cells import QUERY_ATTACKS, SWEEP
+from ..grid.audit_cells import AUDIT_PRESET, QUERY_ATTACKS, SWEEP, AuditPreset
 from .audit_compare import check_of, compare
 from .audit_compare import kind_of as _kind_of
 from .audit_compare import lowest, split_key, worst_of
@@ -118,7 +121,8 @@ def gradient_masking_audit(cells: Dict[str, Dict],
                            epsilons: Sequence[float],
                            elliptical: bool,
                            sweep: Sequence[float] = SWEEP,
-                           budget: Optional[Sequence[str]] = None) -> Dict:
+                           budget: Optional[Sequence[str]] = None,
+                           preset: AuditPreset = AUDIT_PRESET) -> Dict:
     """The audit of one model.
 
     Args:
@@ -128,8 +132,9 @@ def gradient_masking_audit(cells: Dict[str, Dict],
         epsilons (Sequence[float]): The headline eps.
         elliptical (bool): Whether the model has elliptical layers.
         sweep (Sequence[float]): The sweep's eps.
-        budget (Sequence[str]): Where the run's budget is below the audit
-            preset's (:func:`~..grid.audit_cells.budget_shortfalls`).
+        budget (Sequence[str], optional): Where the run's budget is below
+            the audit preset's; None: :func:`budget_shortfalls` of the cells.
+        preset (AuditPreset): The preset the budget is measured against.
 
     Returns:
         dict: ``checks`` (``[{check, passed, detail, rows}]``; ``passed``
@@ -218,7 +223,42 @@ def gradient_masking_audit(cells: Dict[str, Dict],
                 'adaptive', rows, 'no adaptive cell',
                 lambda r: f'{r["what"]}: plain {r["first"]:.2f}, adaptive '
                 f'{r["second"]:.2f}'))
-    return dict(checks=checks, notes=notes, verdict=verdict_of(checks, budget))
+    if budget is None:
+        budget = budget_shortfalls(cells, epsilons, sweep, preset)
+    return dict(
+        checks=checks,
+        notes=notes,
+        budget=list(budget),
+        verdict=verdict_of(checks, budget))
+
+
+def budget_shortfalls(cells: Dict[str, Dict],
+                      epsilons: Sequence[float],
+                      sweep: Sequence[float] = SWEEP,
+                      preset: AuditPreset = AUDIT_PRESET) -> List[str]:
+    """Where the cells fall short of ``preset``: the sweep (its attack with
+    its iterations up to the sweep's largest eps), the square attack's
+    queries at each headline eps, a transfer; ``[]`` at the preset."""
+    keys = [split_key(k) for k in cells if k.count('/') == 3]
+    out = []
+    far = max(sweep)
+    swept = [(n, s) for n, _, e, s in keys if e == far and '@' not in n]
+    if not any(
+            n.replace('-adaptive', '') == preset.sweep_attack
+            and s >= preset.sweep_steps for n, s in swept):
+        got = ', '.join(f'{n} {s}' for n, s in sorted(set(swept))) or 'none'
+        out.append(f'swept to {far:g} levels: {got} (preset: '
+                   f'{preset.sweep_attack} {preset.sweep_steps} iterations)')
+    for e in epsilons:
+        queries = max(
+            (s for n, _, e2, s in keys if n in QUERY_ATTACKS and e2 == e),
+            default=0)
+        if queries < preset.queries:
+            out.append(f'square {queries} queries at eps {e:g} (preset: '
+                       f'{preset.queries})')
+    if not any('@' in n for n, *_ in keys):
+        out.append('no transfer from another model')
+    return out
 
 
 def verdict_of(checks: List[Dict],

@@ -35,8 +35,29 @@ def detail_of(result, check: str) -> str:
     return next(c['detail'] for c in result['checks'] if c['check'] == check)
 
 
-def audit(cells, elliptical=True, correct=lambda key: None):
-    return gradient_masking_audit(cells, correct, [4.], elliptical)
+def audit(cells, elliptical=True, correct=lambda key: None, budget=()):
+    return gradient_masking_audit(
+        cells, correct, [4.], elliptical, budget=budget)
+
+
+def test_a_run_below_the_preset_says_so():
+    from mmseg_elliptical.analysis.robustness.verdicts.audit import \
+        budget_shortfalls
+    got = gradient_masking_audit(healthy(), lambda k: None, [4.], True)
+    assert got['verdict'] == (
+        CLEAN_VERDICT + '; budget below the audit preset: swept to 64 '
+        'levels: pgd 5 (preset: apgd-mce-bal 100 iterations), square 20 '
+        'queries at eps 4 (preset: 1000)')
+    at_preset = {
+        **healthy(), 'square/linf/4/1000': dict(aAcc=60.),
+        'apgd-mce-bal-adaptive/linf/64/100': dict(aAcc=0.)
+    }
+    assert budget_shortfalls(at_preset, [4.]) == []
+    assert budget_shortfalls(
+        at_preset, [1., 4.]) == ['square 0 queries at eps 1 (preset: 1000)']
+    del at_preset['pgd@dot/linf/4/5']
+    assert budget_shortfalls(at_preset,
+                             [4.]) == ['no transfer from another model']
 
 
 def test_a_healthy_model_passes_every_check():
@@ -222,12 +243,22 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
         '--steps', '1', '--step-size', '4', '--max-images', '1', '--queries',
         '2', '--adaptive'
     ]
-    data = tool.main(argv + ['--audit', '--work-dir', str(tmp_path)])
+    data = tool.main(
+        argv +
+        ['--audit', '--audit-sweep-steps', '4', '--work-dir',
+         str(tmp_path)])
     cells = data['models']['ell']['cells']
     assert {
-        'pgd/linf/32/1', 'pgd-adaptive/linf/64/1', 'pgd/linf/16/2',
+        'apgd-mce-bal/linf/16/4', 'apgd-mce-bal/linf/32/4',
+        'apgd-mce-bal-adaptive/linf/64/4', 'pgd/linf/16/2', 'fgsm/linf/16/1',
         'square/linf/16/2', 'pgd@dot/linf/16/1'
     } <= set(cells)
+    assert 'pgd/linf/32/1' not in cells  # the preset sweeps its own attack
+    assert data['summary']['ell']['audit']['budget'] == [
+        'swept to 64 levels: apgd-mce-bal 4, apgd-mce-bal-adaptive 4 '
+        '(preset: apgd-mce-bal 100 iterations)',
+        'square 2 queries at eps 16 (preset: 1000)'
+    ]
     assert 'pgd-adaptive@ell/linf/16/1' in data['models']['dot']['cells']
     for name in ('ell', 'dot'):
         got = data['summary'][name]['audit']
@@ -242,3 +273,25 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     assert {'mIoU_sea', 'aAcc_sea', 'sea_start'} <= set(worst)
     assert 'argument --audit' in refused(capsys, tool.main,
                                          argv + ['--audit', '--norm', 'l2'])
+
+
+def test_the_preset_sweeps_its_own_attack_with_its_iterations():
+    pgd = rb.Attack('pgd', 'linf', 4, 5, 1.)
+    specs = [ModelSpec('a', 'a.py', 'a.pth')]
+    preset = rb.AuditPreset(sweep_steps=7, queries=9)
+    got = rb.audit_cells(
+        {
+            'a': [(None, None), pgd,
+                  rb.Attack('pgd', 'linf', 4, 5, 1., adaptive=True)]
+        },
+        specs, [1., 4.],
+        preset.queries,
+        preset=preset,
+        class_weights={'a': (1., 2.)})
+    swept = [c for c in got['a'] if getattr(c, 'name', '') == 'apgd-mce-bal']
+    assert sorted((c.eps, c.adaptive) for c in swept) == sorted(
+        (e, a) for e in (4., 8., 16., 32., 64.) for a in (False, True))
+    assert {(c.steps, c.class_weights) for c in swept} == {(7, (1., 2.))}
+    keys = [rb.grid.loop.key_of(c) for c in got['a'][1:]]
+    assert 'pgd/linf/8/5' not in keys  # not the run's own attacks
+    assert {'square/linf/1/9', 'square/linf/4/9', 'fgsm/linf/1/1'} <= set(keys)
