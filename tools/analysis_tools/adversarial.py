@@ -71,8 +71,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--queries',
         type=cli.positive_int,
-        default=100,
-        help='queries of the square attack per image (default: 100)')
+        help='queries of the square attack per image (default: 100; the '
+        f'audit\'s: {rb.AUDIT_PRESET.queries})')
     parser.add_argument('--norm', choices=rb.NORMS, help='threat model')
     parser.add_argument(
         '--epsilons',
@@ -122,10 +122,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--audit',
         action='store_true',
-        help='the gradient-masking audit: also runs the eps sweep (up to 64 '
-        'levels), doubled steps, the square attack (--queries) and transfer '
+        help='the gradient-masking audit at its preset: also runs '
+        f'{rb.AUDIT_PRESET.sweep_attack} with --audit-sweep-steps iterations '
+        'from the largest eps to 64 levels, doubled steps, FGSM, the square '
+        f'attack (--queries, default {rb.AUDIT_PRESET.queries}) and transfer '
         'from every other model on the same images; a table and a verdict '
-        'per model')
+        'per model (a budget below the preset is named in the verdict)')
+    parser.add_argument(
+        '--audit-sweep-steps',
+        type=cli.positive_int,
+        default=rb.AUDIT_PRESET.sweep_steps,
+        help='iterations of the audit\'s eps sweep (default: '
+        f'{rb.AUDIT_PRESET.sweep_steps})')
     parser.add_argument(
         '--max-images',
         type=cli.positive_int,
@@ -178,8 +186,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'the models {names}, or there is no other model to '
                      'evaluate on its adversarial images.')
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
-    args.class_weights = rb.class_weights_of(args.attacks, args.specs,
-                                             args.cfg_options, args.work_dir)
+    args.class_weights = rb.class_weights_of(
+        args.attacks + ([rb.AUDIT_PRESET.sweep_attack] if args.audit else []),
+        args.specs, args.cfg_options, args.work_dir)
     if args.adaptive and not any(args.elliptical.values()):
         parser.error('argument --adaptive: no model has an elliptical layer '
                      f'({", ".join(names)}), so there is no relevance m to '
@@ -199,7 +208,7 @@ def attack_cells(args: argparse.Namespace, adaptive: bool) -> List[rb.Attack]:
                             adaptive, args.labels, args.seed)
     if 'square' in args.attacks and not adaptive:
         cells += rb.attack_cells(['square'], args.norm, args.epsilons,
-                                 [args.queries], 1., None, False, False,
+                                 [args.queries or 100], 1., None, False, False,
                                  args.labels, args.seed)
     return cells
 
@@ -225,14 +234,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 if name != source.name:
                     cells[name] += crafted
         if args.audit:
+            preset = rb.AUDIT_PRESET._replace(
+                sweep_steps=args.audit_sweep_steps,
+                queries=args.queries or rb.AUDIT_PRESET.queries)
             cells = rb.audit_cells(
                 cells,
                 args.specs,
                 args.epsilons,
-                args.queries,
+                preset.queries,
                 args.step_ratio,
                 args.cfg_options,
-                arms=args.arms)
+                arms=args.arms,
+                preset=preset,
+                class_weights=args.class_weights)
         store = rb.run_cells(
             args.specs,
             cells,

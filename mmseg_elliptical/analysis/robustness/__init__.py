@@ -23,7 +23,7 @@ from .attacks.pgd import (ATTACKS, LABELS, NORMS, PERTURBERS,
 from .attacks.square import square_perturb
 from .attacks.transfer import TransferAttack, TransferTestLoop, transfer_cells
 from .grid.areas import ImageAreas, miou
-from .grid.audit_cells import audit_cells
+from .grid.audit_cells import AUDIT_PRESET, AuditPreset, audit_cells
 from .grid.loop import CellHook, CorruptionGridLoop
 from .grid.pipeline import corrupted_loader_cfg
 from .grid.protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS,
@@ -60,6 +60,6 @@ __all__ = [
     'CLEAN', 'GridError', 'ResultStore', 'cell_key', 'grid_scores',
     'model_summary', 'robustness_summary', 'PERTURBERS', 'square_perturb',
     'TransferAttack', 'TransferTestLoop', 'transfer_cells', 'audit_cells',
-    'audit_markdown', 'gradient_masking_audit', 'attack_verdicts',
-    'corruption_verdicts', 'Verdicts'
+    'AUDIT_PRESET', 'AuditPreset', 'audit_markdown', 'gradient_masking_audit',
+    'attack_verdicts', 'corruption_verdicts', 'Verdicts'
 ]

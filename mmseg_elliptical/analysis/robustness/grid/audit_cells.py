@@ -1,7 +1,7 @@
 """The audit's extra cells: the eps sweep, doubled steps, the square
 attack and the transfers (:mod:`..verdicts.audit` judges them)."""
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ....utils.config import ModelSpec
 from ..attacks.pgd import Attack
@@ -14,6 +14,27 @@ SWEEP = (8., 16., 32., 64.)
 QUERY_ATTACKS = ('square', )
 
 
+class AuditPreset(NamedTuple):
+    """The audit's own budget (``--audit``'s defaults).
+
+    Attributes:
+        sweep_attack (str): The attack swept from the largest headline eps
+            to 64 levels (its adaptive form too where the run has one).
+        sweep_steps (int): Its iterations at every swept eps.
+        queries (int): The square attack's queries per image at each
+            headline eps.
+    """
+    sweep_attack: str = 'apgd-mce-bal'
+    sweep_steps: int = 100
+    queries: int = 1000
+
+
+#: The preset: APGD-MCE-Bal, 100 iterations, swept to 64 levels (50 took
+#: the demo twins to 0.03-1.21 % aAcc at 64, docs/evidence.md), the square
+#: attack with 1000 queries, transfers from the other arm.
+AUDIT_PRESET = AuditPreset()
+
+
 def audit_cells(
         per_model: Dict[str, List],
         specs: Sequence[ModelSpec],
@@ -23,13 +44,16 @@ def audit_cells(
         cfg_options: Optional[Dict] = None,
         sweep: Sequence[float] = SWEEP,
         sweep_attacks: Optional[Sequence[str]] = None,
-        arms: Optional[Dict[str, List[str]]] = None) -> Dict[str, List]:
+        arms: Optional[Dict[str, List[str]]] = None,
+        preset: Optional[AuditPreset] = None,
+        class_weights: Optional[Dict[str, Tuple]] = None) -> Dict[str, List]:
     """Each model's cells with the audit's extra cells added (on the same
     images): its gradient attacks at the largest headline eps again at each
     larger eps of ``sweep`` (``sweep_attacks`` only, when given; the step
     scaled with eps, :func:`sweep_step`), its
-    iterative attacks with twice the steps at the headline eps, the square
-    attack with ``queries`` at the headline eps, and every other model's
+    iterative attacks with twice the steps at the headline eps, FGSM at
+    each headline eps (where the run has none: the single-step check), the
+    square attack with ``queries`` at the headline eps, and every other model's
     attacks at the headline eps transferred to it (with ``arms``, the
     other arms' runs only: :func:`transfer_sources`).
 
@@ -42,6 +66,12 @@ def audit_cells(
             sweep's steps scale with it); None: the run's fixed step.
         cfg_options (dict, optional): The grid's config overrides.
         arms (dict, optional): ``{arm: [runs]}``.
+        preset (AuditPreset, optional): Sweep ``preset.sweep_attack`` with
+            ``preset.sweep_steps`` iterations at the largest headline eps
+            and each larger eps of ``sweep`` (through ``m`` too where the
+            model has adaptive cells) instead of the run's own attacks.
+        class_weights (dict, optional): ``{model: weights}`` of the
+            preset's balanced attack.
 
     Returns:
         dict: ``{name: cells}``, the run's first, without duplicates.
@@ -59,15 +89,42 @@ def audit_cells(
     out = {}
     for spec in specs:
         mine = own[spec.name]
-        extra = [
+        extra = [] if preset else [
             replace(c, eps=e, step_size=sweep_step(c, e, step_ratio))
             for c in mine if c.eps == top for e in sweep
             if e > top and (sweep_attacks is None or c.name in sweep_attacks)
         ]
+        if preset and mine:
+            extra += [
+                Attack(
+                    preset.sweep_attack,
+                    'linf',
+                    e,
+                    preset.sweep_steps,
+                    2.,
+                    adaptive=a,
+                    labels=mine[0].labels,
+                    seed=mine[0].seed,
+                    class_weights=(class_weights or {}).get(spec.name))
+                for a in sorted({c.adaptive
+                                 for c in mine})
+                for e in [top, *[e for e in sweep if e > top]]
+            ]
         extra += [
             replace(c, steps=2 * c.steps) for c in mine if c.name != 'fgsm'
         ]
         if mine:
+            extra += [
+                Attack(
+                    'fgsm',
+                    'linf',
+                    e,
+                    1,
+                    e,
+                    labels=mine[0].labels,
+                    seed=mine[0].seed) for e in epsilons
+                if not any(m.name == 'fgsm' and m.eps == e for m in mine)
+            ]
             extra += [
                 Attack(
                     'square',

@@ -11,6 +11,7 @@ from ..verdicts.paired import interval
 from ..verdicts.record import Verdicts
 from .arms import RUN_BY_RUN, arms_markdown, arms_rows
 from .audit import audit_markdown
+from .sea import sea_text
 
 #: How far right an adaptive curve is drawn, as a fraction of the largest
 #: headline eps (its points keep their eps in the table and the CSV).
@@ -61,8 +62,9 @@ def attack_markdown(summary: Dict[str, Dict], settings: Dict) -> str:
     worst = [
         f'- {name}, eps {e}: mIoU {w["mIoU"]:.2f}, aAcc '
         f'{"n/a" if w["aAcc"] is None else format(w["aAcc"], ".2f")} '
-        f'(per-image minimum accuracy), over {len(w["cells"])} cells: ' +
-        ', '.join(f'`{k}`' for k in w['cells']) + '.'
+        f'(per-image minimum accuracy, pooled){sea_text(w)}; over '
+        f'{len(w["cells"])} cells: ' + ', '.join(f'`{k}`'
+                                                 for k in w['cells']) + '.'
         for name, s in summary.items() for e, w in s['worst'].items()
         if w is not None
     ]

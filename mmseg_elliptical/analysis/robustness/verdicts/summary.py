@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..grid.protocols import GROUPS
 from ..grid.store import CLEAN, cell_key
+from .sea import sea_worst_case
 from .worst import greedy_worst_case, worst_record
 
 Number = Optional[float]
@@ -219,8 +220,9 @@ def attack_model_summary(cells: Dict[str, Dict],
 
     Returns:
         dict: ``clean``, ``series`` (``{series: {eps: value}}``), ``worst``
-        (``{eps: {'mIoU', 'aAcc', 'choice', 'cells'}}``, see
-        :func:`~.worst.worst_record`; None where areas are missing),
+        (``{eps: {'mIoU', 'aAcc', 'choice', 'cells', 'mIoU_sea',
+        'aAcc_sea', 'sea_start'}}``, see :func:`~.worst.worst_record` and
+        :func:`sea_record`; None where areas are missing),
         ``mean_over_eps`` (``{series or 'worst': value}``, over the
         headline eps), ``worst_areas``
         (``{eps: ImageAreas}``, not JSON), ``series_keys``
@@ -260,6 +262,8 @@ def attack_model_summary(cells: Dict[str, Dict],
         result = greedy_worst_case(found, counts[0] if counts else None, seed)
         out['worst_areas'][f'{e:g}'] = result.areas
         out['worst'][f'{e:g}'] = worst_record(result, keys)
+        out['worst'][f'{e:g}'].update(
+            sea_record(found, keys, counts[0] if counts else None))
     headline = {f'{e:g}' for e in found_eps}
     out['mean_over_eps'] = {
         s: _mean([v for e, v in values.items() if e in headline])
@@ -268,3 +272,25 @@ def attack_model_summary(cells: Dict[str, Dict],
     out['mean_over_eps']['worst'] = _mean(
         [None if w is None else w['mIoU'] for w in out['worst'].values()])
     return out
+
+
+def sea_start(keys: Sequence[str], found: Sequence) -> int:
+    """The cell SEA's search starts from: APGD-MCE-Bal's (the one of lowest
+    accuracy when there are several: plain, adaptive, doubled steps), else
+    the cell of lowest accuracy."""
+    bal = [
+        i for i, k in enumerate(keys)
+        if k.split('/')[0] in ('apgd-mce-bal', 'apgd-mce-bal-adaptive')
+    ]
+    pool = bal or range(len(keys))
+    return min(pool, key=lambda i: found[i].intersect.sum())
+
+
+def sea_record(found: Sequence, keys: Sequence[str],
+               labelled: Optional[object]) -> Dict:
+    """SEA's own numbers beside the worst case's (:mod:`.sea`):
+    ``mIoU_sea`` (SEA's search as released), ``aAcc_sea`` (the mean over
+    images of each image's worst accuracy) and ``sea_start``."""
+    start = sea_start(keys, found)
+    sea = sea_worst_case(found, start, labelled)
+    return dict(mIoU_sea=sea.miou, aAcc_sea=sea.aacc, sea_start=keys[start])

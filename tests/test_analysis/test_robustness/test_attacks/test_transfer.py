@@ -73,6 +73,30 @@ def test_transfer_cell_equals_the_target_on_the_source_images(
         assert not np.array_equal(a['intersect'], b['intersect'])
 
 
+def test_a_transfer_from_the_model_itself_is_its_white_box_cell(
+        demo_models, tmp_path):
+    """The same checkpoint under two names: the transfer from one to the
+    other crafts the very images of the white-box attack, so its areas are
+    the white-box cell's, pixel for pixel (a transfer cell that differs
+    from it would be evaluating something else)."""
+    tool = load_tool('analysis_tools/adversarial.py')
+    same = demo_models[:2] * 2
+    argv = ['self' if a == 'dot' else a for a in ARGS]
+    data = tool.main(same + argv +
+                     ['--transfer', 'ell', '--work-dir',
+                      str(tmp_path)])
+    assert 'pgd@ell/linf/4/1' in data['models']['self']['cells']
+    areas = tmp_path / 'areas'
+    with np.load(areas / 'self' / 'pgd@ell/linf/4/1.npz') as a, \
+            np.load(areas / 'self' / 'pgd/linf/4/1.npz') as b, \
+            np.load(areas / 'ell' / 'pgd/linf/4/1.npz') as c:
+        assert a['intersect'].sum() > 0
+        for k in ('intersect', 'union'):
+            assert np.array_equal(a[k], b[k]) and np.array_equal(a[k], c[k])
+    cells = data['models']['self']['cells']
+    assert cells['pgd@ell/linf/4/1']['aAcc'] == cells['pgd/linf/4/1']['aAcc']
+
+
 @pytest.mark.parametrize('extra, words', [
     (['--transfer', 'nope'], "argument --transfer: 'nope' is none"),
 ])

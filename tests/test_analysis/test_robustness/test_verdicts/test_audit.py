@@ -16,8 +16,9 @@ def healthy() -> dict:
     return {
         'clean': dict(aAcc=90.),
         'pgd/linf/4/5': dict(aAcc=30.),
-        'pgd/linf/4/10': dict(aAcc=29.),
+        'pgd/linf/4/10': dict(aAcc=29.9),
         'segpgd/linf/4/5': dict(aAcc=35.),
+        'fgsm/linf/4/1': dict(aAcc=50.),
         'pgd/linf/8/5': dict(aAcc=10.),
         'pgd/linf/64/5': dict(aAcc=0.5),
         'pgd-adaptive/linf/4/5': dict(aAcc=29.8),
@@ -30,8 +31,33 @@ def checks_of(result) -> dict:
     return {c['check']: c['passed'] for c in result['checks']}
 
 
-def audit(cells, elliptical=True, correct=lambda key: None):
-    return gradient_masking_audit(cells, correct, [4.], elliptical)
+def detail_of(result, check: str) -> str:
+    return next(c['detail'] for c in result['checks'] if c['check'] == check)
+
+
+def audit(cells, elliptical=True, correct=lambda key: None, budget=()):
+    return gradient_masking_audit(
+        cells, correct, [4.], elliptical, budget=budget)
+
+
+def test_a_run_below_the_preset_says_so():
+    from mmseg_elliptical.analysis.robustness.verdicts.audit import \
+        budget_shortfalls
+    got = gradient_masking_audit(healthy(), lambda k: None, [4.], True)
+    assert got['verdict'] == (
+        CLEAN_VERDICT + '; budget below the audit preset: swept to 64 '
+        'levels: pgd 5 (preset: apgd-mce-bal 100 iterations), square 20 '
+        'queries at eps 4 (preset: 1000)')
+    at_preset = {
+        **healthy(), 'square/linf/4/1000': dict(aAcc=60.),
+        'apgd-mce-bal-adaptive/linf/64/100': dict(aAcc=0.)
+    }
+    assert budget_shortfalls(at_preset, [4.]) == []
+    assert budget_shortfalls(
+        at_preset, [1., 4.]) == ['square 0 queries at eps 1 (preset: 1000)']
+    del at_preset['pgd@dot/linf/4/5']
+    assert budget_shortfalls(at_preset,
+                             [4.]) == ['no transfer from another model']
 
 
 def test_a_healthy_model_passes_every_check():
@@ -41,11 +67,13 @@ def test_a_healthy_model_passes_every_check():
         'eps sweep': True,
         'white-box beats black-box': True,
         'iterations': True,
+        'single step': True,
         'adaptive': True
     }
-    sweep = got['checks'][0]['detail']
+    sweep = detail_of(got, 'eps sweep')
     assert 'eps 4: 29.80' not in sweep  # the plain series is swept
     assert 'pgd/linf/5 aAcc eps 4: 30.00, eps 8: 10.00, eps 64: 0.50' in sweep
+    assert 'tolerance 0.50 (fixed: no per-image areas)' in sweep
     assert 'adaptive' not in checks_of(audit(healthy(), elliptical=False))
 
 
@@ -54,14 +82,17 @@ def test_a_healthy_model_passes_every_check():
         'pgd/linf/64/5': dict(aAcc=12.)
     }, 'eps sweep'),
     ({
-        'square/linf/4/20': dict(aAcc=27.)
+        'square/linf/4/20': dict(aAcc=29.)
     }, 'white-box beats black-box'),
     ({
-        'pgd@dot/linf/4/5': dict(aAcc=27.4)
+        'pgd@dot/linf/4/5': dict(aAcc=29.2)
     }, 'white-box beats black-box'),
     ({
-        'pgd/linf/4/10': dict(aAcc=30.6)
+        'pgd/linf/4/10': dict(aAcc=29.2)
     }, 'iterations'),
+    ({
+        'fgsm/linf/4/1': dict(aAcc=29.2)
+    }, 'single step'),
     ({
         'pgd-adaptive/linf/4/5': dict(aAcc=20.)
     }, 'adaptive'),
@@ -70,12 +101,21 @@ def test_each_failed_check_is_named(change, failed):
     got = audit({**healthy(), **change})
     assert checks_of(got)[failed] is False
     assert got['verdict'] == f'failed: {failed}'
+    assert '1 of' not in detail_of(got, failed) or 'fail' in \
+        detail_of(got, failed)
 
 
-def test_within_the_slack_passes_and_the_sweep_says_where_it_stops():
+def test_more_iterations_that_help_less_pass():
+    """Twice the steps leaving the model *more* accurate is noise, not a
+    sign of an unconverged attack (the old check failed here)."""
+    got = audit({**healthy(), 'pgd/linf/4/10': dict(aAcc=34.)})
+    assert checks_of(got)['iterations'] is True
+
+
+def test_within_the_tolerance_passes_and_the_sweep_says_where_it_stops():
     cells = {
         **healthy(), 'square/linf/4/20': dict(aAcc=29.4),
-        'pgd/linf/4/10': dict(aAcc=30.4),
+        'pgd/linf/4/10': dict(aAcc=29.4),
         'pgd/linf/16/5': dict(aAcc=9.),
         'pgd/linf/32/5': dict(aAcc=9.5),
         'pgd/linf/64/5': dict(aAcc=9.)
@@ -94,14 +134,15 @@ def test_within_the_slack_passes_and_the_sweep_says_where_it_stops():
 def test_missing_cells_are_not_checked():
     cells = {
         k: v
-        for k, v in healthy().items() if '@' not in k and 'square' not in k
-        and '/10' not in k and '/64/' not in k and '/8/' not in k
+        for k, v in healthy().items()
+        if '@' not in k and 'square' not in k and '/10' not in k
+        and '/64/' not in k and '/8/' not in k and 'fgsm' not in k
     }
     got = audit(cells)
     assert checks_of(got)['eps sweep'] is None
     assert got['verdict'] == (
         CLEAN_VERDICT + ' (not checked: eps sweep, '
-        'white-box beats black-box, iterations)')
+        'white-box beats black-box, iterations, single step)')
 
 
 def test_white_box_worst_is_the_per_image_minimum():
@@ -140,7 +181,11 @@ def test_audit_cells():
         'fgsm/linf/16/1', 'fgsm/linf/32/1', 'fgsm/linf/64/1', 'pgd/linf/4/10',
         'square/linf/4/7', 'pgd@b/linf/4/5'
     ]
-    assert 'fgsm@a/linf/4/1' in [rb.grid.loop.key_of(c) for c in got['b']]
+    keys_b = [rb.grid.loop.key_of(c) for c in got['b']]
+    assert 'fgsm@a/linf/4/1' in keys_b
+    # FGSM where the run has none (the single-step check), once
+    assert keys_b.count('fgsm/linf/4/1') == 1 and keys.count(
+        'fgsm/linf/4/1') == 1
     # the sweep keeps each attack's step / eps (a fixed step would stall)
     steps = {rb.grid.loop.key_of(c): c.step_size for c in got['a'][1:]}
     assert [steps[f'pgd/linf/{e}/5'] for e in (8, 16, 32, 64)] == \
@@ -198,12 +243,22 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
         '--steps', '1', '--step-size', '4', '--max-images', '1', '--queries',
         '2', '--adaptive'
     ]
-    data = tool.main(argv + ['--audit', '--work-dir', str(tmp_path)])
+    data = tool.main(
+        argv +
+        ['--audit', '--audit-sweep-steps', '4', '--work-dir',
+         str(tmp_path)])
     cells = data['models']['ell']['cells']
     assert {
-        'pgd/linf/32/1', 'pgd-adaptive/linf/64/1', 'pgd/linf/16/2',
+        'apgd-mce-bal/linf/16/4', 'apgd-mce-bal/linf/32/4',
+        'apgd-mce-bal-adaptive/linf/64/4', 'pgd/linf/16/2', 'fgsm/linf/16/1',
         'square/linf/16/2', 'pgd@dot/linf/16/1'
     } <= set(cells)
+    assert 'pgd/linf/32/1' not in cells  # the preset sweeps its own attack
+    assert data['summary']['ell']['audit']['budget'] == [
+        'swept to 64 levels: apgd-mce-bal 4, apgd-mce-bal-adaptive 4 '
+        '(preset: apgd-mce-bal 100 iterations)',
+        'square 2 queries at eps 16 (preset: 1000)'
+    ]
     assert 'pgd-adaptive@ell/linf/16/1' in data['models']['dot']['cells']
     for name in ('ell', 'dot'):
         got = data['summary'][name]['audit']
@@ -213,5 +268,30 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     text = (tmp_path / 'adversarial.md').read_text()
     assert '## Gradient-masking audit' in text
     assert 'ell: ' + data['summary']['ell']['audit']['verdict'] in text
+    assert 'as SEA\'s released code computes them: mIoU' in text
+    worst = data['summary']['ell']['worst']['16']
+    assert {'mIoU_sea', 'aAcc_sea', 'sea_start'} <= set(worst)
     assert 'argument --audit' in refused(capsys, tool.main,
                                          argv + ['--audit', '--norm', 'l2'])
+
+
+def test_the_preset_sweeps_its_own_attack_with_its_iterations():
+    pgd = rb.Attack('pgd', 'linf', 4, 5, 1.)
+    specs = [ModelSpec('a', 'a.py', 'a.pth')]
+    preset = rb.AuditPreset(sweep_steps=7, queries=9)
+    got = rb.audit_cells(
+        {
+            'a': [(None, None), pgd,
+                  rb.Attack('pgd', 'linf', 4, 5, 1., adaptive=True)]
+        },
+        specs, [1., 4.],
+        preset.queries,
+        preset=preset,
+        class_weights={'a': (1., 2.)})
+    swept = [c for c in got['a'] if getattr(c, 'name', '') == 'apgd-mce-bal']
+    assert sorted((c.eps, c.adaptive) for c in swept) == sorted(
+        (e, a) for e in (4., 8., 16., 32., 64.) for a in (False, True))
+    assert {(c.steps, c.class_weights) for c in swept} == {(7, (1., 2.))}
+    keys = [rb.grid.loop.key_of(c) for c in got['a'][1:]]
+    assert 'pgd/linf/8/5' not in keys  # not the run's own attacks
+    assert {'square/linf/1/9', 'square/linf/4/9', 'fgsm/linf/1/1'} <= set(keys)

@@ -118,6 +118,16 @@ def test_model_summary_takes_every_cell_at_the_headline_eps():
     assert s['worst']['4']['mIoU'] == pytest.approx(want.miou)
     assert s['worst']['4']['aAcc'] == pytest.approx(want.aacc)
     assert s['mean_over_eps']['worst'] == pytest.approx(want.miou)
+    # SEA's own numbers beside ours, under names of their own
+    from mmseg_elliptical.analysis.robustness.verdicts.sea import (
+        mean_image_accuracy, sea_worst_case)
+    found = [rb.ImageAreas(*stored[k]) for k in sorted(keys[:3])]
+    start = int(np.argmin([a.intersect.sum() for a in found]))
+    sea = s['worst']['4']
+    assert sea['sea_start'] == sorted(keys[:3])[start]  # no MCE-Bal here
+    assert sea['mIoU_sea'] == pytest.approx(sea_worst_case(found, start).miou)
+    assert sea['aAcc_sea'] == pytest.approx(
+        mean_image_accuracy([a.intersect.sum(1) for a in found], labelled))
     assert s['mean_over_eps']['pgd/linf/2'] == 1.  # the headline eps only
     old = attack_model_summary(metrics, lambda k: rb.ImageAreas(*stored[k]))
     assert old['worst']['8']['aAcc'] is None
@@ -135,3 +145,84 @@ def test_store_keeps_labelled_pixels_and_reads_old_stores(tmp_path):
     assert list(store.labelled('m', 'new')) == [5, 6]
     assert store.labelled('m', 'old') is None
     assert np.array_equal(store.areas('m', 'new').union, union)
+
+
+@pytest.mark.filterwarnings('ignore::UserWarning')  # SEA's torch.tensor
+@pytest.mark.parametrize('seed', range(5))
+def test_sea_search_reproduces_seas_released_code(seed):
+    import torch
+    from sea_oracle import sea_miou_as_released
+
+    from mmseg_elliptical.analysis.robustness.verdicts.sea import \
+        sea_worst_case
+    cells, labelled = random_cells(seed, images=12, cells=4, pixels=40)
+    inter = torch.tensor(np.stack([c[0] for c in cells]), dtype=torch.float)
+    union = torch.tensor(np.stack([c[1] for c in cells]), dtype=torch.float)
+    assert (union[0].sum(0) > 0).all()  # every class occurs
+    want, chosen = sea_miou_as_released(inter, union)
+    got = sea_worst_case([rb.ImageAreas(*c) for c in cells], 0, labelled)
+    assert got.miou == pytest.approx(100 * want, abs=1e-9)
+    assert list(got.choice) == chosen
+    # SEA's search ends at or above our greedy local optimum here
+    greedy = greedy_worst_case([rb.ImageAreas(*c) for c in cells], labelled)
+    assert got.miou >= greedy.miou - 1e-9
+    # MCE-Bal stored second: the search tries it first, then the others
+    # in their order, as SEA (choices are indices of the given cells)
+    moved = [cells[1], cells[0], cells[2], cells[3]]
+    again = sea_worst_case([rb.ImageAreas(*c) for c in moved], 1, labelled)
+    assert again.miou == pytest.approx(got.miou)
+    assert [[1, 0, 2, 3][c] for c in again.choice] == chosen
+
+
+def test_seas_union_term_undoes_a_better_lower_numbered_cell():
+    """One image, three cells of mIoU 100, 0 and 50 (start: the first).
+    Round 1 switches to the second (0), then the third (50 < 100, the state
+    before the image) replaces it; round 2 tries the second again (0 < 50),
+    then the third ties the state before the image and, with SEA's 1e-8
+    in the union, "lowers" it: SEA ends at 50 where the greedy search ends
+    at 0."""
+    from mmseg_elliptical.analysis.robustness.verdicts.sea import \
+        sea_worst_case
+    union = np.array([[2, 2]])
+    cells = [
+        rb.ImageAreas(np.array([[2, 2]]), union),
+        rb.ImageAreas(np.array([[0, 0]]), union),
+        rb.ImageAreas(np.array([[2, 0]]), union)
+    ]
+    sea = sea_worst_case(cells, 0, np.array([4]))
+    assert sea.miou == pytest.approx(50.)
+    assert list(sea.choice) == [2]
+    assert greedy_worst_case(cells).miou == pytest.approx(0.)
+
+
+def test_seas_aacc_is_the_mean_over_images_of_the_worst_accuracy():
+    from mmseg_elliptical.analysis.robustness.verdicts.sea import \
+        mean_image_accuracy
+    correct = np.array([[9, 1], [10, 0]])  # [cells, images]
+    labelled = np.array([10, 2])
+    # per image: min(9, 10) / 10 = 0.9 and min(1, 0) / 2 = 0
+    assert mean_image_accuracy(correct, labelled) == pytest.approx(45.)
+    pooled = greedy_worst_case(
+        [rb.ImageAreas(c[:, None], c[:, None] + 1) for c in correct],
+        labelled).aacc
+    assert pooled == pytest.approx(100 * 9 / 12)  # 75: pooled differs
+    # an image without labelled pixels is left out
+    assert mean_image_accuracy(np.array([[9, 0]]),
+                               np.array([10, 0])) == pytest.approx(90.)
+
+
+def test_seas_search_starts_from_mce_bal_and_old_records_read():
+    from mmseg_elliptical.analysis.robustness.reports.sea import sea_text
+    from mmseg_elliptical.analysis.robustness.verdicts.summary import sea_start
+    areas = [
+        rb.ImageAreas(np.array([[n]]), np.array([[9]])) for n in (1, 5, 3, 4)
+    ]
+    keys = [
+        'pgd/linf/4/5', 'apgd-mce-bal/linf/4/5',
+        'apgd-mce-bal-adaptive/linf/4/5', 'apgd-mce-bal@dot/linf/4/5'
+    ]
+    assert sea_start(keys, areas) == 2  # the lower of the two MCE-Bal
+    assert sea_start(['a/linf/4/1', 'b/linf/4/1'], areas[1:3]) == 1
+    assert sea_text(dict(mIoU=1., aAcc=2.)) == ''  # an older store
+    assert 'mIoU 3.00 (its search from `k`), aAcc 4.00' in sea_text(
+        dict(mIoU_sea=3., aAcc_sea=4., sea_start='k'))
