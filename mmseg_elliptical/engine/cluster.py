@@ -171,8 +171,8 @@ def state(job: submitit.Job) -> str:
         if known.upper() == 'UNKNOWN':
             known = slurm_state(str(job.job_id)) or 'UNKNOWN'
         return known.split()[0].upper()
-    if isinstance(job, submitit.DebugJob):
-        return 'FINISHED' if job.done() else 'PENDING'
+    if isinstance(job, submitit.DebugJob):  # its done() runs it, under pdb
+        return 'FINISHED' if job.submission().done() else 'PENDING'
     return str(job.state).upper()
 
 

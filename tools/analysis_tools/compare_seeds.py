@@ -13,7 +13,8 @@ Every (config, seed) run is mmseg's ``tools/train.py`` in a submitit job
 ``--cfg-options randomness.seed=SEED``. ``--executor local`` (default) runs
 the jobs on this machine, ``slurm`` submits each as a Slurm job of
 ``--gpus-per-run`` GPUs (one task each) or ``--tasks-per-run`` CPU tasks,
-training with ``--launcher slurm`` over its tasks, ``debug`` runs them one
+training with ``--launcher slurm`` over its tasks (one task: as a local
+run), ``debug`` runs them one
 after the other in this process. A job's files and log are in the run's
 ``submitit/`` folder; ``job.json`` there and ``compare.json`` name them.
 A finished run leaves ``result.json`` there and is skipped when the command
@@ -365,7 +366,9 @@ def run_all(configs: Sequence[str],
             pending.append((i, config, settings, run_dir))
     for config in dict.fromkeys(p[1] for p in pending):
         prepare_data(config, resolved[config])
-    launcher = 'slurm' if executor == 'slurm' else 'none'
+    # A job of one task needs no process group: it trains as a local run.
+    launcher = 'slurm' if slurm is not None and executor == 'slurm' and \
+        slurm.tasks > 1 else 'none'
     records = {}
 
     def start(i, config, settings, run_dir):
