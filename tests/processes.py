@@ -10,10 +10,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, Optional, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, Optional, Sequence
 
 import pytest
 from builders import ROOT
+
+
+@contextmanager
+def cpu_bound_process() -> Iterator[subprocess.Popen]:
+    """A process that spins on one core for the block (a loaded machine),
+    then is killed."""
+    proc = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:

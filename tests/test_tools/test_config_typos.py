@@ -88,6 +88,9 @@ def test_the_launch_check_names_a_misspelt_type(tool, argv, typos, demo_models,
     # tools/check_args.py, which dist_launch.sh runs before torchrun.
     monkeypatch.syspath_prepend(osp.join(ROOT, 'tools'))
     monkeypatch.setattr(sys, 'argv', list(sys.argv))
+    # check_args sets it for the torchrun that would follow: not for the
+    # tests after this one (a --launcher refusal relies on it being off).
+    monkeypatch.setattr('mmseg_elliptical.utils.preflight.LAUNCHING', False)
     import check_args
     argv = argv.format(backbone=typos['backbone'], ckpt=demo_models[1])
     line = refused(capsys, check_args.main, [tool, *argv.split()])

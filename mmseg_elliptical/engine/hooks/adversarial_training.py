@@ -8,6 +8,7 @@ resized to the label as the head's loss does) against the batch's own
 (cropped, flipped) labels: not ``predict``, which undoes flips.
 """
 import copy
+import os.path as osp
 import zlib
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -50,6 +51,16 @@ def draw(key: str, seed: int) -> float:
     gen = torch.Generator().manual_seed(
         (zlib.crc32(key.encode()) + seed) % 2**63)
     return float(torch.rand((), generator=gen))
+
+
+def image_key(path: str, root: Optional[str]) -> str:
+    """An image's key for the draws: its path relative to the training
+    data's root (the same wherever the data lies: in a temporary folder, on
+    another node, after a move), else the path as it is."""
+    if root and osp.commonpath([osp.abspath(path),
+                                osp.abspath(root)]) == osp.abspath(root):
+        return osp.relpath(path, root)
+    return path
 
 
 def check_model(model) -> None:
@@ -163,8 +174,9 @@ class AdversarialTrainingHook(Hook):
     batch's labels. The mode, the parameters' ``requires_grad`` flags and
     gradients and every random state are as before when the step runs.
     Which images are attacked and their random start are seeded by (image
-    path, iteration, ``seed``): epochs draw new starts, two processes choose
-    as one, and a resumed run continues exactly (the hook keeps no state).
+    path relative to the training data's root, iteration, ``seed``): epochs
+    draw new starts, two processes choose as one, a resumed run continues
+    exactly (the hook keeps no state), wherever the data lies.
 
     Args:
         attack (dict): :class:`..analysis.robustness.attacks.Attack`'s
@@ -249,12 +261,16 @@ class AdversarialTrainingHook(Hook):
         self.ratio = float(ratio)
         self.seed = seed
         self.log_accuracy = log_accuracy
+        self.data_root: Optional[str] = None  # the train data's, when known
 
     def before_train(self, runner) -> None:
         """Refuse a model the hook cannot attack, or class weights of
         another number of classes, before the first step."""
         model = self._model(runner)
         check_model(model)
+        dataset = getattr(
+            getattr(runner, 'train_dataloader', None), 'dataset', None)
+        self.data_root = getattr(dataset, 'data_root', None)
         weights = self.attack.class_weights
         classes = model.decode_head.num_classes
         if self.attack.name in BALANCED and len(weights) != classes:
@@ -285,8 +301,9 @@ class AdversarialTrainingHook(Hook):
             return
         samples = data_batch['data_samples']
         keys = [
-            str(s.metainfo.get('img_path', f'{batch_idx}/{i}'))
-            for i, s in enumerate(samples)
+            image_key(
+                str(s.metainfo.get('img_path', f'{batch_idx}/{i}')),
+                self.data_root) for i, s in enumerate(samples)
         ]
         picked = self.chosen(keys, runner.iter)
         if not picked:
