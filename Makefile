@@ -2,9 +2,11 @@
 # into .venv first, and skips what is already there):
 #   make demo   train the elliptical demo segmentor on the embedded demo data,
 #               then print its per-class IoU and the path of a picture
-#   make test   check the code style (make lint), then run the test suite
-# The inner loop: make test-fast (the tests not marked slow: no subprocess,
-# torchrun, export, torch.compile or end-to-end training; no lint).
+#   make test   check the code style (make lint), then run the tests not
+#               marked slow (no subprocess, torchrun, Slurm, export,
+#               torch.compile or end-to-end training); make test-slow runs
+#               those (CI's second step), make test-all both
+# The inner loop: make test-fast (make test without lint).
 # More: make demo-dot (the dot-product twin), make demo-tb (both twins with
 # their evidence live in TensorBoard: collapse, m, attention; then it prints
 # the tensorboard command), make compare (both twins on 3
@@ -59,7 +61,7 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV = $(shell $(PYTHON) mmseg_elliptical/utils/pinned_env.py $(DEMO_THREADS))
 
-.PHONY: setup demo demo-dot demo-tb compare export lint test test-fast benchmark \
+.PHONY: setup demo demo-dot demo-tb compare export lint test test-fast test-slow test-all test-times benchmark \
 	speed report adversarial test-full-mmcv demo-at
 
 setup:
@@ -171,11 +173,24 @@ lint: setup
 TEST_WORKERS ?= 2
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
 
+# make test: lint and every test not marked slow (about 10 min idle here);
+# make test-slow: the end-to-end ones (subprocesses, torchrun, Slurm, ONNX
+# export, torch.compile, training), CI's second step; make test-all: both.
 test: setup lint
-	$(PYTEST)
+	$(PYTEST) -m "not slow"
 
 test-fast: setup
 	$(PYTEST) -m "not slow"
+
+test-slow: setup
+	$(PYTEST) -m slow
+
+test-all: test test-slow
+
+# The suite's time per test folder (every test, one run), a markdown table.
+test-times: setup
+	-$(PYTEST) --junitxml=work_dirs/test-times.xml -o junit_family=xunit2
+	$(PY) tools/misc/test_times.py work_dirs/test-times.xml
 
 # Full mmcv keeps a test: a second venv with mmcv's compiled ops (from
 # FULL_WHEELHOUSE, CI's ../shared/wheels; compiled without it), running the

@@ -16,8 +16,7 @@ from ..evidence.attention_figures import (plot_attention, plot_relevance,
                                           shown_heads, shown_layers)
 from ..evidence.collapse import write_collapse_report
 from ..evidence.layers import AnalysisError
-from ..robustness.reports.arms import (RUN_BY_RUN, arms_markdown,
-                                       verdict_lines)
+from ..robustness.reports.arms import RUN_BY_RUN, arms_markdown, verdict_lines
 from . import sections
 from .sections import ReportOptions
 

@@ -273,8 +273,8 @@ def collapse_figure(results: Dict[str, Dict],
         handles,
         labels,
         loc='outside lower center',
-        ncols=1 if max(len(n) for n in labels) > 50 // len(labels) else len(
-            labels),
+        ncols=1 if max(len(n)
+                       for n in labels) > 50 // len(labels) else len(labels),
         fontsize=7)
     return fig
 
