@@ -251,12 +251,24 @@ def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
 
     monkeypatch.setattr(compare.subprocess, 'run', run)
     monkeypatch.setenv('OMP_NUM_THREADS', '7')
+    monkeypatch.delenv('MKL_CBWR', raising=False)
     compare.train('c.py', 4, str(tmp_path), threads=3)
     assert seen['env']['OMP_NUM_THREADS'] == '3'
+    # the CPU kernels pinned as make demo pins them (one number per host)
+    assert {
+        k: seen['env'][k]
+        for k in ('MKL_NUM_THREADS', 'MKL_CBWR', 'ATEN_CPU_CAPABILITY',
+                  'ONEDNN_MAX_CPU_ISA')
+    } == dict(
+        MKL_NUM_THREADS='3',
+        MKL_CBWR='COMPATIBLE',
+        ATEN_CPU_CAPABILITY='avx2',
+        ONEDNN_MAX_CPU_ISA='AVX2')
     assert seen['command'][-1] == 'randomness.seed=4'
     assert seen['command'][-4:-2] == ['--launcher', 'none']
     compare.train('c.py', 4, str(tmp_path), launcher='slurm')
     assert seen['env']['OMP_NUM_THREADS'] == '7'
+    assert 'MKL_CBWR' not in seen['env']  # the environment as it is
     assert seen['command'][-4:-2] == ['--launcher', 'slurm']
 
 

@@ -55,6 +55,7 @@ from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
                                     write_report)
 from mmseg_elliptical.utils.arguments import (CfgOptions, config_file, fail,
                                               non_negative_int, positive_int)
+from mmseg_elliptical.utils.pinned_env import pinned_env
 
 TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
@@ -211,8 +212,10 @@ def train(config: str,
         seed (int): ``randomness.seed``.
         work_dir (str): The run's work dir; its ``train.log`` gets the
             output.
-        threads (int, optional): ``OMP_NUM_THREADS`` of the run (default:
-            this process's environment).
+        threads (int, optional): torch's threads of the run, with the CPU
+            kernels pinned as ``make demo`` pins them
+            (:func:`~mmseg_elliptical.utils.pinned_env.pinned_env`; default:
+            this process's environment as it is).
         launcher (str): ``--launcher`` (``slurm`` in every task of a Slurm
             job).
 
@@ -225,9 +228,7 @@ def train(config: str,
         '--resume', '--launcher', launcher, '--cfg-options',
         f'randomness.seed={seed}'
     ]
-    env = dict(os.environ)
-    if threads:
-        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = pinned_env(threads=threads) if threads else dict(os.environ)
     out = osp.join(work_dir, 'train.log')
     start = time.perf_counter()
     with open(out, 'a') as f:
