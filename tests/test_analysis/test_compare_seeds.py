@@ -347,11 +347,21 @@ def test_arguments_are_checked(compare, monkeypatch):
     assert (args.jobs, args.threads) == (2, 2)
     args = compare.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
     assert (args.jobs, args.threads) == (8, 3)
+    # On Slurm: every run at once, each on its task's CPUs.
+    args = compare.parse_args([
+        DEMO_DOT, DEMO_DOT, '--names', 'a', 'b', '--executor', 'slurm',
+        '--partition', 'p', '--cpus-per-task', '5', '--tasks-per-run', '2'
+    ])
+    assert (args.jobs, args.threads, args.slurm.tasks) == (6, 5, 2)
+    assert args.slurm.partition == 'p' and args.slurm.gpus_per_run == 0
+    assert compare.parse_args([DEMO_DOT]).slurm is None
     for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
                  [DEMO_DOT, DEMO_DOT, '--names', 'a',
                   'a'], [DEMO_DOT, '--seeds', '1',
                          '1'], [DEMO_DOT, '--jobs',
-                                '0'], [DEMO_DOT, '--threads', '0']):
+                                '0'], [DEMO_DOT, '--threads',
+                                       '0'], [DEMO_DOT, '--executor', 'slurm'],
+                 [DEMO_DOT, '--executor', 'cloud']):
         with pytest.raises(SystemExit) as exc:
             compare.main(argv)
         assert exc.value.code == 2

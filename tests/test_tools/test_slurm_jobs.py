@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from builders import DEMO_ELLIPTICAL, TINY_GENERATE
+from builders import DEMO_ELLIPTICAL, ROOT, TINY_GENERATE
 from processes import run_command
 
 pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
@@ -40,7 +40,7 @@ class PauseAfter(Hook):
 '''
 
 
-def options(demo_root: str, pause: bool = False) -> list:
+def options(demo_root: str) -> list:
     """``--cfg-options`` of a tiny deterministic 4-iteration run."""
     opts = [
         'model.backbone.num_layers=2', 'model.backbone.embed_dims=48',
@@ -55,20 +55,14 @@ def options(demo_root: str, pause: bool = False) -> list:
             f'{loader}.dataset.generate.{k}={v}'
             for k, v in TINY_GENERATE.items()
         ]
-    if pause:
-        opts += [
-            "custom_imports.imports=['mmseg_elliptical','pause_hook']",
-            "custom_hooks=[dict(type='PauseAfter',iteration=2)]"
-        ]
     return opts
 
 
-def compare(work: str, demo_root: str, *extra: str, pause: bool = False):
+def compare(work: str, demo_root: str, *extra: str, config=DEMO_ELLIPTICAL):
     """compare_seeds.py's command line on seed 0 of the tiny run."""
     return [
-        sys.executable, TOOL, DEMO_ELLIPTICAL, '--names', 'ell', '--seeds',
-        '0', '--work-dir', work, *extra, '--cfg-options',
-        *options(demo_root, pause)
+        sys.executable, TOOL, config, '--names', 'ell', '--seeds', '0',
+        '--work-dir', work, *extra, '--cfg-options', *options(demo_root)
     ]
 
 
@@ -84,9 +78,21 @@ def final_weights(work: str) -> dict:
 
 
 @pytest.fixture
+def paused(tmp_path) -> str:
+    """The demo config with the :data:`PAUSE` hook (``pause_hook.py``)."""
+    (tmp_path / 'pause_hook.py').write_text(PAUSE)
+    path = tmp_path / 'paused.py'
+    path.write_text(
+        f"_base_ = ['{osp.join(ROOT, DEMO_ELLIPTICAL)}']\n"
+        "custom_imports = dict(imports=['mmseg_elliptical', 'pause_hook'], "
+        'allow_failed_imports=False)\n'
+        "custom_hooks = [dict(type='PauseAfter', iteration=2)]\n")
+    return str(path)
+
+
+@pytest.fixture
 def hook_env(tmp_path):
     """The environment of runs whose configs import ``pause_hook``."""
-    (tmp_path / 'pause_hook.py').write_text(PAUSE)
     return dict(
         os.environ,
         OMP_NUM_THREADS='1',
@@ -123,13 +129,13 @@ def wait_for(path: str, proc: subprocess.Popen, timeout: float = 300):
 
 
 def test_a_killed_job_run_again_ends_as_an_uninterrupted_run(
-        slurm, demo_root, tmp_path, hook_env) -> None:
+        slurm, demo_root, tmp_path, hook_env, paused) -> None:
     whole, cut = str(tmp_path / 'whole'), str(tmp_path / 'cut')
-    run_command(compare(whole, demo_root, pause=True), env=hook_env)
+    run_command(compare(whole, demo_root, config=paused), env=hook_env)
     run_dir = osp.join(cut, 'ell', 'seed0')
     os.makedirs(run_dir)
     open(osp.join(run_dir, 'pause'), 'w').close()
-    command = compare(cut, demo_root, *slurm_args(slurm), pause=True)
+    command = compare(cut, demo_root, *slurm_args(slurm), config=paused)
     proc = subprocess.Popen(
         command,
         env=dict(hook_env, SLURM_CONF=slurm.conf),
@@ -145,9 +151,10 @@ def test_a_killed_job_run_again_ends_as_an_uninterrupted_run(
     finally:
         proc.kill()
     assert proc.returncode == 1, out[-3000:]
-    last = out.strip().splitlines()[-1]
-    assert last.startswith(f'compare_seeds.py: ell seed 0: job {job["id"]} '
-                           'ended (') and last.endswith(job['log']), last
+    # Killed with its job step (the training and submitit's task), the job
+    # ends failed or without a result: either way its id and log are named.
+    assert f'compare_seeds.py: ell seed 0: job {job["id"]} ' in out, out
+    assert f'its log: {job["log"]}' in out, out[-3000:]
     assert not osp.exists(osp.join(run_dir, 'iter_4.pth'))
     os.remove(osp.join(run_dir, 'pause'))
     log = run_command(command, env=hook_env).stdout
@@ -163,7 +170,7 @@ def test_a_killed_job_run_again_ends_as_an_uninterrupted_run(
 
 
 def test_a_job_past_its_time_limit_says_so(slurm, demo_root, tmp_path,
-                                           hook_env) -> None:
+                                           hook_env, paused) -> None:
     work = str(tmp_path / 'work')
     run_dir = osp.join(work, 'ell', 'seed0')
     os.makedirs(run_dir)
@@ -173,7 +180,7 @@ def test_a_job_past_its_time_limit_says_so(slurm, demo_root, tmp_path,
             work,
             demo_root,
             *slurm_args(slurm, '--time', '1', '--max-timeouts', '0'),
-            pause=True),
+            config=paused),
         env=dict(hook_env, SLURM_CONF=slurm.conf),
         capture_output=True,
         text=True,

@@ -24,9 +24,9 @@ resumed from its last checkpoint (``--resume``), and one whose Slurm job is
 still queued or running is waited for, not submitted again.
 Up to ``--jobs`` runs train at once (default: one per core; on Slurm: all),
 each on ``--threads`` torch threads (``OMP_NUM_THREADS`` of its process;
-default: the cores shared among the jobs); the configs' datasets are built
-once here first, so that runs which generate the same data (the demo's) do
-not race to write it.
+default: the cores shared among the jobs, on Slurm ``--cpus-per-task``);
+the configs' datasets are built once here first, so that runs which
+generate the same data (the demo's) do not race to write it.
 
 Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.md`` (mean and standard deviation of the final metrics per model,
@@ -143,7 +143,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.jobs is None:
         args.jobs = cores() if args.executor != 'slurm' else \
             len(args.configs) * len(args.seeds)
-    args.threads = args.threads or max(1, cores() // args.jobs)
+    # A Slurm run's threads: its CPUs there, not this machine's cores.
+    shared = max(1, cores() // args.jobs)
+    args.threads = args.threads or (args.cpus_per_task
+                                    if args.executor == 'slurm' else shared)
     return args
 
 
