@@ -108,7 +108,11 @@ REPORT_NAMES = $(foreach s,$(SEEDS),elliptical) $(foreach s,$(SEEDS),dot-product
 
 # When make demo-at's checkpoints exist, make report adds their section:
 # make demo-at's grid (resumed in DEMO_AT_DIR; outside the report's budget).
-report: compare
+REPORT_CKPTS = $(filter %.pth,$(REPORT_MODELS))
+
+report: setup
+	@$(PY) tools/misc/report_plan.py $(REPORT_CKPTS) $(if $(JOBS),--jobs $(JOBS))
+	@$(MAKE) --no-print-directory compare
 	$(DEMO_ENV) $(PY) tools/analysis_tools/compare_models.py $(REPORT_MODELS) \
 		--names $(REPORT_NAMES) $(REPORT_ARGS) --work-dir work_dirs/report
 	@if [ -f $(DEMO_AT_CKPT) ] && [ -f $(DEMO_AT_DOT_CKPT) ]; then \

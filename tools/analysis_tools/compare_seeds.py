@@ -43,12 +43,13 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmseg.registry import DATASETS
 
+from mmseg_elliptical.analysis.comparison.plan import TRAIN_SECONDS, Countdown
 from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
 from mmseg_elliptical.engine import cluster
 from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
@@ -370,6 +371,9 @@ def run_all(configs: Sequence[str],
             pending.append((i, config, settings, run_dir))
     for config in dict.fromkeys(p[1] for p in pending):
         prepare_data(config, resolved[config])
+    countdown = Countdown(training_plan(pending, results, jobs), log)
+    if pending:
+        countdown.announce('trainings')
     # A job of one task needs no process group: it trains as a local run.
     launcher = 'slurm' if slurm is not None and executor == 'slurm' and \
         slurm.tasks > 1 else 'none'
@@ -411,6 +415,7 @@ def run_all(configs: Sequence[str],
             f'{result["seconds"] / 60:.1f} min, final mIoU '
             f'{last.get("mIoU", float("nan")):.2f}')
         results[i] = result
+        countdown.done()
         return result
 
     starts = [lambda p=p: start(*p) for p in pending]
@@ -424,6 +429,25 @@ def run_all(configs: Sequence[str],
     except cluster.JobError as e:
         raise RunError(str(e)) from None
     return results
+
+
+def training_plan(pending: Sequence[tuple], results: Sequence[Optional[Dict]],
+                  jobs: int) -> List[Tuple[str, float]]:
+    """``(run, estimated seconds)`` of each run to train: its model's runs
+    trained before (their mean time), else the demo's measured time
+    (:data:`~mmseg_elliptical.analysis.comparison.plan.TRAIN_SECONDS`),
+    over the runs trained at once."""
+    at_once = max(1, min(jobs, len(pending)))
+    plan = []
+    for _, _, settings, _ in pending:
+        before = [
+            r['seconds'] for r in results
+            if r and r['name'] == settings['name'] and r.get('seconds')
+        ]
+        seconds = statistics.mean(before) if before else TRAIN_SECONDS
+        plan.append(
+            (f'{settings["name"]} seed {settings["seed"]}', seconds / at_once))
+    return plan
 
 
 def markdown(summary: Dict[str, Dict], results: Sequence[Dict]) -> str:

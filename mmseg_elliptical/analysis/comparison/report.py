@@ -18,6 +18,7 @@ from ..evidence.collapse import write_collapse_report
 from ..evidence.layers import AnalysisError
 from ..robustness.reports.arms import RUN_BY_RUN, arms_markdown, verdict_lines
 from . import sections
+from .plan import SECTION_SECONDS, Countdown
 from .sections import ReportOptions
 
 
@@ -283,11 +284,16 @@ def compare_models(specs: Sequence[ModelSpec],
                             f'{len(specs)}.')
     baseline_of(specs, options)
     start = time.time()
+    countdown = Countdown(SECTION_SECONDS,
+                          print if is_main_process() else lambda _: None)
+    countdown.announce('compare_models')
     parts: Dict[str, object] = {}
     parts['robustness'] = sections.accuracy_and_robustness(
         specs, options, work_dir, quiet)
+    countdown.done()
     parts['adversarial'] = sections.adversarial(specs, options, work_dir,
                                                 quiet)
+    countdown.done()
     parts['collapse'] = sections.collapse(specs, options, work_dir)
     if not is_main_process():
         return None
@@ -296,6 +302,7 @@ def compare_models(specs: Sequence[ModelSpec],
         specs, options, work_dir)
     parts['query'] = (image, point)
     parts['speed'] = sections.speed(specs, options, work_dir)
+    countdown.done()
     write_figures(parts, options, work_dir)
     write_markdown(specs, options, parts, work_dir)
     data = report_data(specs, options, parts, time.time() - start)
