@@ -155,6 +155,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     preset = rb.ATTACK_PROTOCOLS[args.protocol]
     args.attacks = args.attacks or list(preset.attacks)
     args.norm = args.norm or preset.norm
+    if 'square' in args.attacks and args.norm != 'linf':
+        parser.error('argument --attacks: the square attack is L-inf only; '
+                     'pass --norm linf or drop square.')
+    if args.audit and args.norm != 'linf':
+        parser.error('argument --audit: its eps sweep and square attack are '
+                     'L-inf; pass --norm linf.')
     try:
         args.epsilons = [
             parse_eps(e, args.norm, args.allow_small_eps, args.allow_large_eps)
@@ -170,12 +176,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('argument --step-size: give the L2 step (0-1 scale); '
                      f'the {args.protocol} protocol\'s is in L-inf levels')
     args.step_ratio = preset.step_ratio if args.step_size is None else None
-    if 'square' in args.attacks and args.norm != 'linf':
-        parser.error('argument --attacks: the square attack is L-inf only; '
-                     'pass --norm linf or drop square.')
-    if args.audit and args.norm != 'linf':
-        parser.error('argument --audit: its eps sweep and square attack are '
-                     'L-inf; pass --norm linf.')
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     check_run(parser, args, args.specs, __file__)

@@ -8,7 +8,6 @@ resized to the label as the head's loss does) against the batch's own
 (cropped, flipped) labels: not ``predict``, which undoes flips.
 """
 import copy
-import os.path as osp
 import zlib
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -25,6 +24,7 @@ from mmseg.registry import HOOKS
 from torch import Tensor
 
 from ...analysis.robustness.attacks import pgd as attacks
+from ...analysis.robustness.attacks.keys import image_key
 from ...analysis.robustness.attacks.losses import BALANCED
 from ...errors import AnalysisError, ConfigError
 from ...utils.eps import parse_eps
@@ -51,16 +51,6 @@ def draw(key: str, seed: int) -> float:
     gen = torch.Generator().manual_seed(
         (zlib.crc32(key.encode()) + seed) % 2**63)
     return float(torch.rand((), generator=gen))
-
-
-def image_key(path: str, root: Optional[str]) -> str:
-    """An image's key for the draws: its path relative to the training
-    data's root (the same wherever the data lies: in a temporary folder, on
-    another node, after a move), else the path as it is."""
-    if root and osp.commonpath([osp.abspath(path),
-                                osp.abspath(root)]) == osp.abspath(root):
-        return osp.relpath(path, root)
-    return path
 
 
 def check_model(model) -> None:

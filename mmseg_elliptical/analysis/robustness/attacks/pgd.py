@@ -24,6 +24,7 @@ from torch import Tensor
 from ....errors import AnalysisError
 from ....models.attention import adaptive_relevance
 from .apgd import APGD_ATTACKS, apgd_images, apgd_problems
+from .keys import sample_keys
 
 PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
@@ -318,9 +319,21 @@ class AdversarialTestLoop(TestLoop):
             data_batch=data_batch,
             outputs=outputs)
 
+    def start_keys(self, samples: Sequence) -> List[str]:
+        """What seeds each image's draws: its path under the dataset's data
+        root (:func:`~.keys.sample_keys`)."""
+        root = getattr(self.dataloader.dataset, 'data_root', None)
+        return sample_keys(samples, root)
+
     def craft(self, model, images, samples, ignore_index: int) -> List:
         """The batch's adversarial images (:func:`perturb` on ``model``)."""
-        return perturb(model, images, samples, self.attack, ignore_index)
+        return perturb(
+            model,
+            images,
+            samples,
+            self.attack,
+            ignore_index,
+            start_keys=self.start_keys(samples))
 
     def perturbation_norms(self) -> Dict[str, float]:
         """``max_linf`` and ``max_l2`` over every process (call on all)."""

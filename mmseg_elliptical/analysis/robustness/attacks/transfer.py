@@ -88,5 +88,10 @@ class TransferTestLoop(AdversarialTestLoop):
             device = next(model.parameters()).device
             self.source = build_source(self.attack, device)
         head = getattr(self.source, 'decode_head', None)
-        return perturb(self.source, images, samples, self.attack,
-                       getattr(head, 'ignore_index', ignore_index))
+        return perturb(
+            self.source,
+            images,
+            samples,
+            self.attack,
+            getattr(head, 'ignore_index', ignore_index),
+            start_keys=self.start_keys(samples))

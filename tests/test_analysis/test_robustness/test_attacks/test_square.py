@@ -145,3 +145,35 @@ def test_square_cells_in_the_grid(demo_models, tmp_path, capsys):
         (['--norm', 'l2', '--epsilons', '0.5'], 'square attack is L-inf'),
     ):
         assert words in refused(capsys, tool.main, argv + extra), extra
+
+
+def test_draws_do_not_depend_on_where_the_data_lies(demo_models, demo_root,
+                                                    tmp_path):
+    """The square attack and the random start draw per image from its path
+    under the data root: the same test images in another folder give the
+    same cells (they drew from the absolute path, so a cell changed with
+    pytest's temporary folder)."""
+    import shutil
+
+    from mmseg_elliptical.analysis.robustness.attacks.keys import image_key
+    tool = load_tool('analysis_tools/adversarial.py')
+    moved = tmp_path / 'elsewhere' / 'demo_shapes'
+    shutil.copytree(demo_root, moved)
+    argv = demo_models[:2] + [
+        '--attacks', 'pgd', 'square', '--epsilons', '4', '--steps', '2',
+        '--step-size', '2', '--queries', '5', '--random-start', '--max-images',
+        '2'
+    ]
+    cells = [
+        tool.main(argv + ['--work-dir', str(tmp_path / name)] +
+                  extra)['models']['ell']['cells']
+        for name, extra in (('here', []), (
+            'there',
+            ['--cfg-options', f'test_dataloader.dataset.data_root={moved}']))
+    ]
+    for key in ('pgd/linf/4/2', 'square/linf/4/5'):
+        assert cells[0][key]['mIoU'] == cells[1][key]['mIoU'], key
+        assert cells[0][key]['max_linf'] == cells[1][key]['max_linf'], key
+    assert image_key(f'{moved}/images/validation/a.jpg',
+                     str(moved)) == 'images/validation/a.jpg'
+    assert image_key('/other/a.jpg', str(moved)) == '/other/a.jpg'

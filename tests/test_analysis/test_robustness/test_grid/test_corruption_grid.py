@@ -525,7 +525,9 @@ def test_launcher_options(monkeypatch):
     monkeypatch.delenv('RANK', raising=False)
     with pytest.raises(ConfigError, match='environment torchrun sets'):
         launch.start_launcher('pytorch', cuda=False)
-    with pytest.raises(RuntimeError, match='--launcher slurm needs CUDA'):
+    for name in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST'):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match='a task started by srun'):
         launch.start_launcher('slurm', cuda=False)
     monkeypatch.setenv('RANK', '0')
     monkeypatch.setattr(launch.dist, 'is_initialized', lambda: True)
