@@ -29,8 +29,9 @@ from .hooks.adversarial_training import AdversarialTrainingHook, check_model
 
 PLAIN = 'plain'
 #: The hook's attack of each recipe timed, as its config writes it: the
-#: demo's cheap recipe (``configs/demo/*_adversarial.py``) and PGD-AT /
-#: PIR-AT (``configs/_base_/adversarial_training.py``).
+#: demo's cheap recipe (``configs/demo/*_adversarial.py``) and the cheap
+#: 2-step PGD-AT (``configs/_base_/adversarial_training_cheap.py``; PIR-AT
+#: as SEA trains, ``adversarial_training.py``, runs 5 steps of the same).
 RECIPES: Dict[str, Dict] = {
     'pgd-1':
     dict(

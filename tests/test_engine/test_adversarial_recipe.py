@@ -48,7 +48,7 @@ def test_a_config_with_custom_hooks_trains_with_both(demo_root, tmp_path):
     hook = next(
         h for h in runner.hooks if isinstance(h, AdversarialTrainingHook))
     assert (hook.attack.name, hook.attack.eps, hook.attack.steps,
-            hook.ratio) == ('pgd', 4, 2, 1.)
+            hook.ratio) == ('pgd', 4, 5, 1.)
     runner.train()
     assert runner.message_hub.get_scalar(ACCURACY_KEY) is not None
     # The config the runner dumped has the hook in custom_hooks and no
@@ -74,6 +74,45 @@ def test_the_demo_recipe_is_the_base_with_the_cheap_attack():
             step_size=5,
             random_start=True),
         ratio=1.)
+
+
+#: Each shipped recipe as its paper or code writes it: (attack name, eps
+#: on the 0-1 scale, steps, step on the 0-1 scale, random start, ratio).
+#: PIR-AT: SEA's Pgd_Attack (alpha=1e-2, a zero delta) with N_ITERS 5
+#: (ADE20K Segmenter, Pascal VOC) or 20 (ADE20K ConvNeXt), every image.
+PAPER_RECIPES = {
+    'adversarial_training.py': ('pgd', 4 / 255, 5, 1e-2, False, 1.),
+    'adversarial_training_pirat_20.py': ('pgd', 4 / 255, 20, 1e-2, False, 1.),
+    'adversarial_training_cheap.py': ('pgd', 4 / 255, 2, 1e-2, False, 1.),
+    'adversarial_training_segpgd.py':
+    ('segpgd', 8 / 255, 3, 2 / 255, True, 1.),
+}
+
+
+@pytest.mark.parametrize('name', sorted(PAPER_RECIPES))
+def test_each_recipe_composes_into_the_hook_of_its_paper(
+        name, demo_root, tmp_path):
+    """Each recipe of configs/_base_ beside the tiny demo: one
+    AdversarialTrainingHook after the demo's own hook, whose attack is the
+    paper's in 0-255 levels (eps and step x 255)."""
+    base = osp.join(ROOT, 'configs', '_base_', name)
+    tiny = tiny_config(DEMO_ELLIPTICAL, demo_root, str(tmp_path / 'wd'))
+    tiny.dump(str(tmp_path / 'tiny.py'))
+    path = tmp_path / 'composed.py'
+    path.write_text(f"_base_ = ['{tmp_path / 'tiny.py'}', '{base}']\n")
+    cfg = Config.fromfile(str(path))
+    assert cfg.runner_type == 'AdversarialTrainingRunner'
+    cfg = with_recipe_hook(cfg)
+    assert [h['type'] for h in cfg.custom_hooks
+            ] == ['SegSummaryHook', 'AdversarialTrainingHook']
+    args = {k: v for k, v in cfg.custom_hooks[1].items() if k != 'type'}
+    hook = AdversarialTrainingHook(**args)
+    attack, want = hook.attack, PAPER_RECIPES[name]
+    assert (attack.name, attack.steps, attack.random_start,
+            hook.ratio) == (want[0], want[2], want[4], want[5])
+    assert attack.norm == 'linf'
+    assert attack.eps == pytest.approx(want[1] * 255)
+    assert attack.step_size == pytest.approx(want[3] * 255)
 
 
 @pytest.mark.parametrize(

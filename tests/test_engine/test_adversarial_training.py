@@ -27,6 +27,7 @@ from processes import cpu_bound_process, free_port, run_command
 from saved_models import family_config
 
 from mmseg_elliptical.engine.hooks import AdversarialTrainingHook
+from mmseg_elliptical.engine.hooks import adversarial_training as hooks_module
 from mmseg_elliptical.engine.hooks.adversarial_training import image_key
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.models import adaptive_relevance
@@ -328,6 +329,41 @@ def test_the_hook_leaves_modes_flags_grads_and_random_states(
     assert torch.equal(torch.get_rng_state(), states[0])
     assert random.getstate() == states[1]
     assert np.array_equal(np.random.get_state()[1], states[2])
+
+
+def test_an_attack_drawing_from_torch_numpy_and_random_leaves_their_states(
+        demo_root, tmp_path, monkeypatch):
+    """The attack (the hook's own, behind a wrapper) draws from torch's,
+    numpy's and Python's generators; after the hook each generator's next
+    draw is the one it would have made without the hook."""
+    cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
+    model = build(cfg)
+    batch = train_batch(cfg, crop)
+    name = attack_of('segmenter')['name']
+    real, drawn = hooks_module.CRAFTERS[name], []
+
+    def drawing(*args, **kwargs):
+        drawn.append((float(torch.rand(
+            ())), float(np.random.rand()), random.random()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(hooks_module.CRAFTERS, name, drawing)
+
+    def next_draws() -> tuple:
+        return (float(torch.rand(
+            ())), float(np.random.rand()), random.random())
+
+    for seed in (3, 3):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        if drawn:  # the second time: with the hook
+            AdversarialTrainingHook(attack_of('segmenter')) \
+                .before_train_iter(fake_runner(model), 0, batch)
+        drawn.append(next_draws())
+    without, inside, after = drawn
+    assert after == without
+    assert inside == without  # the attack drew the very same numbers
 
 
 def test_the_choice_is_seeded_per_image_and_iteration():

@@ -50,7 +50,7 @@ def trained_specs(family, roles=('elliptical', )):
 
 def test_recipes_are_the_configs():
     base = Config.fromfile(
-        osp.join(ROOT, 'configs', '_base_', 'adversarial_training.py'))
+        osp.join(ROOT, 'configs', '_base_', 'adversarial_training_cheap.py'))
     demo = Config.fromfile(
         osp.join(
             ROOT, 'configs', 'demo', 'segmenter_vit-mini-p8_mask_1xb8-3k_'

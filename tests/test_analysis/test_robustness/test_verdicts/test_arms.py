@@ -114,6 +114,38 @@ def test_both_say_0_outside():
     assert three['welch']['low'] > 0 and three['low'] > 0
 
 
+def test_only_welch_excludes_0_is_no_evidence():
+    """Arm a is perfect on 2 of 40 images, else as the baseline; each arm's
+    3 runs differ by a few pixels on 10 other images. Welch's interval over
+    the runs excludes 0 (the runs agree closely); the bootstrap over images
+    does not (a resample without those 2 images shows no gain): no
+    evidence that the arms differ, since a difference needs both."""
+    rng = np.random.default_rng(0)
+    union = rng.integers(20, 60, size=(40, 4))
+    half = (union * 0.5).astype(np.int64)
+
+    def run(better: bool, k: int) -> list:
+        inter = half.copy()
+        if better:
+            inter[:2] = union[:2]
+        inter[10:20, 0] += 2 * k  # run-to-run spread
+        return [(inter, union)]
+
+    a = [run(True, k) for k in range(3)]
+    b = [run(False, k) for k in range(3)]
+    got = hierarchical_bootstrap(a, b, 1000, 0)
+    want = hierarchical_by_hand(a, b, 1000, 0)
+    assert want['low'] < 0 < want['high']
+    assert got['low'] == pytest.approx(want['low'], rel=1e-9)
+    ci = ttest_ind(*want['values'], equal_var=False).confidence_interval(0.95)
+    assert 0 < ci.low and got['welch'] == pytest.approx(
+        dict(low=ci.low, high=ci.high))
+    assert got['zero_inside'] and got['reliable']
+    assert got['verdict'] == ("0 inside (the bootstrap's or Welch's "
+                              'interval): no evidence that the arms differ '
+                              '(3 runs)')
+
+
 def test_corruption_report_of_arms(tmp_path):
     """The arms' figures are the mean and sample sd of the runs' own
     numbers; the store gains a top-level ``arms`` beside ``models`` and

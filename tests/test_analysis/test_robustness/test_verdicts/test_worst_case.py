@@ -9,6 +9,7 @@ from attack_oracles import (chosen_areas, lowest_miou_brute_force,
                             switches_that_lower)
 
 from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.robustness.verdicts import worst
 from mmseg_elliptical.analysis.robustness.verdicts.summary import \
     attack_model_summary
 from mmseg_elliptical.analysis.robustness.verdicts.worst import (
@@ -68,6 +69,48 @@ def test_greedy_passes_until_nothing_changes(seed):
     cells, labelled = random_cells(seed, images=40, cells=5, pixels=6)
     got = greedy_worst_case([rb.ImageAreas(*c) for c in cells], labelled)
     assert switches_that_lower(cells, [int(c) for c in got.choice]) == []
+
+
+class CountingRng:
+    """A numpy generator that counts its ``permutation`` calls (one per
+    pass of the greedy search)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.Generator(np.random.PCG64(seed))  # default_rng
+        self.passes = 0
+
+    def permutation(self, n: int) -> np.ndarray:
+        self.passes += 1
+        return self.rng.permutation(n)
+
+
+def test_greedy_keeps_the_start_cell_on_ties_and_stops_after_one_pass(
+        monkeypatch):
+    """Two cells of 3 images and 2 classes. Image 0 has fewer correct
+    pixels in cell 1 (its start) than in cell 0, but either gives class 0
+    an IoU of exactly 1/2 (10 / 20 or 11 / 22): a tie, no lower mIoU.
+    The other images are the same in both cells. The search keeps every
+    start cell, and stops after the one pass that changed nothing."""
+    inter = np.array([[[2, 3], [4, 5], [4, 5]], [[1, 3], [4, 5], [4, 5]]])
+    union = np.array([[[4, 6], [8, 9], [8, 9]], [[2, 6], [8, 9], [8, 9]]])
+    spies = []
+
+    def spy(seed: int) -> CountingRng:
+        spies.append(CountingRng(seed))
+        return spies[-1]
+
+    monkeypatch.setattr(worst.np.random, 'default_rng', spy)
+    got = greedy_worst_case(
+        [rb.ImageAreas(i, u) for i, u in zip(inter, union)],
+        np.array([10, 17, 17]))
+    assert got.accuracy_choice.tolist() == [1, 0, 0]  # the first on ties
+    assert got.choice.tolist() == [1, 0, 0]
+    by_hand = 100 * (10 / 20 + 13 / 24) / 2
+    for choice in ([1, 0, 0], [0, 0, 0]):  # the tie, by hand
+        assert miou_by_hand(*chosen_areas(list(zip(inter, union)),
+                                          choice)) == pytest.approx(by_hand)
+    assert got.miou == pytest.approx(by_hand)
+    assert [s.passes for s in spies] == [1]
 
 
 @pytest.mark.parametrize('seed', range(6))
