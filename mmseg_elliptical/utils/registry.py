@@ -148,7 +148,8 @@ def check_hook_args(cfg: Config) -> None:
             continue
         kwargs = {
             k: v
-            for k, v in hook.items() if k not in ('type', 'priority')
+            for k, v in hook.items()
+            if k not in ('type', 'priority', '_scope_')  # as Registry.build
         }
         names, closed = init_keywords(cls)
         unknown = [k for k in kwargs if k not in names] if closed else []

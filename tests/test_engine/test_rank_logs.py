@@ -43,11 +43,24 @@ def test_quiet_other_ranks(logger, rank, stream_level):
 
 @pytest.mark.slow  # a fresh interpreter
 @pytest.mark.parametrize('rank, lines', [('0', 1), ('1', 0)])
-def test_the_import_line_is_rank_0s(rank, lines):
-    proc = subprocess.run([sys.executable, '-c', 'import mmseg_elliptical'],
+def test_the_loader_line_is_rank_0s(rank, lines, tmp_path):
+    """The checkpoint loader's line: none at import, once at the first
+    checkpoint a process loads, on rank 0 alone."""
+    import torch
+    path = str(tmp_path / 'w.pth')
+    torch.save(dict(state_dict={}), path)
+    code = '\n'.join([
+        'import mmseg_elliptical', 'print("imported")',
+        'from mmengine.runner import CheckpointLoader',
+        f'CheckpointLoader.load_checkpoint({path!r})',
+        f'CheckpointLoader.load_checkpoint({path!r})'
+    ])
+    proc = subprocess.run([sys.executable, '-c', code],
                           env=dict(os.environ, RANK=rank, OMP_NUM_THREADS='1'),
                           capture_output=True,
                           text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count(IMPORT_LINE) == lines, proc.stdout
+    before, _, after = proc.stdout.partition('imported')
+    assert IMPORT_LINE not in before, proc.stdout
+    assert after.count(IMPORT_LINE) == lines, proc.stdout
