@@ -41,6 +41,18 @@ def arm_interval(result: Dict) -> str:
             f'{result["verdict"]})')
 
 
+def seed_list(arm: Dict, base: Dict) -> str:
+    """`` (training seeds 0, 1, 2 / 0, 1, 2)`` where every run's seed is
+    known (:func:`~..verdicts.arms.seeds_of`), else empty."""
+    parts = []
+    for entry in (arm, base):
+        seeds = entry.get('seeds') or {}
+        if not entry.get('runs') or set(seeds) != set(entry['runs']):
+            return ''
+        parts.append(', '.join(str(seeds[r]) for r in entry['runs']))
+    return f' (training seeds {" / ".join(parts)})'
+
+
 def verdict_lines(arms: Dict[str, Dict], what: str = 'mIoU') -> List[str]:
     """One markdown line per hierarchical paired test of an arm against
     the baseline arm, then the arms' notes: the verdicts across seeds."""
@@ -49,11 +61,12 @@ def verdict_lines(arms: Dict[str, Dict], what: str = 'mIoU') -> List[str]:
         for stat, r in (a.get('paired') or {}).items():
             if r is None:
                 continue
+            seeds = seed_list(a, arms.get(a['baseline'], {}))
             lines.append(
                 f'- {name} - {a["baseline"]}, {stat} {what}: '
                 f'{arm_interval(r)}. Hierarchical paired bootstrap over '
                 f'{r["images"]} images and {r["runs"][0]} / {r["runs"][1]} '
-                f'runs, {r["resamples"]} resamples, seed {r["seed"]}.')
+                f'runs{seeds}, {r["resamples"]} resamples, seed {r["seed"]}.')
         lines += [f'- {name}: {n}' for n in a.get('notes', [])]
     return lines
 

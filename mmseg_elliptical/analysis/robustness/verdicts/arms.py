@@ -6,6 +6,7 @@ paired test against the baseline arm
 summaries and the stored per-image areas and never re-run a model;
 :mod:`.arms_report` renders them. The result is the store's top-level
 ``"arms"`` entry."""
+import re
 import statistics
 from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence
@@ -131,7 +132,8 @@ def corruption_arms(store: ResultStore,
         }
 
     numbers = {r: corruption_numbers(s) for r, s in summary.items()}
-    return _arms(arms, baseline, numbers, tests, resamples, seed)
+    return seeds_of(store, arms,
+                    _arms(arms, baseline, numbers, tests, resamples, seed))
 
 
 def attack_arms(store: ResultStore,
@@ -178,7 +180,28 @@ def attack_arms(store: ResultStore,
         return out
 
     numbers = {r: attack_numbers(s) for r, s in summary.items()}
-    return _arms(arms, baseline, numbers, tests, resamples, seed)
+    return seeds_of(store, arms,
+                    _arms(arms, baseline, numbers, tests, resamples, seed))
+
+
+#: A training seed in a checkpoint's path: a folder or name part
+#: ``seed3``, ``seed_3``, ``seed-3`` (compare_seeds.py's ``NAME/seedS/``).
+SEED_IN_PATH = re.compile(r'(?:^|[/_.-])seed[_-]?(\d+)(?=$|[/_.-])')
+
+
+def seeds_of(store: ResultStore, arms: Dict[str, List[str]],
+             by_arm: Dict[str, Dict]) -> Dict[str, Dict]:
+    """Add ``seeds`` (``{run: seed}``, where a run's checkpoint path names
+    its training seed) to each arm of ``by_arm``; return it."""
+    for arm, runs in arms.items():
+        found = {}
+        for run in runs:
+            path = store.data['models'].get(run, {}).get('checkpoint') or ''
+            match = SEED_IN_PATH.findall(path)
+            if match:
+                found[run] = int(match[-1])
+        by_arm[arm]['seeds'] = found
+    return by_arm
 
 
 def collapse_numbers(result: Dict) -> Dict[str, Optional[float]]:

@@ -303,3 +303,36 @@ def test_bad_arms_are_refused(tmp_path, capsys, extra, message):
         parse([*a, *b, *c, *extra])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_verdict_lines_name_each_runs_training_seed(tmp_path):
+    """Seeds read from the checkpoints' paths (compare_seeds.py's
+    ``NAME/seedS/``) in the verdict lines; none where one is unknown."""
+    from mmseg_elliptical.analysis.robustness.reports.arms import \
+        verdict_lines
+    from mmseg_elliptical.analysis.robustness.verdicts.arms import seeds_of
+    rng = np.random.default_rng(8)
+    runs = dict(
+        ell=runs_of(rng, [0.6, 0.5, 0.55]), dot=runs_of(rng, [0.5, 0.45]))
+    store = synthetic_store(tmp_path, runs)
+    paths = {
+        'ell#0': 'w/ell/seed2/iter_10.pth',
+        'ell#1': 'w/ell/seed_0/iter_10.pth',
+        'ell#2': '/x/seed-11/iter_10.pth',
+        'dot#0': 'w/dot/seed0/iter_10.pth',
+        'dot#1': 'w/dot/seed1/latest.pth'
+    }
+    for run, path in paths.items():
+        store.data['models'][run]['checkpoint'] = path
+    arms = dict(ell=['ell#0', 'ell#1', 'ell#2'], dot=['dot#0', 'dot#1'])
+    by_arm = rb.attack_verdicts(
+        store, list(paths), 'dot', resamples=20, arms=arms).arms
+    assert by_arm['ell']['seeds'] == {'ell#0': 2, 'ell#1': 0, 'ell#2': 11}
+    assert by_arm['dot']['seeds'] == {'dot#0': 0, 'dot#1': 1}
+    lines = verdict_lines(by_arm)
+    assert lines and all('3 / 2 runs (training seeds 2, 0, 11 / 0, 1),' in line
+                         for line in lines
+                         if line.startswith('- ell - dot, ')), lines
+    store.data['models']['dot#1']['checkpoint'] = 'w/dot/reseeded.pth'
+    assert 'dot#1' not in seeds_of(store, arms, by_arm)['dot']['seeds']
+    assert 'training seeds' not in ' '.join(verdict_lines(by_arm))
