@@ -216,8 +216,12 @@ def test_apgd_trains_on_the_oracle_apgd_of_the_training_forward(
     attack = dict(name=name, norm=norm, eps=eps, steps=steps)
     if weights:
         attack['class_weights'] = weights
-    AdversarialTrainingHook(attack, adaptive=adaptive, seed=3) \
-        .before_train_iter(fake_runner(model), 0, batch)
+    hook = AdversarialTrainingHook(attack, adaptive=adaptive, seed=3)
+    # Draws keyed under the data root, as in training: the same in every
+    # pytest session (from the absolute path, a tmp folder's draw put a
+    # few pixels on a gradient sign tie once under xdist).
+    hook.data_root = demo_root
+    hook.before_train_iter(fake_runner(model), 0, batch)
     model.eval()
     cell = attacks.Attack(name, norm, eps, steps, 2., seed=3)
     unit = UNIT[norm]
@@ -226,8 +230,8 @@ def test_apgd_trains_on_the_oracle_apgd_of_the_training_forward(
     for x, img, sample in zip(batch['inputs'], clean, batch['data_samples']):
         label = sample.gt_sem_seg.data[0].long()
         x0 = img.float()
-        start = attacks.random_start(cell, x0, f'{sample.img_path}@{ITER}',
-                                     first)
+        key = image_key(sample.img_path, demo_root)
+        start = attacks.random_start(cell, x0, f'{key}@{ITER}', first)
         with adaptive_relevance(adaptive):
             want, records = apgd_by_hand(
                 lambda z: logits_by_hand(model, z, label.shape), x0, label,

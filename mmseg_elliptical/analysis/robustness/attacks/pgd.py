@@ -322,7 +322,8 @@ class AdversarialTestLoop(TestLoop):
     def start_keys(self, samples: Sequence) -> List[str]:
         """What seeds each image's draws: its path under the dataset's data
         root (:func:`~.keys.sample_keys`)."""
-        root = getattr(self.dataloader.dataset, 'data_root', None)
+        dataset = getattr(getattr(self, 'dataloader', None), 'dataset', None)
+        root = getattr(dataset, 'data_root', None)
         return sample_keys(samples, root)
 
     def craft(self, model, images, samples, ignore_index: int) -> List:
