@@ -177,7 +177,7 @@ lint: setup
 TEST_WORKERS ?= 2
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
 
-# make test: lint and every test not marked slow (about 10 min idle here);
+# make test: lint and every test not marked slow (about 4 min here);
 # make test-slow: the end-to-end ones (subprocesses, torchrun, Slurm, ONNX
 # export, torch.compile, training), CI's second step; make test-all: both.
 test: setup lint
