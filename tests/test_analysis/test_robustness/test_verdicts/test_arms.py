@@ -308,8 +308,7 @@ def test_bad_arms_are_refused(tmp_path, capsys, extra, message):
 def test_the_verdict_lines_name_each_runs_training_seed(tmp_path):
     """Seeds read from the checkpoints' paths (compare_seeds.py's
     ``NAME/seedS/``) in the verdict lines; none where one is unknown."""
-    from mmseg_elliptical.analysis.robustness.reports.arms import \
-        verdict_lines
+    from mmseg_elliptical.analysis.robustness.reports.arms import verdict_lines
     from mmseg_elliptical.analysis.robustness.verdicts.arms import seeds_of
     rng = np.random.default_rng(8)
     runs = dict(
