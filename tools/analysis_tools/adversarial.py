@@ -124,7 +124,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action='store_true',
         help='the gradient-masking audit at its preset: also runs '
         f'{rb.AUDIT_PRESET.sweep_attack} with --audit-sweep-steps iterations '
-        'from the largest eps to 64 levels, doubled steps, FGSM, the square '
+        'from the largest eps to 255 levels, doubled steps, FGSM, the square '
         f'attack (--queries, default {rb.AUDIT_PRESET.queries}) and transfer '
         'from every other model on the same images; a table and a verdict '
         'per model (a budget below the preset is named in the verdict)')

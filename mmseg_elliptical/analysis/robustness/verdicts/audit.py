@@ -9,7 +9,7 @@ check's detail:
 
 * ``eps sweep``: the white-box series swept furthest (lowest aAcc at the
   sweep's largest eps) falls to :data:`FLOOR` (within the tolerance) at some
-  eps of the sweep (up to 64 levels); else it says where the aAcc stopped
+  eps of the sweep (up to 255 levels, the whole range); else it says where the aAcc stopped
   falling;
 * ``white-box beats black-box``: at every headline eps the worst case over
   the white-box cells is at most each black-box cell's aAcc (transfer
@@ -31,7 +31,7 @@ A transfer cell more accurate than the clean images beyond the tolerance is
 named in ``notes`` as suspect (a transfer should not help). The verdict is
 ``no sign of gradient masking`` or names the failed checks; a run below the
 audit preset's budget (:data:`~..grid.audit_cells.AUDIT_PRESET`: the sweep
-of APGD-MCE-Bal with 100 iterations to 64 levels, 1000 square queries, a
+of APGD-MCE-Bal with 100 iterations to 255 levels, 1000 square queries, a
 transfer) says so (``budget below the audit preset: ...``): a reduced
 audit's "no sign" is weaker evidence.
 """
