@@ -162,6 +162,7 @@ def adversarial(specs: Sequence[ModelSpec],
             preset.step_ratio,
             options.cfg_options,
             sweep_attacks=preset.attacks[:1],
+            doubled_attacks=preset.attacks[-1:],
             arms=options.arms)
     folder = osp.join(work_dir, 'cells', 'adversarial')
     move_old_attack_store(work_dir, folder)
