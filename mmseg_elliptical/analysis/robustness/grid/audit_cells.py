@@ -121,8 +121,9 @@ def audit_cells(
                 for e in [top, *[e for e in sweep if e > top]]
             ]
         extra += [
-            replace(c, steps=2 * c.steps) for c in mine if c.name != 'fgsm'
-            and (doubled_attacks is None or c.name in doubled_attacks)
+            replace(c, steps=2 * c.steps) for c in mine
+            if c.name != 'fgsm' and (
+                doubled_attacks is None or c.name in doubled_attacks)
         ]
         if mine:
             extra += [

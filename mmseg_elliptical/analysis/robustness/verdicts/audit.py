@@ -260,9 +260,10 @@ def budget_shortfalls(cells: Dict[str, Dict],
     single = {name.replace('-adaptive', '') for name in SINGLE_STEP}
     undoubled = sorted({
         n
-        for n, norm, e, s in keys if e in epsilons and '@' not in n
-        and n not in QUERY_ATTACKS and n.replace('-adaptive', '') not in single
-        and (n, norm, e, 2 * s) not in keys and (n, norm, e, s / 2) not in keys
+        for n, norm, e, s in keys
+        if e in epsilons and '@' not in n and n not in QUERY_ATTACKS
+        and n.replace('-adaptive', '') not in single and (
+            n, norm, e, 2 * s) not in keys and (n, norm, e, s / 2) not in keys
         and n.replace('-adaptive', '') != preset.sweep_attack  # the sweep's
     })
     if undoubled:

@@ -51,7 +51,8 @@ def test_a_run_below_the_preset_says_so():
         'levels: pgd 5 (preset: apgd-mce-bal 100 iterations), square 20 '
         'queries at eps 4 (preset: 1000)')
     at_preset = {
-        **healthy(), 'square/linf/4/1000': dict(aAcc=60.),
+        **healthy(),
+        'square/linf/4/1000': dict(aAcc=60.),
         'apgd-mce-bal-adaptive/linf/255/100': dict(aAcc=0.),
         'apgd-mce-bal-adaptive/linf/4/100': dict(aAcc=29.)  # the sweep's
     }

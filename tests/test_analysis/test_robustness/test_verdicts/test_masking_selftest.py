@@ -71,8 +71,7 @@ def audited(trained, tmp_path_factory):
     return tool.main(trained + [
         '--names', 'honest', 'quantised', 'randomised', '--attacks', 'pgd',
         '--epsilons', '8', '--steps', '10', '--step-size', '2', '--adaptive',
-        '--audit',
-        '--max-images', '4', '--batch-size', '4', '--work-dir',
+        '--audit', '--max-images', '4', '--batch-size', '4', '--work-dir',
         str(tmp_path_factory.mktemp('audit'))
     ])
 
@@ -90,10 +89,11 @@ def test_an_honest_model_shows_no_sign_of_masking(audited):
     assert audit['verdict'] == CLEAN_VERDICT, audit
     assert audit['budget'] == []
     assert all(c['passed'] for c in audit['checks'])
-    assert {c['check'] for c in audit['checks']} == {
-        'eps sweep', 'white-box beats black-box', 'iterations', 'single step',
-        'adaptive'
-    }
+    assert {c['check']
+            for c in audit['checks']} == {
+                'eps sweep', 'white-box beats black-box', 'iterations',
+                'single step', 'adaptive'
+            }
 
 
 @pytest.mark.slow
@@ -124,8 +124,8 @@ def test_a_randomised_model_is_as_broken_as_the_honest_one(audited):
         assert sweep['rows'][0]['first'] <= 1.  # at the floor by 255 levels
     cells = audited['models']
     white = [
-        k for k in cells['honest']['cells'] if k.endswith('/8/10')
-        and '@' not in k
+        k for k in cells['honest']['cells']
+        if k.endswith('/8/10') and '@' not in k
     ]
     assert white
     for k in white:  # the same attack leaves both about as accurate
