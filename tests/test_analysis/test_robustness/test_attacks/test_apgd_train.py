@@ -1,6 +1,7 @@
 """APGD's training mode (issue 45, item 5) against ``apgd_train_oracle``,
 a transcription of SEA's ``apgd_train``, on the tiny demo model, from one
 fixed random start given to both."""
+import os.path as osp
 from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
@@ -35,9 +36,10 @@ def demo(demo_models, single_thread):
 
 
 def starts_of(attack, batch) -> list:
-    """Each image's seeded start in the eps ball (the grid's draw)."""
+    """Each image's seeded start in the eps ball (the grid's draw), keyed by
+    its file name: the same in every session (not the tmp folder's)."""
     return [
-        attacks.random_start(attack, x.float(), s.img_path)
+        attacks.random_start(attack, x.float(), osp.basename(s.img_path))
         for x, s in zip(batch['inputs'], batch['data_samples'])
     ]
 
@@ -56,6 +58,7 @@ def run_package(model, batch, attack, train=True) -> tuple:
 
 
 def run_oracle(model, batch, attack) -> dict:
+    """The transcription on each image alone, on logits computed by hand."""
     samples = batch['data_samples']
 
     def model_of(j):
@@ -83,13 +86,17 @@ def assert_close_images(got, want, norm: str) -> None:
     ('apgd-ce', 'linf', 0.5, 10, False),
     ('apgd-ce', 'linf', 2, 10, True),
     ('apgd-mce', 'linf', 0.25, 10, False),
-    ('apgd-ce', 'l2', 0.05, 8, False),
+    ('apgd-ce', 'l2', 0.1, 8, False),
 ])
 def test_training_mode_is_sea_apgd_train(demo, name, norm, eps, steps,
                                          adaptive):
     """The images (SEA's ``x_best``) to float tolerance and each image's
     step halvings; one stage at eps; ``perturb`` of a training cell gives
-    the same images; the evaluation mode gives others."""
+    the same images; the evaluation mode gives others. The random-weight
+    model's loss is flat: at some L2 settings (eps 0.05) the two ways of
+    rounding the L2 norm (AutoAttack's root of the sum of squares, torch's
+    norm) flip a checkpoint's near-tie comparison (a halving more or less,
+    2e-3 levels in the image), hence eps 0.1."""
     model, batch = demo
     attack = TrainingAttack(name, norm, eps, steps, 2., adaptive=adaptive)
     got, trace = run_package(model, batch, attack)
@@ -107,8 +114,12 @@ def test_training_mode_is_sea_apgd_train(demo, name, norm, eps, steps,
         assert 0 < size <= eps * unit + 1e-3
         assert 0 <= x.min() and x.max() <= 255
     assert halvings > 0  # the checkpoints were exercised
-    images = attacks.perturb(model, batch['inputs'], batch['data_samples'],
-                             attack)
+    images = attacks.perturb(
+        model,
+        batch['inputs'],
+        batch['data_samples'],
+        attack,
+        start_keys=[osp.basename(s.img_path) for s in batch['data_samples']])
     for x, y in zip(images, got):
         assert torch.equal(x, y)
     evaluation = run_package(model, batch, attack, train=False)[0]
