@@ -12,7 +12,7 @@ SEA's losses runs in :mod:`.apgd`.
 import zlib
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,8 @@ class Attack:
         seed (int): Seed of the random start.
         class_weights (tuple[float], optional): Per-class loss weights
             (``apgd-mce-bal``'s, from the training set).
+        train (bool): A class attribute: APGD runs SEA's training attack
+            (``apgd(train=True)``): True for the training hook's cells.
     """
     name: str
     norm: str
@@ -69,6 +71,7 @@ class Attack:
     labels: str = 'gt'
     seed: int = 0
     class_weights: Optional[Tuple[float, ...]] = None
+    train: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.name == 'fgsm':

@@ -9,7 +9,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ....transforms.image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
                                              EXTRA_CORRUPTIONS, SEVERITIES)
-from ..attacks.apgd import APGD_ATTACKS, stages
+from ..attacks.apgd import APGD_ATTACKS, SEA_ATTACKS, stages
 from ..attacks.pgd import Attack
 from .store import GridError
 
@@ -251,13 +251,13 @@ ATTACK_PROTOCOLS: Dict[str, AttackProtocol] = {
                    'and APGD-MCE, 5 iterations, eps 1 and 4'),
     'sea':
     AttackProtocol(
-        APGD_ATTACKS, 'linf', (0.25, 0.5, 1, 2), 300, None, 0.25, 'gt',
+        SEA_ATTACKS, 'linf', (0.25, 0.5, 1, 2), 300, None, 0.25, 'gt',
         'SEA (Croce, Singh and Hein, ECCV 2024) for normally trained models: '
         'APGD with the MCE, MCE-Bal and JS losses, 300 iterations each, eps '
         '0.25-2 levels'),
     'sea-robust':
     AttackProtocol(
-        APGD_ATTACKS, 'linf', (4, 8, 12), 300, None, 0.25, 'gt',
+        SEA_ATTACKS, 'linf', (4, 8, 12), 300, None, 0.25, 'gt',
         'SEA for adversarially trained models: the three APGD losses, 300 '
         'iterations each, eps 4, 8 and 12 levels'),
 }
