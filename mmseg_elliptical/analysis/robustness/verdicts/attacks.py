@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..grid.store import ResultStore
 from .arms import attack_arms
 from .audit import gradient_masking_audit
-from .paired import bootstrap_or_note
+from .paired import bootstrap_or_note, fold_notes
 from .record import Verdicts, arms_or_runs, record
 from .summary import attack_model_summary
 
@@ -84,18 +84,27 @@ def attack_summary(store: ResultStore,
             return bootstrap_or_note(a, b, what, paired['notes'], resamples,
                                      seed)
 
+        adaptive, unpaired = [], []
         for series, eps in s['series_keys'].items():
             paired['series'][series] = {}
             for e, k in eps.items():
                 other = baseline_key(store, baseline, k)
-                note = (f'{series} is compared with {baseline}\'s '
-                        f'{other.split("/")[0]} attack: without elliptical '
-                        'layers the two are one.')
-                if other != k and note not in paired['notes']:
-                    paired['notes'].append(note)
+                if store.get(baseline, other) is None:
+                    unpaired += [series] * (series not in unpaired)
+                    continue  # e.g. a transfer from the baseline itself
+                adaptive += [series] * (other != k and series not in adaptive)
                 paired['series'][series][f'{e:g}'] = test(
                     [read(name, k)], [read(baseline, other)],
                     f'{series} {e:g}')
+        if adaptive:
+            paired['notes'].append(
+                f'{", ".join(adaptive)}: compared with {baseline}\'s plain '
+                'attack of the same name (without elliptical layers the two '
+                'are one).')
+        if unpaired:
+            paired['notes'].append(
+                f'{", ".join(unpaired)}: no paired test, {baseline} has no '
+                'such cells (a transfer from itself).')
         for e, areas in s['worst_areas'].items():
             paired['worst'][e] = test([areas], [base['worst_areas'].get(e)],
                                       f'the worst case at eps {e}')
@@ -104,6 +113,7 @@ def attack_summary(store: ResultStore,
             [s['worst_areas'][e]
              for e in common], [base['worst_areas'][e] for e in common],
             'the worst case over eps') if common else None
+        paired['notes'] = fold_notes(paired['notes'])
         s['paired'] = paired
     for name, s in out.items():
         areas = s.pop('worst_areas')

@@ -1,6 +1,7 @@
 """The paired test and its sentence, shared by the corruption and the attack
 reports: :func:`bootstrap_or_note` runs :func:`~.bootstrap.paired_bootstrap`
 or says why not, :func:`interval` writes its result."""
+import re
 from typing import Dict, List, Optional
 
 from .bootstrap import paired_bootstrap
@@ -32,6 +33,29 @@ def bootstrap_or_note(
     except ValueError as e:
         notes.append(f'No paired test on {what}: {e}')
         return None
+
+
+def fold_notes(notes: List[str]) -> List[str]:
+    """``notes`` with every ``No paired test on WHAT: WHY`` of one WHY
+    folded into one line (``No paired test on A, B, C: WHY``) where the
+    first of them stood; other notes as they are."""
+    out: List = []
+    whats: Dict[str, List[str]] = {}
+    for note in notes:
+        found = re.match(r'No paired test on (.*?): (.*)$', note, re.S)
+        if found is None:
+            out.append((None, note))
+            continue
+        what, why = found.groups()
+        if why not in whats:
+            whats[why] = []
+            out.append((why, None))
+        whats[why].append(what)
+    return [
+        note
+        if why is None else f'No paired test on {", ".join(whats[why])}: {why}'
+        for why, note in out
+    ]
 
 
 def interval(result: Dict, unit: str = '') -> str:

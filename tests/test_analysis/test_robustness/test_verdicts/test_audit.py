@@ -258,7 +258,7 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     argv = demo_models + [
         '--names', 'ell', 'dot', '--attacks', 'pgd', '--epsilons', '16',
         '--steps', '1', '--step-size', '4', '--max-images', '1', '--queries',
-        '2', '--adaptive'
+        '2', '--adaptive', '--baseline', 'dot'
     ]
     data = tool.main(
         argv +
@@ -277,6 +277,20 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
         'square 2 queries at eps 16 (preset: 1000)'
     ]
     assert 'pgd-adaptive@ell/linf/16/1' in data['models']['dot']['cells']
+    # Against the baseline, one note per reason, not one per series and
+    # eps: the bootstrap's refusal (one image), the adaptive series compared
+    # with the baseline's plain attack, the transfers from the baseline
+    # itself (no counterpart).
+    notes = data['summary']['ell']['paired']['notes']
+    assert len(notes) == 3, notes
+    assert notes[0].startswith('No paired test on ') and notes[0].endswith(
+        'needs 2 or more, got 1.') and notes[0].count(', ') > 5, notes
+    assert notes[1].startswith('apgd-mce-bal-adaptive/linf/4, pgd-adaptive'
+                               '/linf/1, pgd-adaptive/linf/2: compared with '
+                               "dot's plain attack"), notes
+    assert 'pgd@dot/linf/1' in notes[2] and \
+        'no paired test, dot has no such cells' in notes[2], notes
+    assert 'pgd@dot/linf/1' not in notes[0]
     for name in ('ell', 'dot'):
         got = data['summary'][name]['audit']
         assert got['verdict']
@@ -313,3 +327,15 @@ def test_the_preset_sweeps_its_own_attack_with_its_iterations():
     keys = [rb.grid.loop.key_of(c) for c in got['a'][1:]]
     assert 'pgd/linf/8/5' not in keys  # not the run's own attacks
     assert {'square/linf/1/9', 'square/linf/4/9', 'fgsm/linf/1/1'} <= set(keys)
+
+
+def test_notes_of_one_reason_fold_into_one_line():
+    from mmseg_elliptical.analysis.robustness.verdicts.paired import \
+        fold_notes
+    assert fold_notes([
+        'No paired test on a 1: why.', 'other', 'No paired test on b 4: why.',
+        'No paired test on c: because: x.'
+    ]) == [
+        'No paired test on a 1, b 4: why.', 'other',
+        'No paired test on c: because: x.'
+    ]
