@@ -1,12 +1,16 @@
-"""Configs and the models they describe: loading, naming, pairing."""
-import os.path as osp
-from typing import List, NamedTuple, Optional, Sequence
+"""Configs and the models they describe: loading, naming, pairing.
 
-from mmengine.config import Config
-from mmengine.hub import get_config
-from mmengine.utils import get_installed_path
+mmengine is imported where a config is read, not with the module: a tool
+checks its command line on this module before the heavy imports
+(:mod:`mmseg_elliptical`'s docstring)."""
+import importlib.util
+import os.path as osp
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
 
 #: mmengine's error for a top-level key that two bases set.
 DUPLICATE_BASE_KEYS = 'Duplicate key is not allowed among bases'
@@ -81,7 +85,7 @@ def model_specs(paths: Sequence[str],
 
 def load_config(path: str,
                 cfg_options: Optional[dict] = None,
-                no_pretrained: bool = False) -> Config:
+                no_pretrained: bool = False) -> 'Config':
     """Read a config and merge ``--cfg-options``.
 
     Args:
@@ -95,7 +99,9 @@ def load_config(path: str,
         FileNotFoundError: The file does not exist.
         ConfigError: Two of its bases set the same key.
     """
+    from mmengine.config import Config
     if '::' in path:  # mmengine resolves it (mmseg/.mim/configs/...)
+        from mmengine.hub import get_config  # imports torch
         try:
             cfg = get_config(path)
         except FileNotFoundError as e:
@@ -133,7 +139,7 @@ def load_config(path: str,
     return cfg
 
 
-def split_loader(cfg: Config, split: str) -> dict:
+def split_loader(cfg: 'Config', split: str) -> dict:
     """The ``<split>_dataloader`` config (a :class:`ConfigError` when
     absent)."""
     loader = cfg.get(f'{split}_dataloader')
@@ -150,12 +156,13 @@ def mmseg_tool_path(name: str) -> str:
     Raises:
         FileNotFoundError: mmseg's installation has no such script.
     """
-    path = osp.join(
-        get_installed_path('mmsegmentation'), '.mim', 'tools', name)
+    spec = importlib.util.find_spec('mmseg')  # found, not imported
+    path = osp.join(osp.dirname(spec.origin), '.mim', 'tools', name)
     if not osp.isfile(path):
-        import mmseg
+        from importlib.metadata import version
         raise FileNotFoundError(
-            f'mmseg {mmseg.__version__} does not ship tools/{name} at {path}; '
+            f'mmseg {version("mmsegmentation")} does not ship tools/{name} '
+            f'at {path}; '
             'install mmsegmentation==1.2.2 from PyPI (its wheel carries the '
             'tools).')
     return path
