@@ -204,9 +204,8 @@ def _cells(markdown: str) -> str:
 
 def test_onnxruntime_without_the_deploy_extra_is_one_line(
         tool, capsys, monkeypatch):
-    from mmseg_elliptical.deploy import requirements
-    monkeypatch.setattr(requirements, 'missing_packages', lambda:
-                        ('onnxruntime', ))
+    from mmseg_elliptical.utils import files
+    monkeypatch.setattr(files, 'missing_packages', lambda: ('onnxruntime', ))
     line = refused(capsys, tool.main, ['--onnxruntime'])
     assert '--onnxruntime needs onnxruntime, which are not installed; ' \
         'install the deploy extra: pip install' in line, line

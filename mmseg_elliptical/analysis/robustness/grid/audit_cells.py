@@ -1,38 +1,15 @@
 """The audit's extra cells: the eps sweep, doubled steps, the square
 attack and the transfers (:mod:`..verdicts.audit` judges them)."""
 from dataclasses import replace
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from ....utils.attack_cells import QUERY_ATTACKS, Attack, AuditPreset
 from ....utils.config import ModelSpec
-from ..attacks.pgd import Attack
 from ..attacks.transfer import transfer_cells
 from .loop import key_of
 
 #: The eps (L-inf levels) of the audit's sweep.
 SWEEP = (8., 16., 32., 64.)
-#: Attacks that read outputs only.
-QUERY_ATTACKS = ('square', )
-
-
-class AuditPreset(NamedTuple):
-    """The audit's own budget (``--audit``'s defaults).
-
-    Attributes:
-        sweep_attack (str): The attack swept from the largest headline eps
-            to 64 levels (its adaptive form too where the run has one).
-        sweep_steps (int): Its iterations at every swept eps.
-        queries (int): The square attack's queries per image at each
-            headline eps.
-    """
-    sweep_attack: str = 'apgd-mce-bal'
-    sweep_steps: int = 100
-    queries: int = 1000
-
-
-#: The preset: APGD-MCE-Bal, 100 iterations, swept to 64 levels (50 took
-#: the demo twins to 0.03-1.21 % aAcc at 64, docs/evidence.md), the square
-#: attack with 1000 queries, transfers from the other arm.
-AUDIT_PRESET = AuditPreset()
 
 
 def audit_cells(
