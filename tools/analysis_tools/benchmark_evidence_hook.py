@@ -28,7 +28,8 @@ from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0], usage='%(prog)s CONFIG [options]')
     p.add_argument('config', type=config_file)
     p.add_argument('--interval', type=positive_int)
     p.add_argument('--image-interval', type=positive_int)
