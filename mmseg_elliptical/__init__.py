@@ -1,16 +1,9 @@
 """mmseg-elliptical: Elliptical Attention for MMSegmentation 1.x.
 
-Importing the package registers every component in mmseg's registries, and
-installs the weights-only checkpoint loader (docs/reliability.md) and, without
-mmdet, placeholders for mmseg's MaskFormer heads (docs/models.md): it imports
-:mod:`.plugin`.
-
-Except under a tool that checks its command line first: a script that sets
-``__check_arguments_first__ = True`` before its imports (the tools under
-``tools/``) gets the package without :mod:`.plugin`, so that its argument
-checks (:mod:`.utils.arguments`) run without torch, mmengine's runner and
-mmseg, and a bad argument is refused at once; the tool imports
-:mod:`.plugin` itself once the arguments have passed.
+Importing the package registers the plugin (:mod:`.plugin`), except under a
+script that sets ``__check_arguments_first__ = True`` before its imports
+(the tools): it checks its command line without torch and mmseg, then
+imports :mod:`.plugin` itself (docs/reliability.md, "The tools").
 """
 import sys
 

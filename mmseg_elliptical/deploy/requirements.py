@@ -1,7 +1,6 @@
 """The optional ONNX stack: what the deploy code imports, or what to install
-(:func:`~mmseg_elliptical.utils.files.require_deploy`, with the tools'
-argument checks; not through mmengine's ``is_installed`` /
-``requires_package``: docs/deploy.md says why)."""
+(:func:`~mmseg_elliptical.utils.files.require_deploy`; not through mmengine's
+``is_installed`` / ``requires_package``: docs/deploy.md says why)."""
 import importlib
 from types import ModuleType
 

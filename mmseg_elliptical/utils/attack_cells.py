@@ -1,9 +1,7 @@
 """Which cells an attack grid runs: the attacks' names, the cell
-(:class:`Attack`) and its checks, the protocols and the audit's preset.
-Nothing here touches a model (no torch), so a tool checks its attack
-options before the heavy imports; the attacks themselves live in
-:mod:`mmseg_elliptical.analysis.robustness.attacks`, which re-exports these.
-"""
+(:class:`Attack`) and its checks, the protocols and the audit's preset
+(no torch: the tools check these before the heavy imports; the attacks
+live in :mod:`mmseg_elliptical.analysis.robustness.attacks`)."""
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 

@@ -1,6 +1,5 @@
-"""The small vocabularies of the tools' options, kept on the bottom floor
-so that a tool checks its choices before the heavy imports (each module
-that uses one re-exports it)."""
+"""The small vocabularies of the tools' options, on the bottom floor so that
+a tool checks its choices before the heavy imports."""
 
 #: The parts of a segmentor that can be elliptical (``models.transformer``).
 PARTS = ('backbone', 'decode_head')

@@ -1,7 +1,6 @@
 """Which cells a corruption grid runs: the corruption names, sets and
-groups, the severities, the protocols (names only: no image is touched
-here, so a tool checks its ``--corruptions``, ``--severities`` and
-``--protocol`` before the heavy imports).
+groups, the severities, the protocols (no image is touched here: the tools
+check these before the heavy imports).
 
 The corruption names are ``imagecorruptions``' (Hendrycks & Dietterich,
 ICLR 2019): 15 benchmark corruptions in four groups (noise, blur, weather,

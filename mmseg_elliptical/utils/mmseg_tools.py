@@ -9,7 +9,7 @@ import ast
 import os
 import runpy
 import sys
-from typing import TYPE_CHECKING, Callable, Sequence, Tuple
+from typing import TYPE_CHECKING, Sequence, Tuple
 
 from ..errors import ConfigError
 from .arguments import CfgOptions, checkpoint_file, config_file, fail
@@ -26,12 +26,12 @@ DATA_OF = {
 }
 
 
-def mmseg_parser(name: str) -> Callable[[], argparse.Namespace]:
-    """The ``parse_args`` of mmseg's ``tools/<name>``, taken from its source
-    and run with ``argparse``, ``os`` and :class:`.arguments.CfgOptions` for
-    mmengine's ``DictAction``, so that it imports neither mmengine's runner
-    nor mmseg; the script run as a module (its imports too) where its
-    source has no such function."""
+def mmseg_parse_args(name: str) -> argparse.Namespace:
+    """``sys.argv`` parsed by the ``parse_args`` of mmseg's ``tools/<name>``,
+    taken from its source and run with ``argparse``, ``os`` and
+    :class:`.arguments.CfgOptions` for mmengine's ``DictAction``, so that it
+    imports neither mmengine's runner nor mmseg; by the script run as a
+    module (its imports too) where that function is missing or needs more."""
     path = mmseg_tool_path(name)
     with open(path, encoding='utf-8') as f:
         tree = ast.parse(f.read(), path)
@@ -39,11 +39,14 @@ def mmseg_parser(name: str) -> Callable[[], argparse.Namespace]:
         n for n in tree.body
         if isinstance(n, ast.FunctionDef) and n.name == 'parse_args'
     ]
-    if not found:
-        return runpy.run_path(path, run_name='mmseg_tool')['parse_args']
     scope = dict(argparse=argparse, os=os, osp=os.path, DictAction=CfgOptions)
-    exec(compile(ast.Module(found, []), path, 'exec'), scope)
-    return scope['parse_args']
+    if found:
+        exec(compile(ast.Module(found, []), path, 'exec'), scope)
+        try:
+            return scope['parse_args']()
+        except NameError:
+            pass
+    return runpy.run_path(path, run_name='mmseg_tool')['parse_args']()
 
 
 def config_error_line(config: str, error: ConfigError) -> str:
@@ -78,7 +81,7 @@ def check_mmseg_tool_command(
     saved = sys.argv
     try:
         sys.argv = list(argv)
-        parsed = mmseg_parser(name)()
+        parsed = mmseg_parse_args(name)
     finally:
         sys.argv = saved
     checks = [('config', config_file)]

@@ -2,7 +2,7 @@
 its command line before it imports torch, mmcv, mmseg, mmengine's runner
 or the plugin's components (``mmseg_elliptical.plugin``), so a bad
 argument is refused at once, not after the 5 s of those imports
-(docs/reliability.md, "Bad input").
+(docs/reliability.md, "The tools").
 
 Each case runs a tool as ``__main__`` in a fresh interpreter, through a
 wrapper that prints, as the tool exits, which of those it imported. The

@@ -21,7 +21,6 @@ from torch import Tensor
 
 from ....errors import AnalysisError
 from ....models.attention import adaptive_relevance
-# The stages (and the cells' checks) live with the tools' argument checks.
 from ....utils.attack_cells import stages
 from .losses import BALANCED, LOSSES, cross_entropy, pixel_accuracy
 

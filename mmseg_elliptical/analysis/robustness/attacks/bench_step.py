@@ -9,7 +9,6 @@ from torch import Tensor
 from ....benchmark.apgd_step import (APGD_EPS, APGD_NAME, APGD_NORM, MID,
                                      SCALE, attacked_logits,
                                      register_apgd_step)
-# The tools' check of --apgd-steps (each L-inf stage gets an iteration).
 from ....utils.attack_cells import check_apgd_steps as check_steps
 from .apgd import apgd
 

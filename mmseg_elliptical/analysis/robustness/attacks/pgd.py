@@ -27,8 +27,7 @@ from ....utils.attack_cells import APGD_ATTACKS, PERTURBERS, Attack
 from .apgd import apgd_images
 from .keys import sample_keys
 
-# The cell and the attacks' names live with the tools' argument checks
-# (utils/attack_cells.py); this module keeps them under its own names.
+# The names of utils/attack_cells.py (the tools' checks) kept here too.
 PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
 NORMS, LABELS, check_attack = cells.NORMS, cells.LABELS, cells.check_attack
 #: Pixels per unit of eps and step: L-inf in 0-255 levels, L2 on 0-1.

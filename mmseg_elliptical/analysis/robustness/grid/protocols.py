@@ -1,9 +1,5 @@
-"""Each model's cells of an attack grid. The corruption sets, groups and
-protocols and the attack cells and protocols live with the tools'
-argument checks (:mod:`mmseg_elliptical.utils.corruption_cells`,
-:mod:`mmseg_elliptical.utils.attack_cells`); the package gathers them
-(``robustness.PROTOCOLS``, ``robustness.attack_cells``, ...).
-"""
+"""Each model's cells of an attack grid (the protocols and cells are in
+``utils/corruption_cells.py`` and ``utils/attack_cells.py``)."""
 from typing import Dict, List, Sequence
 
 from ....utils.attack_cells import Attack
