@@ -13,8 +13,7 @@ __version__ = '0.1.0'
 
 
 def checks_arguments_first() -> bool:
-    """Whether the running script (``__main__``, not a multiprocessing
-    child's ``__mp_main__``) sets ``__check_arguments_first__ = True``."""
+    """Whether ``__main__`` (not ``__mp_main__``) checks arguments first."""
     script = sys.modules.get('__main__')
     return getattr(script, '__name__', None) == '__main__' and getattr(
         script, '__check_arguments_first__', False) is True

@@ -22,8 +22,8 @@ def loss_by_hand(name: str,
                  labels: Tensor,
                  ignore: int,
                  weights: Optional[List[float]] = None) -> Tensor:
-    """Mean over labelled pixels of SEA's per-pixel loss; ``'ce'``: the
-    plain cross-entropy its step-size control tracks."""
+    """Mean over labelled pixels of SEA's per-pixel loss; ``'ce'`` (and
+    ``'apgd-ce'``): the plain cross-entropy its step-size control tracks."""
     C = logits.shape[0]
     valid = (labels != ignore).float()
     safe = torch.where(labels != ignore, labels, torch.zeros_like(labels))
@@ -38,7 +38,7 @@ def loss_by_hand(name: str,
         pixel = per_class.sum(0)
     else:
         pixel = -(logp * y).sum(0)
-        if name != 'ce':
+        if name not in ('ce', 'apgd-ce'):
             right = (logits.detach().argmax(0) == safe).float()
             pixel = pixel * right
         if name == 'apgd-mce-bal':

@@ -12,10 +12,16 @@
 # or random one, PGD-AT. Cost per iteration: 5 more forward and backward
 # passes (to the input only) and one forward (the logged pixel accuracy).
 # docs/evidence.md, "Adversarial training", says where the hook's PGD and
-# APGD differ from SEA's. Against SEA's APGD instead: name='apgd-mce' or
-# 'apgd-js', steps >= 4 (its iterations); APGD sets its own step and start
-# (step_size, random_start do not apply); apgd-mce-bal needs
-# attack.class_weights.
+# APGD differ from SEA's. Against SEA's APGD instead (its configs' ATTACK
+# other than pgd: apgd_train, one stage at eps, loss 'ce-avg'):
+#   adversarial_training = dict(attack=dict(name='apgd-ce', steps=5))
+# (eps 4 levels as here; steps: its N_ITERS, the iterations). The hook's
+# APGD is always SEA's training attack (one stage from a random start in
+# the eps ball, the point of highest loss; not the grid's evaluation
+# APGD); it sets its own step (2 eps, halved at checkpoints) and start
+# (the step_size and random_start above do not apply). apgd-mce, apgd-js
+# and apgd-mce-bal (with attack.class_weights) train with another of
+# SEA's losses.
 #
 # Inherit it beside any config, custom_hooks or not:
 #   _base_ = ['CONFIG.py', '../_base_/adversarial_training.py']

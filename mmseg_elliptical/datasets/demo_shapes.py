@@ -139,11 +139,13 @@ def generate_demo_shapes(data_root: str,
                     osp.join(tmp, 'annotations', split, name + '.png'), seg)
         with open(osp.join(tmp, 'meta.json'), 'w') as f:
             json.dump(meta, f)
-        if osp.isdir(data_root):
-            os.rmdir(data_root)  # empty (checked above)
-        try:
+        try:  # another process may have won the race since the check
+            if osp.isdir(data_root):
+                os.rmdir(data_root)  # empty unless the winner's
             os.rename(tmp, data_root)
-        except OSError:  # another process won the race
+        except FileNotFoundError:  # another process removed the empty one
+            os.rename(tmp, data_root)
+        except OSError:  # the winner's folder is there
             if not osp.exists(meta_file):
                 raise
     finally:

@@ -5,6 +5,7 @@ Installed at import, the plugin's one side effect besides registering
 modules; ``MMSEG_ELLIPTICAL_CHECKPOINT_LOADER=0`` keeps mmengine's loader
 (docs/reliability.md says why a loader and not a process-wide allowlist).
 """
+import logging
 import os
 import os.path as osp
 from typing import Callable, List, Optional
@@ -35,9 +36,11 @@ def mmengine_safe_globals() -> List[object]:
 
 
 def _log_once() -> None:
-    """Say once per process, on rank 0, at the first checkpoint it loads
-    (not at import: a tool that loads none prints nothing), which loader
-    reads local checkpoints and how to keep mmengine's."""
+    """Say once per process, on rank 0, at the first checkpoint it loads,
+    which loader reads local checkpoints and how to keep mmengine's: at
+    DEBUG level (a log set to DEBUG shows it; docs/reliability.md says it
+    for everyone), so no tool prints a line at every start that the user
+    did not ask for."""
     global _logged
     if _logged or os.environ.get('RANK', '0') != '0':
         return
@@ -47,7 +50,8 @@ def _log_once() -> None:
         'loader with mmengine\'s own objects allowed (still weights-only) '
         'and a clear error for an unreadable file; set '
         f'{ENV_SWITCH}=0 to keep mmengine\'s loader.',
-        logger='current')
+        logger='current',
+        level=logging.DEBUG)
 
 
 def load_from_local(filename: str, map_location: Optional[str] = None):

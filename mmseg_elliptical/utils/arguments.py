@@ -1,10 +1,7 @@
 """What the command-line tools share to refuse bad input at the door:
 ``type=`` callables, :class:`CfgOptions`, and :func:`tool_main`, which ends
 on the plugin's input errors with one line and status 2 (docs/reliability.md).
-
-A tool checks its command line with these before it imports torch, mmengine
-or mmseg (:mod:`mmseg_elliptical`'s docstring): a check that needs one of
-them (a CUDA device, an ``mmseg::`` config) imports it itself.
+No torch, mmengine or mmseg here but where a check needs it (a CUDA device).
 """
 import argparse
 import functools

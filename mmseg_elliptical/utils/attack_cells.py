@@ -3,13 +3,17 @@
 (no torch: the tools check these before the heavy imports; the attacks
 live in :mod:`mmseg_elliptical.analysis.robustness.attacks`)."""
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, ClassVar, Dict, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 from ..errors import AnalysisError
 
 PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
-#: SEA's APGD attacks, one per loss (``attacks.losses.LOSSES``).
-APGD_ATTACKS = ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
+#: The APGD attacks, one per loss (``attacks.losses.LOSSES``): SEA's
+#: evaluation losses (its ``sea`` protocols' attacks) and its training
+#: attack's plain cross-entropy.
+SEA_ATTACKS = ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
+APGD_ATTACKS = SEA_ATTACKS + ('apgd-ce', )
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
 #: Attacks that read outputs only, each run by its own module, which
 #: registers it in :data:`PERTURBERS` (``attacks.square``).
@@ -55,6 +59,8 @@ class Attack:
         seed (int): Seed of the random start.
         class_weights (tuple[float], optional): Per-class loss weights
             (``apgd-mce-bal``'s, from the training set).
+        train (bool): A class attribute: APGD runs SEA's training attack
+            (``apgd(train=True)``): True for the training hook's cells.
     """
     name: str
     norm: str
@@ -66,6 +72,7 @@ class Attack:
     labels: str = 'gt'
     seed: int = 0
     class_weights: Optional[Tuple[float, ...]] = None
+    train: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.name == 'fgsm':
@@ -91,8 +98,10 @@ class Attack:
 
 
 def apgd_problems(attack: Attack) -> List[str]:
-    """Why an APGD cell cannot run (empty when it can)."""
-    if attack.name in APGD_ATTACKS and attack.norm == 'linf' and min(
+    """Why an APGD cell cannot run (empty when it can): an evaluation cell
+    needs one iteration in each L-inf stage (a training one runs one)."""
+    if attack.name in APGD_ATTACKS and attack.norm == 'linf' and \
+            not attack.train and min(
             n for _, n in stages('linf', 1., attack.steps)) < 1:
         return [
             f'{attack.name} needs steps >= 4 for each of its 3 L-inf stages '
@@ -258,13 +267,13 @@ ATTACK_PROTOCOLS: Dict[str, AttackProtocol] = {
                    'and APGD-MCE, 5 iterations, eps 1 and 4'),
     'sea':
     AttackProtocol(
-        APGD_ATTACKS, 'linf', (0.25, 0.5, 1, 2), 300, None, 0.25, 'gt',
+        SEA_ATTACKS, 'linf', (0.25, 0.5, 1, 2), 300, None, 0.25, 'gt',
         'SEA (Croce, Singh and Hein, ECCV 2024) for normally trained models: '
         'APGD with the MCE, MCE-Bal and JS losses, 300 iterations each, eps '
         '0.25-2 levels'),
     'sea-robust':
     AttackProtocol(
-        APGD_ATTACKS, 'linf', (4, 8, 12), 300, None, 0.25, 'gt',
+        SEA_ATTACKS, 'linf', (4, 8, 12), 300, None, 0.25, 'gt',
         'SEA for adversarially trained models: the three APGD losses, 300 '
         'iterations each, eps 4, 8 and 12 levels'),
 }
@@ -275,7 +284,7 @@ class AuditPreset(NamedTuple):
 
     Attributes:
         sweep_attack (str): The attack swept from the largest headline eps
-            to 64 levels (its adaptive form too where the run has one).
+            to 255 levels (its adaptive form too where the run has one).
         sweep_steps (int): Its iterations at every swept eps.
         queries (int): The square attack's queries per image at each
             headline eps.
@@ -285,7 +294,6 @@ class AuditPreset(NamedTuple):
     queries: int = 1000
 
 
-#: The preset: APGD-MCE-Bal, 100 iterations, swept to 64 levels (50 took
-#: the demo twins to 0.03-1.21 % aAcc at 64, docs/evidence.md), the square
-#: attack with 1000 queries, transfers from the other arm.
+#: The preset: APGD-MCE-Bal, 100 iterations, swept to 255 levels, the square
+#: attack with 1000 queries, transfers from the other arm (docs/evidence.md).
 AUDIT_PRESET = AuditPreset()

@@ -1,17 +1,12 @@
 """The small vocabularies of the tools' options, on the bottom floor so that
 a tool checks its choices before the heavy imports."""
 
-#: The parts of a segmentor that can be elliptical (``models.transformer``).
-PARTS = ('backbone', 'decode_head')
-#: The benchmark's variants of each config (``benchmark.variants``).
-ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
+PARTS = ('backbone', 'decode_head')  # that can be elliptical
+ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')  # benchmark
 DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
-#: What the benchmark's memory column measures (``benchmark.runner``).
-MEMORY = ('tensors', 'none')
-#: The benchmark's clocks (``benchmark.timing``).
-CLOCKS = ('wall', 'process')
-#: Where compare_seeds' runs run (``engine.cluster``).
-EXECUTORS = ('local', 'slurm', 'debug')
-#: The ONNX export's opset (``deploy.export``): 18 gives ``Resize`` with
-#: antialias and ``ReduceMean`` with axes as input.
+MEMORY = ('tensors', 'none')  # the benchmark's memory column
+CLOCKS = ('wall', 'process')  # the benchmark's clocks
+EXECUTORS = ('local', 'slurm', 'debug')  # where compare_seeds' runs run
+#: The ONNX opset: 18 has ``Resize`` with antialias, ``ReduceMean`` axes as
+#: input.
 OPSET = 18

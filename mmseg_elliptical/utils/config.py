@@ -1,8 +1,5 @@
-"""Configs and the models they describe: loading, naming, pairing.
-
-mmengine is imported where a config is read, not with the module: a tool
-checks its command line on this module before the heavy imports
-(:mod:`mmseg_elliptical`'s docstring)."""
+"""Configs and the models they describe: loading, naming, pairing
+(mmengine imported where a config is read: the tools check first)."""
 import importlib.util
 import os.path as osp
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence

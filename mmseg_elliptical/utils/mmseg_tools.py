@@ -1,9 +1,6 @@
-"""mmseg's own ``tools/train.py`` and ``test.py``, as the plugin's wrappers
-run them: their command line checked before torch, mmengine's runner or
-mmseg is imported (the parser of mmseg's script without the script's
-imports, the config, the checkpoint, the output and data folders); the
-checks that need mmseg's registries follow in
-:func:`mmseg_elliptical.engine.launch.check_mmseg_tool_args`."""
+"""The command line of mmseg's ``tools/train.py`` and ``test.py`` checked
+before torch and mmseg are imported (the registries' check follows in
+:func:`mmseg_elliptical.engine.launch.check_mmseg_tool_args`)."""
 import argparse
 import ast
 import os
@@ -27,11 +24,9 @@ DATA_OF = {
 
 
 def mmseg_parse_args(name: str) -> argparse.Namespace:
-    """``sys.argv`` parsed by the ``parse_args`` of mmseg's ``tools/<name>``,
-    taken from its source and run with ``argparse``, ``os`` and
-    :class:`.arguments.CfgOptions` for mmengine's ``DictAction``, so that it
-    imports neither mmengine's runner nor mmseg; by the script run as a
-    module (its imports too) where that function is missing or needs more."""
+    """``sys.argv`` parsed by the ``parse_args`` of mmseg's ``tools/<name>``
+    without the script's imports (:class:`.arguments.CfgOptions` for
+    ``DictAction``), or by the whole script where that needs more."""
     path = mmseg_tool_path(name)
     with open(path, encoding='utf-8') as f:
         tree = ast.parse(f.read(), path)
@@ -57,14 +52,9 @@ def config_error_line(config: str, error: ConfigError) -> str:
 
 def check_mmseg_tool_command(
         name: str, argv: Sequence[str]) -> Tuple[argparse.Namespace, 'Config']:
-    """Check the command line of mmseg's ``tools/<name>`` (its parser, the
-    config, ``test.py``'s checkpoint, ``--cfg-options``, the work and data
-    folders, ``--launcher``'s environment); a bad one ends the tool with one
-    line and status 2.
-
-    Returns:
-        tuple: The parsed arguments and the config, options merged.
-    """
+    """Check the command line of mmseg's ``tools/<name>``: its parser, the
+    config, checkpoint, folders and ``--launcher``; a bad one ends the tool
+    with one line and status 2. Returns the parsed arguments and config."""
     args = list(argv[1:])
     if '--cfg-options' in args:
         values = []

@@ -189,3 +189,34 @@ def test_mismatched_or_foreign_folder(demo_root, tmp_path):
     (foreign / 'x.txt').write_text('mine')
     with pytest.raises(FileExistsError, match='not the demo dataset'):
         generate_demo_shapes(str(foreign))
+
+
+@pytest.mark.parametrize('empty_folder', [False, True])
+def test_a_process_losing_the_race_keeps_the_winners_data(
+        tmp_path, monkeypatch, empty_folder):
+    """Two processes generating at once (``make demo`` and ``make demo-dot``
+    on a fresh clone): the one that finishes second keeps the first one's
+    folder, whether the folder was missing or empty when it looked, and
+    leaves no temporary folder behind."""
+    from mmseg_elliptical.datasets import demo_shapes
+    root = tmp_path / 'demo'
+    if empty_folder:
+        root.mkdir()
+    real = demo_shapes.render_scene
+    calls = []
+
+    def the_other_process_wins(*args):
+        if not calls:  # mid-generation, the other process finishes
+            calls.append(1)
+            monkeypatch.setattr(demo_shapes, 'render_scene', real)
+            generate_demo_shapes(str(root), **TINY_GENERATE)
+            monkeypatch.setattr(demo_shapes, 'render_scene',
+                                the_other_process_wins)
+        return real(*args)
+
+    monkeypatch.setattr(demo_shapes, 'render_scene', the_other_process_wins)
+    generate_demo_shapes(str(root), **TINY_GENERATE)
+    assert calls
+    with open(root / 'meta.json') as f:
+        assert json.load(f) == dict(TINY_GENERATE, version=VERSION)
+    assert os.listdir(tmp_path) == ['demo']

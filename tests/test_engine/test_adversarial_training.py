@@ -1,9 +1,9 @@
 """AdversarialTrainingHook: the images it trains on against an attack of the
 training-time forward written here (every family, a flipped and a cropped
-batch; APGD against ``apgd_oracle``'s), what it leaves as it found, ratio=0
-against plain training, the seeded choice, one clear error per bad input;
-slow: two processes against one, and a SIGKILLed run resumed against the
-uninterrupted one."""
+batch; APGD against ``apgd_train_oracle``'s transcription of SEA's training
+attack), what it leaves as it found, ratio=0 against plain training, the
+seeded choice, one clear error per bad input; slow: two processes against
+one, and a SIGKILLed run resumed against the uninterrupted one."""
 import copy
 import os.path as osp
 import random
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from apgd_oracle import apgd_by_hand
+from apgd_train_oracle import per_image
 from attack_oracles import UNIT, loss_by_hand
 from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, TINY_MODELS,
                       tiny_config)
@@ -192,53 +192,50 @@ def test_trained_images_equal_an_attack_of_the_training_forward(
     assert logged == pytest.approx(100 * right / total, abs=1e-6)
 
 
-#: Class weights of the 5 demo classes for ``apgd-mce-bal``.
-WEIGHTS = (0.05, 0.4, 0.1, 0.25, 0.2)
-
-
 @pytest.mark.parametrize('name, norm, eps, steps, adaptive', [
-    ('apgd-mce', 'linf', 4, 5, False),
-    ('apgd-mce-bal', 'linf', 2, 4, True),
-    ('apgd-js', 'l2', 0.5, 4, False),
+    ('apgd-ce', 'linf', 4, 8, False),
+    ('apgd-mce', 'linf', 2, 3, True),
+    ('apgd-ce', 'l2', 0.5, 8, False),
 ])
-def test_apgd_trains_on_the_oracle_apgd_of_the_training_forward(
+def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
         name, norm, eps, steps, adaptive, demo_root, tmp_path):
-    """The hook's APGD (no step_size given) against ``apgd_oracle``'s of
-    each image alone, on the training-time logits written here (the first
-    image flipped), from the seeded start of (its path, the iteration)."""
+    """The hook's APGD (no step_size given) is SEA's training attack:
+    ``apgd_train_oracle``'s transcription of its ``apgd_train`` on each
+    image alone, on the training-time logits written here (the first image
+    flipped), from the seeded start of (its path, the iteration) in the eps
+    ball; 3 iterations are one stage (the grid's cells refuse them)."""
     from mmseg_elliptical.analysis.robustness.attacks import pgd as attacks
     cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
     model = build(cfg)
     model.train()
     batch = train_batch(cfg, crop)
     clean = [x.clone() for x in batch['inputs']]
-    weights = WEIGHTS if name == 'apgd-mce-bal' else None
-    attack = dict(name=name, norm=norm, eps=eps, steps=steps)
-    if weights:
-        attack['class_weights'] = weights
-    hook = AdversarialTrainingHook(attack, adaptive=adaptive, seed=3)
+    hook = AdversarialTrainingHook(
+        dict(name=name, norm=norm, eps=eps, steps=steps),
+        adaptive=adaptive,
+        seed=3)
+    assert hook.attack.train
     # Draws keyed under the data root, as in training: the same in every
     # pytest session (from the absolute path, a tmp folder's draw put a
     # few pixels on a gradient sign tie once under xdist).
     hook.data_root = demo_root
     hook.before_train_iter(fake_runner(model), 0, batch)
     model.eval()
-    cell = attacks.Attack(name, norm, eps, steps, 2., seed=3)
-    unit = UNIT[norm]
-    first = 2 * eps if norm == 'linf' else eps
+    cell = attacks.Attack(name, norm, eps, max(steps, 4), 2., seed=3)
     halvings = 0
     for x, img, sample in zip(batch['inputs'], clean, batch['data_samples']):
         label = sample.gt_sem_seg.data[0].long()
         x0 = img.float()
         key = image_key(sample.img_path, demo_root)
-        start = attacks.random_start(cell, x0, f'{key}@{ITER}', first)
+        start = attacks.random_start(cell, x0, f'{key}@{ITER}')
         with adaptive_relevance(adaptive):
-            want, records = apgd_by_hand(
-                lambda z: logits_by_hand(model, z, label.shape), x0, label,
-                name, norm, eps * unit, steps, start, 255, weights)
-        torch.testing.assert_close(x, want, atol=1e-3, rtol=0)
+            want = per_image(
+                lambda j: lambda z: logits_by_hand(model, z[0], label.shape)[
+                    None], [x0], [label], [start], norm, eps * UNIT[norm],
+                steps, name)
+        torch.testing.assert_close(x, want['x_best'][0], atol=1e-3, rtol=0)
         assert not torch.equal(x, x0)  # it moved
-        halvings += sum(len(r['halvings']) for r in records)
+        halvings += len(want['halvings'][0])
     assert halvings > 0  # the checkpoints were exercised
 
 
@@ -448,8 +445,6 @@ def test_ratio_zero_trains_bitwise_as_without_the_hook(demo_root, tmp_path):
           ratio=-0.1), 'ratio=-0.1'),
     (dict(attack=dict(name='pgd', eps=4, steps=2, step_size=1),
           ratio=True), 'ratio=True'),
-    (dict(attack=dict(name='apgd-mce', eps=4, steps=3)),
-     'apgd-mce needs steps >= 4 for each of its 3 L-inf stages'),
     (dict(attack=dict(name='apgd-mce-bal', eps=4, steps=8)),
      'apgd-mce-bal weights classes by the training set\'s pixel counts, '
      'which the hook does not count: give attack.class_weights'),

@@ -42,15 +42,20 @@ def test_quiet_other_ranks(logger, rank, stream_level):
 
 
 @pytest.mark.slow  # a fresh interpreter
-@pytest.mark.parametrize('rank, lines', [('0', 1), ('1', 0)])
-def test_the_loader_line_is_rank_0s(rank, lines, tmp_path):
+@pytest.mark.parametrize('rank, level, lines', [('0', 'DEBUG', 1),
+                                                ('1', 'DEBUG', 0),
+                                                ('0', 'INFO', 0)])
+def test_the_loader_line_is_rank_0s(rank, level, lines, tmp_path):
     """The checkpoint loader's line: none at import, once at the first
-    checkpoint a process loads, on rank 0 alone."""
+    checkpoint a process loads, on rank 0 alone, and only in a log at
+    DEBUG level (at INFO, a tool's default, it prints nothing)."""
     import torch
     path = str(tmp_path / 'w.pth')
     torch.save(dict(state_dict={}), path)
     code = '\n'.join([
         'import mmseg_elliptical', 'print("imported")',
+        'from mmengine.logging import MMLogger',
+        f'MMLogger.get_instance("tool", log_level={level!r})',
         'from mmengine.runner import CheckpointLoader',
         f'CheckpointLoader.load_checkpoint({path!r})',
         f'CheckpointLoader.load_checkpoint({path!r})'

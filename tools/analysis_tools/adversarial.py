@@ -2,11 +2,12 @@
 
 Every model is attacked on the config's test images (PGD, SegPGD, CosPGD,
 FGSM, and APGD with SEA's losses: ``apgd-mce``, ``apgd-mce-bal``,
-``apgd-js``; L-inf or L2) at each eps, through mmengine's runner and test loop, and
-each finished cell is saved to ``<work-dir>/adversarial.json`` at once, so a
-rerun resumes. With ``--launcher pytorch`` (``tools/dist_adversarial.sh``) or
-``slurm`` (``tools/slurm_adversarial.sh``) every cell's images are split
-across the processes and rank 0 writes. The report gives the mIoU per attack
+``apgd-js``, and ``apgd-ce``, plain cross-entropy; L-inf or L2) at each
+eps, through mmengine's runner and test loop, and each finished cell is
+saved to ``<work-dir>/adversarial.json`` at once, so a rerun resumes.
+With ``--launcher pytorch`` (``tools/dist_adversarial.sh``) or ``slurm``
+(``tools/slurm_adversarial.sh``) every cell's images are split across the
+processes and rank 0 writes. The report gives the mIoU per attack
 and eps, the per-image worst case over the attacks, the means over eps and,
 against ``--baseline``, a paired bootstrap over images. ``--adaptive`` lets
 the gradient flow through the relevance ``m`` too: each model with
@@ -124,7 +125,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action='store_true',
         help='the gradient-masking audit at its preset: also runs '
         f'{audit.sweep_attack} with --audit-sweep-steps iterations '
-        'from the largest eps to 64 levels, doubled steps, FGSM, the square '
+        'from the largest eps to 255 levels, doubled steps, FGSM, the square '
         f'attack (--queries, default {audit.queries}) and transfer '
         'from every other model on the same images; a table and a verdict '
         'per model (a budget below the preset is named in the verdict)')

@@ -48,7 +48,7 @@ class ReportOptions:
             (:data:`~..robustness.ATTACK_PROTOCOLS`).
         adaptive (bool): Also attack the elliptical models through ``m``.
         audit (bool): Add the gradient-masking audit's cells (the preset's
-            first attack swept to 64 levels, doubled steps, transfer between
+            first attack swept to 255 levels, doubled steps, transfer between
             the models, ``audit_queries`` square queries) and verdicts.
         audit_queries (int): The audit's square-attack queries.
         attack_max_images (int, optional): Attack only the first test
@@ -160,6 +160,7 @@ def adversarial(specs: Sequence[ModelSpec],
             preset.step_ratio,
             options.cfg_options,
             sweep_attacks=preset.attacks[:1],
+            doubled_attacks=preset.attacks[-1:],
             arms=options.arms)
     folder = osp.join(work_dir, 'cells', 'adversarial')
     move_old_attack_store(work_dir, folder)

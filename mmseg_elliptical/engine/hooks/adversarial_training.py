@@ -5,12 +5,16 @@ grid's own attack code (:func:`..analysis.robustness.attacks.perturb`).
 What is attacked is the training-time forward (the data preprocessor's
 training path, ``extract_feat`` and the decode head's forward, the logits
 resized to the label as the head's loss does) against the batch's own
-(cropped, flipped) labels: not ``predict``, which undoes flips.
+(cropped, flipped) labels: not ``predict``, which undoes flips. APGD
+trains as SEA's training script attacks (``apgd_train``: one stage at eps,
+the point of highest loss; :class:`TrainingAttack`).
 """
 import copy
 import zlib
 from contextlib import contextmanager, nullcontext
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import (Callable, ClassVar, Dict, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +36,8 @@ from .evidence_hook import kept_modes, kept_rng
 
 #: The attack of each name the hook can train against: one implementation
 #: of each attack serves the grid and training (``perturb`` hands APGD's
-#: names to :func:`..analysis.robustness.apgd.apgd`).
+#: names to :func:`..analysis.robustness.apgd.apgd`, in its training mode
+#: for a :class:`TrainingAttack`).
 CRAFTERS: Dict[str, Callable] = {
     name: attacks.perturb
     for name in attacks.ATTACKS
@@ -40,6 +45,17 @@ CRAFTERS: Dict[str, Callable] = {
 #: The message hub's key of the attack's success (pixel accuracy, percent,
 #: on the attacked images before the step), logged beside the loss.
 ACCURACY_KEY = 'train/adv_pixel_acc'
+
+
+@dataclass(frozen=True)
+class TrainingAttack(attacks.Attack):
+    """The hook's attack: an :class:`~..analysis.robustness.attacks.Attack`
+    whose APGD is SEA's training attack (``apgd_train(..., use_rs=True)``:
+    one stage at eps from a random start in its ball, the attack's loss
+    tracked, no early stop, the point of highest loss), not its evaluation
+    (red-eps stages, the point of lowest accuracy). Other attacks as on the
+    grid."""
+    train: ClassVar[bool] = True
 
 
 def _fail(problem: str) -> None:
@@ -171,12 +187,14 @@ class AdversarialTrainingHook(Hook):
     Args:
         attack (dict): :class:`..analysis.robustness.attacks.Attack`'s
             fields but ``labels`` (always the ground truth) and ``seed``:
-            ``name`` (``pgd``, ``segpgd``, ``cospgd``, ``fgsm``,
-            ``apgd-mce``, ``apgd-js``; ``apgd-mce-bal`` with its
-            ``class_weights``, one per class, as the grid counts them),
+            ``name`` (``pgd``, ``segpgd``, ``cospgd``, ``fgsm``; APGD as
+            SEA's training attack, :class:`TrainingAttack`: ``apgd-ce``,
+            its plain cross-entropy, or another loss, ``apgd-mce``,
+            ``apgd-js``, ``apgd-mce-bal`` with its ``class_weights``, one
+            per class, as the grid counts them),
             ``norm`` (``linf``: eps and step in 0-255 levels, ``'4/255'``
             understood; ``l2``: on the 0-1 scale), ``eps``, ``steps``
-            (APGD: its iterations, >= 4 for L-inf), ``step_size`` and
+            (APGD: its iterations), ``step_size`` and
             ``random_start`` (APGD: not needed, and as on the grid they do
             not apply: it sets its own step and always starts at random).
         ratio (float): Fraction of the images attacked, in [0, 1].
@@ -217,7 +235,7 @@ class AdversarialTrainingHook(Hook):
                   'counts, which the hook does not count: give '
                   'attack.class_weights (one per class, e.g. the "weights" '
                   'of the grid\'s class_weights.json), or train against '
-                  'apgd-mce or apgd-js')
+                  'apgd-ce, apgd-mce or apgd-js')
         norm = fields.get('norm', 'linf')
         if norm not in attacks.NORMS:
             _fail(f'norm {norm!r} is none of {attacks.NORMS}')
@@ -244,7 +262,7 @@ class AdversarialTrainingHook(Hook):
         if isinstance(seed, bool) or not isinstance(seed, int):
             _fail(f'seed={seed!r} must be an integer')
         try:
-            self.attack = attacks.Attack(
+            self.attack = TrainingAttack(
                 **dict(fields, norm=norm, adaptive=bool(adaptive), seed=seed))
         except (AnalysisError, TypeError) as err:
             _fail(f'attack={attack!r}: {err}')

@@ -77,13 +77,17 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
                 for a in ('-adaptive', '')
             ]
         assert [s for s in attacked['series'] if s in series] == series
-        # The audit's cells (doubled steps, square, transfer from the other
-        # model) and verdict; its eps sweep stays out of the worst case.
+        # The audit's cells (the preset's last attack doubled, square,
+        # transfer from the other model) and verdict, reduced and saying so;
+        # its eps sweep stays out of the worst case.
         other = 'dot' if name == 'ell' else 'ell'
-        assert {'pgd/linf/10', 'square/linf/20',
+        assert {'apgd-mce/linf/10', 'square/linf/20',
                 f'pgd@{other}/linf/5'} <= set(attacked['series'])
-        assert attacked['series']['pgd/linf/5'].keys() >= {'8', '64'}
+        assert 'pgd/linf/10' not in attacked['series']
+        assert attacked['series']['pgd/linf/5'].keys() >= {'8', '64', '255'}
         assert attacked['audit']['verdict']
+        assert 'not run with twice the steps: pgd' in attacked['audit'][
+            'verdict']
         assert sorted(attacked['worst']) == ['1', '4']
         for mode in ('infer', 'train'):
             row = data['speed'][name][mode]

@@ -2,16 +2,21 @@
 Singh and Hein, ECCV 2024; ``semseg/attacker.py`` of
 nmndeep/Robust-Segmentation), in the 0-255 space of the other attacks.
 
-L-inf runs SEA's "red-eps" schedule: the iterations split ``int(0.3 n)``,
-``int(0.3 n)`` and the rest at radii 2 eps, 1.5 eps and eps, each stage
-starting from the previous stage's kept points projected onto its ball.
-L2 runs one stage at eps (Croce & Hein's L2 APGD). Each stage is APGD: a
-first step of 2 x the stage's radius, momentum 0.75, checkpoints that halve
-the step and restart from the point of highest plain cross-entropy (the
-loss the step-size control tracks, as in SEA). The point kept per image is
-the one of lowest pixel accuracy seen (ties: the later one), and an image
-whose kept accuracy reaches 0 stops for the rest of the stage (SEA's early
-stop, per image). docs/evidence.md lists where this differs from SEA.
+Evaluation (SEA's ``apgd_largereps``): L-inf runs SEA's "red-eps" schedule:
+the iterations split ``int(0.3 n)``, ``int(0.3 n)`` and the rest at radii
+2 eps, 1.5 eps and eps, each stage starting from the previous stage's kept
+points projected onto its ball. L2 runs one stage at eps (Croce & Hein's L2
+APGD). Each stage is APGD: a first step of 2 x the stage's radius, momentum
+0.75, checkpoints that halve the step and restart from the point of highest
+plain cross-entropy (the loss the step-size control tracks, as in SEA). The
+point kept per image is the one of lowest pixel accuracy seen (ties: the
+later one), and an image whose kept accuracy reaches 0 stops for the rest of
+the stage (SEA's early stop, per image).
+
+Training (``train=True``, SEA's ``apgd_train`` as its training script calls
+it): the same APGD, one stage at eps, the attack's own loss tracked, no
+early stop, and the point of highest loss returned (SEA's ``x_best``).
+docs/evidence.md lists where both differ from SEA.
 """
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -21,9 +26,12 @@ from torch import Tensor
 
 from ....errors import AnalysisError
 from ....models.attention import adaptive_relevance
+from ....utils import attack_cells as cells
 from ....utils.attack_cells import stages
 from .losses import BALANCED, LOSSES, cross_entropy, pixel_accuracy
 
+# The names of utils/attack_cells.py (the tools' checks) kept here too.
+APGD_ATTACKS, SEA_ATTACKS = cells.APGD_ATTACKS, cells.SEA_ATTACKS
 MOMENTUM = 0.75
 #: A checkpoint halves the step when at most this fraction of the steps
 #: since the last one raised the tracked loss.
@@ -48,7 +56,7 @@ class State:
     Attributes:
         x (Tensor): The current point; ``x_old`` the previous one.
         grad (Tensor): The attack loss's gradient at ``x``.
-        loss (float): The tracked cross-entropy at the start.
+        loss (float): The tracked loss at the start.
         acc (float): The lowest pixel accuracy seen, that of ``kept``.
         step (float): The step size (pixels).
         record (dict): What :func:`run_stage` returns for the image.
@@ -99,6 +107,7 @@ class State:
         self.history[i] = loss
         if loss > self.best[2]:
             self.best = (self.x, self.grad, loss)
+            self.record['best'] = i
 
     def checkpoint(self, i: int, k: int) -> None:
         """Halve the step and restart from the best point when the tracked
@@ -117,11 +126,11 @@ class State:
             self.record['halvings'].append(i)
 
 
-def evaluate(forward: Callable, loss: Callable, xs: List[Tensor],
-             labels: List[Tensor], ignore_index: int,
+def evaluate(forward: Callable, loss: Callable, track: Callable,
+             xs: List[Tensor], labels: List[Tensor], ignore_index: int,
              weights: Optional[Tensor], grad: bool) -> tuple:
-    """The attack loss's input gradients (or None), the tracked
-    cross-entropies and the pixel accuracies at ``xs``."""
+    """The attack loss's input gradients (or None), the tracked losses
+    (``track``'s) and the pixel accuracies at ``xs``."""
     xs = [x.detach().requires_grad_(grad) for x in xs]
     with torch.set_grad_enabled(grad):
         logits = forward(xs)
@@ -133,7 +142,7 @@ def evaluate(forward: Callable, loss: Callable, xs: List[Tensor],
             grads = [g.detach() for g in torch.autograd.grad(total, xs)]
     with torch.no_grad():
         tracked = [
-            cross_entropy(lg, lb, ignore_index).item()
+            track(lg, lb, ignore_index, weights).item()
             for lg, lb in zip(logits, labels)
         ]
         accs = [
@@ -143,15 +152,24 @@ def evaluate(forward: Callable, loss: Callable, xs: List[Tensor],
     return grads, tracked, accs
 
 
-def run_stage(run: Callable, norm: str, x0: List[Tensor], starts: List[Tensor],
-              radius: float, steps: int) -> Tuple[List[Tensor], List[Dict]]:
+def run_stage(run: Callable,
+              norm: str,
+              x0: List[Tensor],
+              starts: List[Tensor],
+              radius: float,
+              steps: int,
+              train: bool = False) -> Tuple[List[Tensor], List[Dict]]:
     """One APGD run of ``steps`` iterations in the ball of ``radius``.
 
+    Args:
+        train (bool): No early stop, and the points of highest tracked loss
+            returned (SEA's ``apgd_train``'s ``x_best``), not the kept ones.
+
     Returns:
-        tuple: The kept points and each image's record: ``radius``,
-        ``steps``, ``halvings`` (the iterations whose checkpoint halved the
-        step), ``kept`` (the kept point's iteration; -1: the start) and its
-        ``accuracy``.
+        tuple: The kept (``train``: best) points and each image's record:
+        ``radius``, ``steps``, ``halvings`` (the iterations whose checkpoint
+        halved the step), ``kept`` (the kept point's iteration; -1: the
+        start) and its ``accuracy``, ``best`` (the best point's iteration).
     """
     grads, losses, accs = run(starts, True)
     states = [
@@ -162,8 +180,12 @@ def run_stage(run: Callable, norm: str, x0: List[Tensor], starts: List[Tensor],
             acc,
             2 * radius,
             dict(
-                radius=radius, steps=steps, halvings=[], kept=-1,
-                accuracy=acc),
+                radius=radius,
+                steps=steps,
+                halvings=[],
+                kept=-1,
+                accuracy=acc,
+                best=-1),
             history=[0.] * steps)
         for x, g, lo, acc in zip(starts, grads, losses, accs)
     ]
@@ -181,10 +203,12 @@ def run_stage(run: Callable, norm: str, x0: List[Tensor], starts: List[Tensor],
                 states[j].checkpoint(i, k)
         if counter == k:
             counter, k = 0, max(k - k_decrease, k_min)
-        live = [j for j in live if states[j].acc > 0]
+        if not train:
+            live = [j for j in live if states[j].acc > 0]
         if not live:
             break
-    return [s.kept for s in states], [s.record for s in states]
+    points = [s.best[0] if train else s.kept for s in states]
+    return points, [s.record for s in states]
 
 
 def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
@@ -196,8 +220,10 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
          eps: float,
          steps: int,
          ignore_index: int = 255,
-         weights: Optional[Sequence[float]] = None) -> Tuple[List, List]:
-    """APGD with one of SEA's losses on a batch of images.
+         weights: Optional[Sequence[float]] = None,
+         train: bool = False) -> Tuple[List, List]:
+    """APGD with one of SEA's losses on a batch of images: SEA's evaluation
+    (``apgd_largereps``), or its training attack (``apgd_train``).
 
     Args:
         forward (callable): Images to ``[C, H, W]`` logits at their labels'
@@ -212,6 +238,10 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
         ignore_index (int): Label of pixels without a class.
         weights (Sequence[float], optional): Class weights (used by
             ``apgd-mce-bal`` only).
+        train (bool): SEA's training attack: one stage at eps from
+            ``start(j, eps)``, the attack's loss tracked (not the plain
+            cross-entropy), no early stop, the points of highest loss
+            returned. Defaults to False.
 
     Returns:
         tuple: The adversarial images and, per image, each stage's record
@@ -223,16 +253,18 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
     w = torch.tensor(weights) if name in BALANCED else None
     x0 = [x.detach() for x in x0]
 
-    def run(xs, grad):
-        return evaluate(forward, LOSSES[name], xs, labels, ignore_index, w,
-                        grad)
+    track = LOSSES[name] if train else cross_entropy
 
-    plan = stages(norm, eps, steps)
+    def run(xs, grad):
+        return evaluate(forward, LOSSES[name], track, xs, labels, ignore_index,
+                        w, grad)
+
+    plan = [(eps, steps)] if train else stages(norm, eps, steps)
     xs = [start(j, plan[0][0]) for j in range(len(x0))]
     trace: List[List[Dict]] = [[] for _ in x0]
     for radius, n in plan:
         xs = [project(norm, x, o, radius) for x, o in zip(xs, x0)]
-        xs, records = run_stage(run, norm, x0, xs, radius, n)
+        xs, records = run_stage(run, norm, x0, xs, radius, n, train)
         for t, r in zip(trace, records):
             t.append(r)
     return [x.detach() for x in xs], trace
@@ -242,7 +274,7 @@ def apgd_images(attack, forward: Callable, x0: Sequence[Tensor],
                 labels: Sequence[Tensor], ignore_index: int, start: Callable,
                 keys: Sequence[str], unit: float) -> List[Tensor]:
     """:func:`apgd` of an :class:`~.attacks.Attack` cell, as
-    :func:`~.attacks.perturb` runs it.
+    :func:`~.attacks.perturb` runs it (``train``: the cell's).
 
     Args:
         start (callable): ``(image, key, eps)`` to the image's random start
@@ -254,4 +286,4 @@ def apgd_images(attack, forward: Callable, x0: Sequence[Tensor],
         return apgd(forward, x0, labels,
                     lambda j, r: start(x0[j], keys[j], r / unit), attack.name,
                     attack.norm, attack.eps * unit, attack.steps, ignore_index,
-                    attack.class_weights)[0]
+                    attack.class_weights, attack.train)[0]

@@ -34,7 +34,8 @@ def cross_entropy(logits: Tensor,
                   labels: Tensor,
                   ignore_index: int = 255,
                   weights: Optional[Tensor] = None) -> Tensor:
-    """Plain cross-entropy: the loss APGD's step-size control tracks."""
+    """Plain cross-entropy: the loss APGD's step-size control tracks in
+    evaluation, and ``apgd-ce``'s (SEA's training attack's ``'ce-avg'``)."""
     valid, target = safe_labels(labels, ignore_index)
     ce = F.cross_entropy(logits[None], target[None], reduction='none')[0]
     return labelled_mean(ce, valid)
@@ -70,11 +71,14 @@ def jensen_shannon(logits: Tensor,
     return labelled_mean(((kl_p + kl_q) / 2).sum(0), valid)
 
 
-#: Each APGD attack's loss (``apgd-mce-bal`` also needs class weights).
+#: Each APGD attack's loss (``apgd-mce-bal`` also needs class weights):
+#: SEA's evaluation losses, and ``apgd-ce`` its training attack's (its
+#: ``'ce-avg'``).
 LOSSES: Dict[str, Callable] = {
     'apgd-mce': masked_cross_entropy,
     'apgd-mce-bal': masked_cross_entropy,
     'apgd-js': jensen_shannon,
+    'apgd-ce': cross_entropy,
 }
 #: The attacks whose loss weights each class (they need class weights).
 BALANCED = ('apgd-mce-bal', )

@@ -8,8 +8,11 @@ from ....utils.config import ModelSpec
 from ..attacks.transfer import transfer_cells
 from .loop import key_of
 
-#: The eps (L-inf levels) of the audit's sweep.
-SWEEP = (8., 16., 32., 64.)
+#: The eps (L-inf levels) of the audit's sweep, up to the whole 0-255 range:
+#: at 255 levels the ball holds every image, so only an attack that cannot
+#: follow the gradient leaves accuracy above the floor (Carlini et al.'s
+#: unbounded attack; an honest model short of it can still stand at 64).
+SWEEP = (8., 16., 32., 64., 128., 255.)
 
 
 def audit_cells(
@@ -21,6 +24,7 @@ def audit_cells(
         cfg_options: Optional[Dict] = None,
         sweep: Sequence[float] = SWEEP,
         sweep_attacks: Optional[Sequence[str]] = None,
+        doubled_attacks: Optional[Sequence[str]] = None,
         arms: Optional[Dict[str, List[str]]] = None,
         preset: Optional[AuditPreset] = None,
         class_weights: Optional[Dict[str, Tuple]] = None) -> Dict[str, List]:
@@ -28,7 +32,8 @@ def audit_cells(
     images): its gradient attacks at the largest headline eps again at each
     larger eps of ``sweep`` (``sweep_attacks`` only, when given; the step
     scaled with eps, :func:`sweep_step`), its
-    iterative attacks with twice the steps at the headline eps, FGSM at
+    iterative attacks with twice the steps at the headline eps
+    (``doubled_attacks`` only, when given), FGSM at
     each headline eps (where the run has none: the single-step check), the
     square attack with ``queries`` at the headline eps, and every other model's
     attacks at the headline eps transferred to it (with ``arms``, the
@@ -42,6 +47,12 @@ def audit_cells(
         step_ratio (float, optional): The step as a fraction of eps (the
             sweep's steps scale with it); None: the run's fixed step.
         cfg_options (dict, optional): The grid's config overrides.
+        sweep (Sequence[float]): The sweep's eps.
+        sweep_attacks (Sequence[str], optional): The attacks swept (None:
+            every gradient attack of the run).
+        doubled_attacks (Sequence[str], optional): The attacks run again
+            with twice the steps (None: every iterative one; fewer make a
+            reduced audit, and its verdict says so).
         arms (dict, optional): ``{arm: [runs]}``.
         preset (AuditPreset, optional): Sweep ``preset.sweep_attack`` with
             ``preset.sweep_steps`` iterations at the largest headline eps
@@ -88,7 +99,9 @@ def audit_cells(
                 for e in [top, *[e for e in sweep if e > top]]
             ]
         extra += [
-            replace(c, steps=2 * c.steps) for c in mine if c.name != 'fgsm'
+            replace(c, steps=2 * c.steps) for c in mine
+            if c.name != 'fgsm' and (
+                doubled_attacks is None or c.name in doubled_attacks)
         ]
         if mine:
             extra += [

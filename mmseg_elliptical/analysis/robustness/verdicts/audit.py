@@ -9,8 +9,8 @@ check's detail:
 
 * ``eps sweep``: the white-box series swept furthest (lowest aAcc at the
   sweep's largest eps) falls to :data:`FLOOR` (within the tolerance) at some
-  eps of the sweep (up to 64 levels); else it says where the aAcc stopped
-  falling;
+  eps of the sweep (up to 255 levels, the whole range); else it says where
+  the aAcc stopped falling;
 * ``white-box beats black-box``: at every headline eps the worst case over
   the white-box cells is at most each black-box cell's aAcc (transfer
   ``ATTACK@SOURCE``, query ``square``);
@@ -31,7 +31,7 @@ A transfer cell more accurate than the clean images beyond the tolerance is
 named in ``notes`` as suspect (a transfer should not help). The verdict is
 ``no sign of gradient masking`` or names the failed checks; a run below the
 audit preset's budget (:data:`~..grid.audit_cells.AUDIT_PRESET`: the sweep
-of APGD-MCE-Bal with 100 iterations to 64 levels, 1000 square queries, a
+of APGD-MCE-Bal with 100 iterations to 255 levels, 1000 square queries, a
 transfer) says so (``budget below the audit preset: ...``): a reduced
 audit's "no sign" is weaker evidence.
 """
@@ -239,7 +239,8 @@ def budget_shortfalls(cells: Dict[str, Dict],
                       preset: AuditPreset = AUDIT_PRESET) -> List[str]:
     """Where the cells fall short of ``preset``: the sweep (its attack with
     its iterations up to the sweep's largest eps), the square attack's
-    queries at each headline eps, a transfer; ``[]`` at the preset."""
+    queries at each headline eps, an iterative attack at a headline eps
+    without its twice-the-steps twin, a transfer; ``[]`` at the preset."""
     keys = [split_key(k) for k in cells if k.count('/') == 3]
     out = []
     far = max(sweep)
@@ -257,6 +258,18 @@ def budget_shortfalls(cells: Dict[str, Dict],
         if queries < preset.queries:
             out.append(f'square {queries} queries at eps {e:g} (preset: '
                        f'{preset.queries})')
+    single = {name.replace('-adaptive', '') for name in SINGLE_STEP}
+    undoubled = sorted({
+        n
+        for n, norm, e, s in keys
+        if e in epsilons and '@' not in n and n not in QUERY_ATTACKS
+        and n.replace('-adaptive', '') not in single and (
+            n, norm, e, 2 * s) not in keys and (n, norm, e, s / 2) not in keys
+        and n.replace('-adaptive', '') != preset.sweep_attack  # the sweep's
+    })
+    if undoubled:
+        out.append(f'not run with twice the steps: {", ".join(undoubled)} '
+                   '(preset: every iterative attack)')
     if not any('@' in n for n, *_ in keys):
         out.append('no transfer from another model')
     return out

@@ -175,6 +175,7 @@ def test_losses_against_the_hand_written_ones():
     for fn in names.values():
         assert torch.equal(fn(logits, labels, 255), fn(moved, labels, 255))
     assert losses.LOSSES['apgd-mce-bal'] is losses.masked_cross_entropy
+    assert losses.LOSSES['apgd-ce'] is losses.cross_entropy
 
 
 def test_inverse_frequency_against_a_hand_count():
@@ -331,7 +332,7 @@ def test_grid_with_apgd_cells(apgd_run):
     work, data = apgd_run
     name, = data['models']
     cells = data['models'][name]['cells']
-    keys = [f'{a}/linf/{e}/4' for a in losses.LOSSES for e in ('0', '0.5')]
+    keys = [f'{a}/linf/{e}/4' for a in apgd.SEA_ATTACKS for e in ('0', '0.5')]
     assert sorted(cells) == sorted(['clean', *keys])
     for key in keys:
         if '/0/' in key:

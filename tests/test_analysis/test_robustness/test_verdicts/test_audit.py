@@ -18,10 +18,12 @@ def healthy() -> dict:
         'pgd/linf/4/5': dict(aAcc=30.),
         'pgd/linf/4/10': dict(aAcc=29.9),
         'segpgd/linf/4/5': dict(aAcc=35.),
+        'segpgd/linf/4/10': dict(aAcc=35.),
         'fgsm/linf/4/1': dict(aAcc=50.),
         'pgd/linf/8/5': dict(aAcc=10.),
-        'pgd/linf/64/5': dict(aAcc=0.5),
+        'pgd/linf/255/5': dict(aAcc=0.5),
         'pgd-adaptive/linf/4/5': dict(aAcc=29.8),
+        'pgd-adaptive/linf/4/10': dict(aAcc=29.8),
         'square/linf/4/20': dict(aAcc=60.),
         'pgd@dot/linf/4/5': dict(aAcc=70.),
     }
@@ -45,14 +47,22 @@ def test_a_run_below_the_preset_says_so():
         budget_shortfalls
     got = gradient_masking_audit(healthy(), lambda k: None, [4.], True)
     assert got['verdict'] == (
-        CLEAN_VERDICT + '; budget below the audit preset: swept to 64 '
+        CLEAN_VERDICT + '; budget below the audit preset: swept to 255 '
         'levels: pgd 5 (preset: apgd-mce-bal 100 iterations), square 20 '
         'queries at eps 4 (preset: 1000)')
     at_preset = {
-        **healthy(), 'square/linf/4/1000': dict(aAcc=60.),
-        'apgd-mce-bal-adaptive/linf/64/100': dict(aAcc=0.)
+        **healthy(),
+        'square/linf/4/1000': dict(aAcc=60.),
+        'apgd-mce-bal-adaptive/linf/255/100': dict(aAcc=0.),
+        'apgd-mce-bal-adaptive/linf/4/100': dict(aAcc=29.)  # the sweep's
     }
     assert budget_shortfalls(at_preset, [4.]) == []
+    undoubled = dict(at_preset)
+    del undoubled['segpgd/linf/4/10']
+    assert budget_shortfalls(undoubled, [4.]) == [
+        'not run with twice the steps: segpgd (preset: every iterative '
+        'attack)'
+    ]
     assert budget_shortfalls(
         at_preset, [1., 4.]) == ['square 0 queries at eps 1 (preset: 1000)']
     del at_preset['pgd@dot/linf/4/5']
@@ -72,14 +82,14 @@ def test_a_healthy_model_passes_every_check():
     }
     sweep = detail_of(got, 'eps sweep')
     assert 'eps 4: 29.80' not in sweep  # the plain series is swept
-    assert 'pgd/linf/5 aAcc eps 4: 30.00, eps 8: 10.00, eps 64: 0.50' in sweep
+    assert 'pgd/linf/5 aAcc eps 4: 30.00, eps 8: 10.00, eps 255: 0.50' in sweep
     assert 'tolerance 0.50 (fixed: no per-image areas)' in sweep
     assert 'adaptive' not in checks_of(audit(healthy(), elliptical=False))
 
 
 @pytest.mark.parametrize('change, failed', [
     ({
-        'pgd/linf/64/5': dict(aAcc=12.)
+        'pgd/linf/255/5': dict(aAcc=12.)
     }, 'eps sweep'),
     ({
         'square/linf/4/20': dict(aAcc=29.)
@@ -118,7 +128,9 @@ def test_within_the_tolerance_passes_and_the_sweep_says_where_it_stops():
         'pgd/linf/4/10': dict(aAcc=29.4),
         'pgd/linf/16/5': dict(aAcc=9.),
         'pgd/linf/32/5': dict(aAcc=9.5),
-        'pgd/linf/64/5': dict(aAcc=9.)
+        'pgd/linf/64/5': dict(aAcc=9.),
+        'pgd/linf/128/5': dict(aAcc=9.2),
+        'pgd/linf/255/5': dict(aAcc=9.)
     }
     got = audit(cells)
     assert checks_of(got)['white-box beats black-box'] is True
@@ -126,9 +138,11 @@ def test_within_the_tolerance_passes_and_the_sweep_says_where_it_stops():
     assert got['verdict'] == 'failed: eps sweep'
     assert 'stops falling at eps 16' in got['checks'][0]['detail']
     cells['pgd/linf/32/5'] = dict(aAcc=5.)
-    cells['pgd/linf/64/5'] = dict(aAcc=2.)  # falling, not below 1 % yet
+    cells['pgd/linf/64/5'] = dict(aAcc=4.)
+    cells['pgd/linf/128/5'] = dict(aAcc=3.)
+    cells['pgd/linf/255/5'] = dict(aAcc=2.)  # falling, not below 1 % yet
     detail = audit(cells)['checks'][0]['detail']
-    assert 'still falling at eps 64' in detail and 'stops' not in detail
+    assert 'still falling at eps 255' in detail and 'stops' not in detail
 
 
 def test_missing_cells_are_not_checked():
@@ -136,7 +150,7 @@ def test_missing_cells_are_not_checked():
         k: v
         for k, v in healthy().items()
         if '@' not in k and 'square' not in k and '/10' not in k
-        and '/64/' not in k and '/8/' not in k and 'fgsm' not in k
+        and '/255/' not in k and '/8/' not in k and 'fgsm' not in k
     }
     got = audit(cells)
     assert checks_of(got)['eps sweep'] is None
@@ -177,9 +191,10 @@ def test_audit_cells():
     keys = [rb.grid.loop.key_of(c) for c in got['a']]
     assert keys == [
         'clean', 'pgd/linf/4/5', 'fgsm/linf/4/1', 'pgd/linf/8/5',
-        'pgd/linf/16/5', 'pgd/linf/32/5', 'pgd/linf/64/5', 'fgsm/linf/8/1',
-        'fgsm/linf/16/1', 'fgsm/linf/32/1', 'fgsm/linf/64/1', 'pgd/linf/4/10',
-        'square/linf/4/7', 'pgd@b/linf/4/5'
+        'pgd/linf/16/5', 'pgd/linf/32/5', 'pgd/linf/64/5', 'pgd/linf/128/5',
+        'pgd/linf/255/5', 'fgsm/linf/8/1', 'fgsm/linf/16/1', 'fgsm/linf/32/1',
+        'fgsm/linf/64/1', 'fgsm/linf/128/1', 'fgsm/linf/255/1',
+        'pgd/linf/4/10', 'square/linf/4/7', 'pgd@b/linf/4/5'
     ]
     keys_b = [rb.grid.loop.key_of(c) for c in got['b']]
     assert 'fgsm@a/linf/4/1' in keys_b
@@ -188,9 +203,9 @@ def test_audit_cells():
         'fgsm/linf/4/1') == 1
     # the sweep keeps each attack's step / eps (a fixed step would stall)
     steps = {rb.grid.loop.key_of(c): c.step_size for c in got['a'][1:]}
-    assert [steps[f'pgd/linf/{e}/5'] for e in (8, 16, 32, 64)] == \
-        [2., 4., 8., 16.]
-    assert steps['fgsm/linf/64/1'] == 64.
+    assert [steps[f'pgd/linf/{e}/5'] for e in (8, 16, 32, 64, 128, 255)] == \
+        [2., 4., 8., 16., 32., 63.75]
+    assert steps['fgsm/linf/255/1'] == 255.
     assert steps['pgd/linf/4/10'] == 1.  # the doubled steps keep theirs
     ratio = rb.audit_cells({'a': [pgd], 'b': [pgd]}, specs, [4.], 7, 0.5)
     assert {
@@ -202,7 +217,9 @@ def test_audit_cells():
         8.: 4.,
         16.: 8.,
         32.: 16.,
-        64.: 32.
+        64.: 32.,
+        128.: 64.,
+        255.: 127.5
     }
 
 
@@ -255,7 +272,7 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     } <= set(cells)
     assert 'pgd/linf/32/1' not in cells  # the preset sweeps its own attack
     assert data['summary']['ell']['audit']['budget'] == [
-        'swept to 64 levels: apgd-mce-bal 4, apgd-mce-bal-adaptive 4 '
+        'swept to 255 levels: apgd-mce-bal 4, apgd-mce-bal-adaptive 4 '
         '(preset: apgd-mce-bal 100 iterations)',
         'square 2 queries at eps 16 (preset: 1000)'
     ]
@@ -290,7 +307,8 @@ def test_the_preset_sweeps_its_own_attack_with_its_iterations():
         class_weights={'a': (1., 2.)})
     swept = [c for c in got['a'] if getattr(c, 'name', '') == 'apgd-mce-bal']
     assert sorted((c.eps, c.adaptive) for c in swept) == sorted(
-        (e, a) for e in (4., 8., 16., 32., 64.) for a in (False, True))
+        (e, a) for e in (4., 8., 16., 32., 64., 128., 255.)
+        for a in (False, True))
     assert {(c.steps, c.class_weights) for c in swept} == {(7, (1., 2.))}
     keys = [rb.grid.loop.key_of(c) for c in got['a'][1:]]
     assert 'pgd/linf/8/5' not in keys  # not the run's own attacks
