@@ -1,17 +1,23 @@
 """mmseg-elliptical: Elliptical Attention for MMSegmentation 1.x.
 
-Importing the package registers every component in mmseg's registries, and
-installs the weights-only checkpoint loader (docs/reliability.md) and, without
-mmdet, placeholders for mmseg's MaskFormer heads (docs/models.md).
+Importing the package registers the plugin (:mod:`.plugin`), except under a
+script that sets ``__check_arguments_first__ = True`` before its imports
+(the tools): it checks its command line without torch and mmseg, then
+imports :mod:`.plugin` itself (docs/reliability.md, "The tools").
 """
-from . import _quiet  # noqa: F401 (first: before mmengine is imported)
+import sys
 
-# isort: split
-from . import datasets, engine, evaluation, models, transforms  # noqa: F401
-from .engine import register_checkpoint_loader
-from .models.decode_heads import register_mmdet_placeholders
+from . import _quiet  # noqa: F401 (first: before mmengine is imported)
 
 __version__ = '0.1.0'
 
-register_checkpoint_loader()
-register_mmdet_placeholders()
+
+def checks_arguments_first() -> bool:
+    """Whether ``__main__`` (not ``__mp_main__``) checks arguments first."""
+    script = sys.modules.get('__main__')
+    return getattr(script, '__name__', None) == '__main__' and getattr(
+        script, '__check_arguments_first__', False) is True
+
+
+if not checks_arguments_first():
+    from . import plugin  # noqa: F401 (deferred under a tool: see above)

@@ -29,12 +29,15 @@ ROOMS = (
     ('analysis.evidence', ),
     ('analysis.comparison', ),
     ('engine', ),
+    ('plugin', ),  # what the package's __init__ imports: every room
 )
 FLOORS = {room: level for level, rooms in enumerate(ROOMS) for room in rooms}
 TOP = len(ROOMS)  # the package's __init__ sits above all
 #: Words of the comment that must explain a nested import of the package's
-#: own code: only an optional dependency justifies one.
-OPTIONAL = ('mmdet', 'onnx', 'optional')
+#: own code: only an optional dependency justifies one, or the plugin's
+#: registration, which the package's __init__ defers under a tool that
+#: checks its arguments first.
+OPTIONAL = ('mmdet', 'onnx', 'optional', 'deferred')
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

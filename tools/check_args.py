@@ -10,8 +10,11 @@ error and status 2, not with one error per process and torchrun's
 
 TOOL is a path under ``tools/`` (``train.py``, ``test.py``,
 ``analysis_tools/robustness.py``, ...). Nothing is built or loaded beyond
-what the tool's own checks read.
+what the tool's own checks read; as the tools, it refuses a bad argument
+before torch and mmseg are imported.
 """
+__check_arguments_first__ = True  # the tools' checks import the plugin
+
 import os.path as osp
 import runpy
 import sys
@@ -33,7 +36,9 @@ def main(argv) -> None:
     from mmseg_elliptical.utils import preflight
     preflight.LAUNCHING = True
     if argv[0] in ('train.py', 'test.py'):
-        import mmseg_elliptical  # noqa: F401
+        from mmseg_elliptical.utils import mmseg_tools
+        mmseg_tools.check_mmseg_tool_command(argv[0], sys.argv)
+        import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
         from mmseg_elliptical.engine.launch import check_mmseg_tool_args
         check_mmseg_tool_args(argv[0], sys.argv)
         return

@@ -1,8 +1,16 @@
 """Test a segmentor: mmseg's own `tools/test.py` with mmseg-elliptical loaded.
 
 Every flag of mmseg's script works unchanged; see `python tools/test.py -h`.
+A bad command line is refused before torch and mmseg are imported.
 """
-from mmseg_elliptical.engine import run_mmseg_tool
+__check_arguments_first__ = True  # the plugin registers once they pass
+
+import sys
+
+from mmseg_elliptical.utils.mmseg_tools import check_mmseg_tool_command
 
 if __name__ == '__main__':
+    check_mmseg_tool_command('test.py', sys.argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import run_mmseg_tool
     run_mmseg_tool('test.py')

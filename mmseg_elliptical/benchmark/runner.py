@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.benchmark.utils.common import set_torch_threads
 
+from ..utils.choices import MEMORY  # noqa: F401 (--memory)
 from .apgd_step import APGD_MODE, apgd_ratios, check_apgd_steps, per_iteration
 from .flops import count_flops, count_params
 from .memory import saved_tensors_mb, step_peak_mb
@@ -17,8 +18,6 @@ from .timing import (make_timer, mode_ratios, paired_ratio, ratio,
                      run_interleaved, time_stats)
 from .variants import (ATTACK_MODES, MODES, BenchForward, BenchModel,
                        build_model, make_step)
-
-MEMORY = ('tensors', 'none')
 
 
 @dataclass

@@ -9,7 +9,7 @@ import numpy as np
 from torch.utils.benchmark import Measurement, Timer
 from torch.utils.benchmark.utils.timer import timer as synced_timer
 
-CLOCKS = ('wall', 'process')
+from ..utils.choices import CLOCKS  # noqa: F401 (--clock)
 
 
 def make_timer(step: Callable[[], None],

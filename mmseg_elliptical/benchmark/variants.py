@@ -12,11 +12,10 @@ from ..models import (EllipticalAttentionMixin, EllipticalTransformerMixin,
 from ..models.conversion import ELLIPTICAL_VERSIONS
 from ..models.transformer import PARTS
 from ..utils import load_config, model_names
+from ..utils.choices import DEFAULT_ROLES, ROLES  # noqa: F401 (--roles)
 from ..utils.registry import model_class
 from .apgd_step import APGD_MODE, apgd_step
 
-ROLES = ('elliptical', 'fused-dot', 'mmseg-dot', 'paper-ref')
-DEFAULT_ROLES = ('elliptical', 'fused-dot', 'mmseg-dot')
 #: The attack steps: forward and backward to the input, plain or through m.
 ATTACK_MODES = ('attack', 'attack-adaptive')
 MODES = ('infer', 'train') + ATTACK_MODES + (APGD_MODE, )

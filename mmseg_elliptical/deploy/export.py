@@ -13,12 +13,11 @@ from torch import Tensor
 
 from ..errors import ExportError
 from ..models.attention.core import EllipticalAttentionMixin
-from .requirements import require_deploy
+from ..utils.choices import OPSET
+from ..utils.files import require_deploy
 from .shapes import export_friendly, trace_shape
 
 INPUT_NAME, OUTPUT_NAME = 'input', 'seg_logits'
-#: Opset 18: ``Resize`` with antialias, ``ReduceMean`` with axes as input.
-OPSET = 18
 
 
 class SegLogits(nn.Module):

@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import cloudpickle
 import submitit
 
-EXECUTORS = ('local', 'slurm', 'debug')
+from ..utils.choices import EXECUTORS
+
 #: Slurm states of a job that has ended (``scontrol``'s ``JobState``).
 ENDED = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL',
          'OUT_OF_MEMORY', 'BOOT_FAIL', 'DEADLINE', 'PREEMPTED')

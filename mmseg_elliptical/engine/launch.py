@@ -1,6 +1,5 @@
 """Run mmseg's tools with the plugin, also ``--launcher pytorch|slurm``
 without CUDA (gloo; docs/reliability.md, "Multi-GPU and Slurm")."""
-import argparse
 import gc
 import logging
 import os
@@ -15,9 +14,10 @@ import torch.distributed as dist
 from mmengine.logging import print_log
 
 from ..errors import INPUT_ERRORS, ConfigError
-from ..utils import load_config, mmseg_tool_path
-from ..utils.arguments import CfgOptions, checkpoint_file, config_file, fail
-from ..utils.preflight import check_data, check_launcher, check_work_dir
+from ..utils import mmseg_tool_path
+from ..utils.arguments import fail
+from ..utils.mmseg_tools import check_mmseg_tool_command, config_error_line
+from ..utils.preflight import check_launcher
 from ..utils.registry import check_model_types, unknown_types_as_config_errors
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` there).
@@ -200,54 +200,16 @@ def process_group(launcher: str) -> Iterator[Dict[str, object]]:
         yield options
 
 
-#: The data folders each of mmseg's tools reads.
-DATA_OF = {
-    'train.py': ('train_dataloader', 'val_dataloader'),
-    'test.py': ('test_dataloader', )
-}
-
-
 def check_mmseg_tool_args(name: str, argv: Sequence[str]) -> None:
-    """Check the command line of mmseg's ``tools/<name>`` (its parser, the
-    config, ``test.py``'s checkpoint, ``--cfg-options``); a bad one ends the
-    tool with one line and status 2."""
-    args = list(argv[1:])
-    if '--cfg-options' in args:
-        values = []
-        for arg in args[args.index('--cfg-options') + 1:]:
-            if arg.startswith('--'):
-                break
-            values.append(arg)
-        try:
-            CfgOptions(['--cfg-options'], 'cfg_options')(None,
-                                                         argparse.Namespace(),
-                                                         values)
-        except argparse.ArgumentError as e:
-            fail(str(e))
-    saved = sys.argv
+    """Check the command line of mmseg's ``tools/<name>``: what
+    :func:`~..utils.mmseg_tools.check_mmseg_tool_command` checks, then the
+    config's types in the registries; a bad one ends the tool with one line
+    and status 2."""
+    parsed, cfg = check_mmseg_tool_command(name, argv)
     try:
-        sys.argv = list(argv)
-        parsed = runpy.run_path(
-            mmseg_tool_path(name), run_name='mmseg_tool')['parse_args']()
-    finally:
-        sys.argv = saved
-    checks = [('config', config_file)]
-    if hasattr(parsed, 'checkpoint'):
-        checks.append(('checkpoint', checkpoint_file))
-    for dest, check in checks:
-        try:
-            check(getattr(parsed, dest))
-        except argparse.ArgumentTypeError as e:
-            fail(f'argument {dest}: {e}')
-    try:
-        check_work_dir(getattr(parsed, 'work_dir', None))
-        cfg = load_config(parsed.config, getattr(parsed, 'cfg_options', None))
-        check_data(cfg, parsed.config, DATA_OF.get(name, ()))
         check_model_types(cfg)
     except ConfigError as e:
-        fail(
-            str(e) if str(e).startswith((
-                '--', parsed.config)) else f'{parsed.config}: {e}')
+        fail(config_error_line(parsed.config, e))
 
 
 def run_mmseg_tool(name: str) -> None:

@@ -7,13 +7,11 @@ from typing import (Any, Callable, List, NamedTuple, Optional, Sequence, Tuple,
 
 import torch.nn as nn
 
+from ..utils.choices import PARTS  # noqa: F401 (the tools' --part)
 from .chain import ValueChain
 from .checks import (check_elliptical_layers, check_estimator_args,
                      check_finite_mode, check_images, check_kwargs)
 from .conversion import to_elliptical
-
-#: The parts of a segmentor that can be elliptical.
-PARTS = ('backbone', 'decode_head')
 
 
 class GridSource(NamedTuple):

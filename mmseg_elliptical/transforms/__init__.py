@@ -1,7 +1,7 @@
 """Data transforms registered in mmseg's ``TRANSFORMS``."""
-from .image_corruption import (COMMON_CORRUPTIONS, CORRUPTIONS,
-                               EXTRA_CORRUPTIONS, SEVERITIES, ImageCorruption,
-                               corrupt_image, corruption_seed)
+from ..utils.corruption_cells import (COMMON_CORRUPTIONS, CORRUPTIONS,
+                                      EXTRA_CORRUPTIONS, SEVERITIES)
+from .image_corruption import ImageCorruption, corrupt_image, corruption_seed
 
 __all__ = [
     'COMMON_CORRUPTIONS', 'CORRUPTIONS', 'EXTRA_CORRUPTIONS', 'SEVERITIES',

@@ -1,26 +1,14 @@
 """Common image corruptions (Hendrycks & Dietterich) as an mmseg transform,
 deterministic per image (needs the ``[robustness]`` extra)."""
 import hashlib
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
 
-#: The 15 corruptions of ImageNet-C / Cityscapes-C, in the library's order.
-COMMON_CORRUPTIONS: Tuple[str,
-                          ...] = ('gaussian_noise', 'shot_noise',
-                                  'impulse_noise', 'defocus_blur',
-                                  'glass_blur', 'motion_blur', 'zoom_blur',
-                                  'snow', 'frost', 'fog', 'brightness',
-                                  'contrast', 'elastic_transform', 'pixelate',
-                                  'jpeg_compression')
-#: The 4 held-out ("validation") corruptions of the benchmark.
-EXTRA_CORRUPTIONS: Tuple[str, ...] = ('speckle_noise', 'gaussian_blur',
-                                      'spatter', 'saturate')
-#: All 19, as ``imagecorruptions.get_corruption_names('all')`` lists them.
-CORRUPTIONS: Tuple[str, ...] = COMMON_CORRUPTIONS + EXTRA_CORRUPTIONS
-SEVERITIES: Tuple[int, ...] = (1, 2, 3, 4, 5)
+from ..utils.corruption_cells import CORRUPTIONS, SEVERITIES
+
 # Corruptions that draw from their own generator unless given a seed.
 _SEEDED = ('glass_blur', 'impulse_noise')
 _MIN_SIDE = 32

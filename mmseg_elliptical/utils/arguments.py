@@ -1,14 +1,14 @@
 """What the command-line tools share to refuse bad input at the door:
 ``type=`` callables, :class:`CfgOptions`, and :func:`tool_main`, which ends
 on the plugin's input errors with one line and status 2 (docs/reliability.md).
+No torch, mmengine or mmseg here but where a check needs it (a CUDA device).
 """
 import argparse
 import functools
 import os.path as osp
+import re
 import sys
 from typing import Callable, Optional, Sequence
-
-from mmengine.config import DictAction
 
 from ..errors import (INPUT_ERRORS, CheckpointError, ExportError,
                       GridInterrupted)
@@ -132,30 +132,32 @@ def image_file(text: str) -> str:
     return text
 
 
+#: The devices :func:`device` takes (torch's spelling).
+DEVICE = re.compile(r'(cpu|cuda)(:\d+)?')
+
+
 def device(text: str) -> str:
-    """``cpu``, or ``cuda`` / ``cuda:N`` when that GPU is there."""
-    import torch
-    try:
-        dev = torch.device(text)
-    except RuntimeError:
+    """``cpu``, or ``cuda`` / ``cuda:N`` when that GPU is there (torch is
+    imported for a CUDA device only)."""
+    match = DEVICE.fullmatch(text)
+    if match is None:
         raise argparse.ArgumentTypeError(
             f'{text!r} is not a device (cpu, cuda, cuda:0, ...)')
-    if dev.type == 'cuda':
+    if match.group(1) == 'cuda':
+        import torch
         count = torch.cuda.device_count()
-        if not torch.cuda.is_available() or (dev.index or 0) >= count:
+        index = int(match.group(2)[1:]) if match.group(2) else 0
+        if not torch.cuda.is_available() or index >= count:
             raise argparse.ArgumentTypeError(
                 f'{text} is not available here ({count} CUDA devices); '
                 'use --device cpu')
-    elif dev.type != 'cpu':
-        raise argparse.ArgumentTypeError(
-            f'{text!r} is not supported: use cpu or cuda')
     return text
 
 
-class CfgOptions(DictAction):
+class CfgOptions(argparse.Action):
     """mmengine's ``DictAction`` that refuses an option without ``=`` as a
     command-line error naming it (mmengine's raises a ``ValueError`` from
-    deep inside argparse)."""
+    deep inside argparse), before mmengine is imported."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         bad = [v for v in values if '=' not in v]
@@ -163,7 +165,9 @@ class CfgOptions(DictAction):
             raise argparse.ArgumentError(
                 self, f'{bad[0]!r} is not KEY=VALUE (e.g. '
                 'train_cfg.max_iters=100)')
-        super().__call__(parser, namespace, values, option_string)
+        from mmengine.config import DictAction
+        DictAction(self.option_strings, self.dest)(parser, namespace, values,
+                                                   option_string)
 
 
 def add_cfg_options(parser: argparse.ArgumentParser,

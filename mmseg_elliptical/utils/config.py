@@ -1,12 +1,13 @@
-"""Configs and the models they describe: loading, naming, pairing."""
+"""Configs and the models they describe: loading, naming, pairing
+(mmengine imported where a config is read: the tools check first)."""
+import importlib.util
 import os.path as osp
-from typing import List, NamedTuple, Optional, Sequence
-
-from mmengine.config import Config
-from mmengine.hub import get_config
-from mmengine.utils import get_installed_path
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
 
 #: mmengine's error for a top-level key that two bases set.
 DUPLICATE_BASE_KEYS = 'Duplicate key is not allowed among bases'
@@ -81,7 +82,7 @@ def model_specs(paths: Sequence[str],
 
 def load_config(path: str,
                 cfg_options: Optional[dict] = None,
-                no_pretrained: bool = False) -> Config:
+                no_pretrained: bool = False) -> 'Config':
     """Read a config and merge ``--cfg-options``.
 
     Args:
@@ -95,7 +96,9 @@ def load_config(path: str,
         FileNotFoundError: The file does not exist.
         ConfigError: Two of its bases set the same key.
     """
+    from mmengine.config import Config
     if '::' in path:  # mmengine resolves it (mmseg/.mim/configs/...)
+        from mmengine.hub import get_config  # imports torch
         try:
             cfg = get_config(path)
         except FileNotFoundError as e:
@@ -133,7 +136,7 @@ def load_config(path: str,
     return cfg
 
 
-def split_loader(cfg: Config, split: str) -> dict:
+def split_loader(cfg: 'Config', split: str) -> dict:
     """The ``<split>_dataloader`` config (a :class:`ConfigError` when
     absent)."""
     loader = cfg.get(f'{split}_dataloader')
@@ -150,12 +153,13 @@ def mmseg_tool_path(name: str) -> str:
     Raises:
         FileNotFoundError: mmseg's installation has no such script.
     """
-    path = osp.join(
-        get_installed_path('mmsegmentation'), '.mim', 'tools', name)
+    spec = importlib.util.find_spec('mmseg')  # found, not imported
+    path = osp.join(osp.dirname(spec.origin), '.mim', 'tools', name)
     if not osp.isfile(path):
-        import mmseg
+        from importlib.metadata import version
         raise FileNotFoundError(
-            f'mmseg {mmseg.__version__} does not ship tools/{name} at {path}; '
+            f'mmseg {version("mmsegmentation")} does not ship tools/{name} '
+            f'at {path}; '
             'install mmsegmentation==1.2.2 from PyPI (its wheel carries the '
             'tools).')
     return path

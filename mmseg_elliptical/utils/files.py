@@ -1,13 +1,14 @@
 """Checks of the files a user gives, before anything reads them: a torch
 checkpoint (:func:`check_checkpoint`) and an ONNX model
 (:func:`check_onnx_file`); and whether an optional package is there to read
-one with (:func:`installed`)."""
+one with (:func:`installed`), the deploy extra's too (:func:`require_deploy`).
+"""
 import ast
 import importlib.util
 import os
 import os.path as osp
 import zipfile
-from typing import Optional
+from typing import Optional, Tuple
 
 from ..errors import CheckpointError, ExportError
 
@@ -19,6 +20,30 @@ def installed(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+#: The ``[deploy]`` extra of setup.py: the exporter's (onnx, onnxscript)
+#: and the runtime's (onnxruntime) packages.
+DEPLOY_PACKAGES = ('onnx', 'onnxscript', 'onnxruntime')
+INSTALL_HINT = 'pip install -e ".[deploy]"  (onnx, onnxruntime, onnxscript)'
+
+
+def missing_packages() -> Tuple[str, ...]:
+    """The packages of the ``[deploy]`` extra that are not installed."""
+    return tuple(name for name in DEPLOY_PACKAGES if not installed(name))
+
+
+def require_deploy(what: str) -> None:
+    """Raise an ``ImportError`` naming the extra unless it is installed.
+
+    Args:
+        what (str): What needs it, for the message (e.g. ``'ONNX export'``).
+    """
+    missing = missing_packages()
+    if missing:
+        raise ImportError(
+            f'{what} needs {", ".join(missing)}, which are not installed; '
+            f'install the deploy extra: {INSTALL_HINT}.')
 
 
 def unreadable_reason(path: str) -> Optional[str]:

@@ -1,4 +1,6 @@
-"""What the command-line tools write: markdown tables, figures, files."""
+"""What the command-line tools write: markdown tables, figures, files
+(numpy, prettytable and matplotlib are imported by what writes them: a tool
+checks its command line before)."""
 import csv
 import io
 import json
@@ -6,10 +8,11 @@ import math
 import os
 import os.path as osp
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional,
+                    Sequence, Tuple, Union)
 
-import numpy as np
-from prettytable import PrettyTable, TableStyle
+if TYPE_CHECKING:
+    import numpy as np
 
 Rows = Sequence[Sequence[Any]]
 
@@ -44,6 +47,7 @@ def markdown_table(header: Sequence[str],
 
         return cell
 
+    from prettytable import PrettyTable, TableStyle
     table = PrettyTable(list(header))
     table.set_style(TableStyle.MARKDOWN)
     for i, name in enumerate(table.field_names):
@@ -87,9 +91,10 @@ def _png(fig, dpi: int) -> io.BytesIO:
     return buffer
 
 
-def figure_array(fig, dpi: int = 100) -> np.ndarray:
+def figure_array(fig, dpi: int = 100) -> 'np.ndarray':
     """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
     its content as :func:`save_figure` saves it; closes it."""
+    import numpy as np
     rgba = pyplot().imread(_png(fig, dpi))
     return (rgba[..., :3] * 255).round().astype(np.uint8)
 

@@ -7,14 +7,15 @@ import importlib
 import inspect
 import re
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
-
-from mmengine.config import Config
-from mmengine.registry import Registry
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 from ..errors import ConfigError
 from .hooks import config_hooks
 from .keywords import init_keywords, unknown_keyword_error
+
+if TYPE_CHECKING:  # mmengine is imported where a registry is read
+    from mmengine.config import Config
+    from mmengine.registry import Registry
 
 NOT_REGISTERED = re.compile(r'(\w+) is not in the (\w+)::(\w+) registry')
 #: The parts of an mmseg segmentor config built from ``MODELS``.
@@ -24,8 +25,9 @@ MODEL_PARTS = ('backbone', 'neck', 'decode_head', 'auxiliary_head')
 LAYER_CFGS = ('norm_cfg', 'act_cfg', 'conv_cfg')
 
 
-def registry_named(scope: str, name: str) -> Optional[Registry]:
+def registry_named(scope: str, name: str) -> Optional['Registry']:
     """The registry ``scope::name`` of mmengine or an OpenMMLab package."""
+    from mmengine.registry import Registry
     try:
         module = importlib.import_module(f'{scope}.registry')
     except ImportError:
@@ -37,7 +39,7 @@ def registry_named(scope: str, name: str) -> Optional[Registry]:
     return None
 
 
-def registered_names(registry: Registry) -> List[str]:
+def registered_names(registry: 'Registry') -> List[str]:
     """Every name a build through ``registry`` finds: its own and its
     parents'."""
     registry.import_from_location()
@@ -103,7 +105,7 @@ def layer_types(cfg) -> Iterator[str]:
             yield from layer_types(value)
 
 
-def check_model_types(cfg: Config) -> None:
+def check_model_types(cfg: 'Config') -> None:
     """Check, without building it, that mmseg's ``MODELS`` registry (with
     its parents) holds the types of the config's model, of its backbone,
     neck and heads, and of every norm, activation and convolution layer;
@@ -126,7 +128,7 @@ def check_model_types(cfg: Config) -> None:
     check_hook_args(cfg)
 
 
-def check_hook_args(cfg: Config) -> None:
+def check_hook_args(cfg: 'Config') -> None:
     """Check the hooks of a config (:func:`.hooks.config_hooks`) before the
     runner builds them: each type registered in mmseg's ``HOOKS`` (with its
     parents), no keyword its class does not take, none it needs missing;

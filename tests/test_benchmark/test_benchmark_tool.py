@@ -204,22 +204,22 @@ def _cells(markdown: str) -> str:
 
 def test_onnxruntime_without_the_deploy_extra_is_one_line(
         tool, capsys, monkeypatch):
-    from mmseg_elliptical.deploy import requirements
-    monkeypatch.setattr(requirements, 'missing_packages', lambda:
-                        ('onnxruntime', ))
+    from mmseg_elliptical.utils import files
+    monkeypatch.setattr(files, 'missing_packages', lambda: ('onnxruntime', ))
     line = refused(capsys, tool.main, ['--onnxruntime'])
     assert '--onnxruntime needs onnxruntime, which are not installed; ' \
         'install the deploy extra: pip install' in line, line
 
 
 def test_the_options_are_the_command_lines(tool):
+    from mmseg_elliptical.benchmark import BenchmarkOptions
     args = tool.parse_args([
         '--sizes', '64', '32', '--attack-sizes', '32', '--compile',
         '--compile-backend', 'eager'
     ])
-    options = tool.BenchmarkOptions.from_args(args)
+    options = BenchmarkOptions.from_args(args)
     assert (options.sizes, options.train_sizes, options.flops_sizes,
             options.attack_sizes) == ([64, 32], [64, 32], [64, 32], [32])
     assert options.compile == 'eager'
     args = tool.parse_args(['--train-sizes', '512'])
-    assert tool.BenchmarkOptions.from_args(args).compile is None
+    assert BenchmarkOptions.from_args(args).compile is None

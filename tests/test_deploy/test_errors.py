@@ -18,8 +18,8 @@ from mmseg_elliptical.deploy import (ExportError, ONNXRuntimeSegmentor,
                                      build_segmentor, check_input, export_onnx,
                                      missing_packages, ort_session,
                                      require_deploy)
-from mmseg_elliptical.deploy.requirements import DEPLOY_PACKAGES, installed
 from mmseg_elliptical.utils import load_config
+from mmseg_elliptical.utils.files import DEPLOY_PACKAGES, installed
 
 SEGMENTER = osp.join(
     ROOT, 'configs', 'segmenter',

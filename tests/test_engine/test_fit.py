@@ -91,23 +91,24 @@ def forbidden(*args, **kwargs):
 
 
 #: Tool, its command line ({cfg}: the demo config, {wrong}: the other
-#: ViT's checkpoint), what must not run before the check.
+#: ViT's checkpoint), what must not run before the check (where the tool
+#: imports it from, once its arguments passed).
 TOOLS = [
     ('analysis_tools/robustness.py', '{cfg} {wrong} --max-images 1',
-     'process_group'),
-    ('analysis_tools/collapse.py', '{cfg} {wrong}', 'process_group'),
+     'engine.process_group'),
+    ('analysis_tools/collapse.py', '{cfg} {wrong}', 'engine.process_group'),
     ('analysis_tools/adversarial.py', '{cfg} {wrong} --max-images 1',
-     'process_group'),
+     'engine.process_group'),
     ('analysis_tools/attention_maps.py', '{image} {cfg} {wrong} --point 1 1',
-     'model_attention'),
+     'analysis.model_attention'),
     ('analysis_tools/compare_models.py',
-     '{cfg} {ok} {cfg} {wrong} --names a b', 'process_group'),
+     '{cfg} {ok} {cfg} {wrong} --names a b', 'engine.process_group'),
     ('deployment/pytorch2onnx.py', '{cfg} --checkpoint {wrong}',
-     'build_segmentor'),
+     'deploy.build_segmentor'),
     pytest.param(
         'deployment/onnx_test.py',
         '{cfg} {onnx} --checkpoint {wrong}',
-        'evaluate_onnx',
+        'deploy.evaluate_onnx',
         marks=pytest.mark.skipif(
             bool(missing_packages()), reason='needs the deploy extra')),
 ]
@@ -118,7 +119,7 @@ def test_every_tool_refuses_a_checkpoint_that_does_not_fit(
         path, argv, guarded, demo_models, other_vit, demo_root, capsys,
         monkeypatch, tmp_path):
     tool = load_tool(path)
-    monkeypatch.setattr(tool, guarded, forbidden)
+    monkeypatch.setattr(f'mmseg_elliptical.{guarded}', forbidden)
     if path.startswith('deployment'):
         monkeypatch.setattr(tool, 'require_deploy', lambda *a: None)
     image = osp.join(demo_root, 'images', 'validation', 'demo_00000.jpg')

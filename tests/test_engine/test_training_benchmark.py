@@ -164,7 +164,7 @@ def test_tool_at_sizes(tmp_path):
 def test_tool_refuses_what_the_hook_refuses(capsys, monkeypatch):
     tool = load_tool('analysis_tools/benchmark.py')
     # Refused before the other steps are timed.
-    monkeypatch.setattr(tool, 'run_benchmark',
+    monkeypatch.setattr('mmseg_elliptical.benchmark.run_benchmark',
                         lambda *a: pytest.fail('timed before the refusal'))
     line = refused(capsys, tool.main, [
         BENCH_VIT_T, '--sizes', '32', '--at-sizes', '32', *BENCH_TINY_ARGS,

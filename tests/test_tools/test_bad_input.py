@@ -249,8 +249,9 @@ def test_an_unreadable_checkpoint_in_a_running_tool(files, capsys,
                                                     monkeypatch):
     """A checkpoint that turns unreadable after the checks ends mmseg's own
     test.py through the plugin's loader with one line, not a traceback."""
-    monkeypatch.setattr('mmseg_elliptical.engine.launch.check_mmseg_tool_args',
-                        lambda *args: None)
+    for checks in ('engine.launch.check_mmseg_tool_args',
+                   'utils.mmseg_tools.check_mmseg_tool_command'):
+        monkeypatch.setattr(f'mmseg_elliptical.{checks}', lambda *args: None)
     line = refused(capsys,
                    lambda args: run_tool_main(monkeypatch, 'test.py', *args),
                    [files['ell_cfg'], files['cut']])

@@ -178,6 +178,8 @@ def test_a_documented_command_passes_the_launch_check(doc, text, argv,
         sys.path.pop(0)
     monkeypatch.chdir(after_make_demo)
     monkeypatch.setattr(sys, 'argv', list(sys.argv))
+    # check_args sets it for torchrun: restored after (test_launch.py).
+    monkeypatch.setattr('mmseg_elliptical.utils.preflight.LAUNCHING', False)
     try:
         check_args.main(argv)
     except SystemExit as stop:

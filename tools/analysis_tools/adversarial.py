@@ -31,15 +31,14 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         --names elliptical dot-product --baseline dot-product \\
         --protocol quick --work-dir work_dirs/adversarial
 """  # noqa: E501
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 from typing import Dict, List, Optional, Sequence
 
-import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
-                                     process_group)
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.utils import arguments as cli
+from mmseg_elliptical.utils import attack_cells as attacks
 from mmseg_elliptical.utils.eps import parse_eps
 from mmseg_elliptical.utils.preflight import check_run
 
@@ -51,7 +50,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     presets = '; '.join(
         f'{k}: {p.description} ({p.passes()[0]} forward and {p.passes()[1]} '
         'backward passes per image and model)'
-        for k, p in rb.ATTACK_PROTOCOLS.items())
+        for k, p in attacks.ATTACK_PROTOCOLS.items())
+    audit = attacks.AUDIT_PRESET
     parser = argparse.ArgumentParser(
         description='Segmentors under white-box attacks, side by side.',
         usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
@@ -61,20 +61,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'dot-product twin')
     parser.add_argument(
         '--protocol',
-        choices=list(rb.ATTACK_PROTOCOLS),
+        choices=list(attacks.ATTACK_PROTOCOLS),
         default='default',
         help=f'defaults of the options below: {presets}')
     parser.add_argument(
         '--attacks',
         nargs='+',
-        choices=[*rb.ATTACKS, *rb.PERTURBERS],
+        choices=[*attacks.ATTACKS, *attacks.QUERY_ATTACKS],
         help='attacks to run (square: the query attack, L-inf, --queries)')
     parser.add_argument(
         '--queries',
         type=cli.positive_int,
         help='queries of the square attack per image (default: 100; the '
-        f'audit\'s: {rb.AUDIT_PRESET.queries})')
-    parser.add_argument('--norm', choices=rb.NORMS, help='threat model')
+        f'audit\'s: {audit.queries})')
+    parser.add_argument('--norm', choices=attacks.NORMS, help='threat model')
     parser.add_argument(
         '--epsilons',
         nargs='+',
@@ -111,7 +111,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help='differentiate through the relevance m too (adaptive attack)')
     parser.add_argument(
         '--labels',
-        choices=rb.LABELS,
+        choices=attacks.LABELS,
         help='what the loss attacks: the ground truth, or the clean '
         'prediction (default: the protocol\'s)')
     parser.add_argument(
@@ -124,17 +124,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--audit',
         action='store_true',
         help='the gradient-masking audit at its preset: also runs '
-        f'{rb.AUDIT_PRESET.sweep_attack} with --audit-sweep-steps iterations '
+        f'{audit.sweep_attack} with --audit-sweep-steps iterations '
         'from the largest eps to 255 levels, doubled steps, FGSM, the square '
-        f'attack (--queries, default {rb.AUDIT_PRESET.queries}) and transfer '
+        f'attack (--queries, default {audit.queries}) and transfer '
         'from every other model on the same images; a table and a verdict '
         'per model (a budget below the preset is named in the verdict)')
     parser.add_argument(
         '--audit-sweep-steps',
         type=cli.positive_int,
-        default=rb.AUDIT_PRESET.sweep_steps,
+        default=audit.sweep_steps,
         help='iterations of the audit\'s eps sweep (default: '
-        f'{rb.AUDIT_PRESET.sweep_steps})')
+        f'{audit.sweep_steps})')
     parser.add_argument(
         '--max-images',
         type=cli.positive_int,
@@ -153,7 +153,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     cli.add_cfg_options(parser)
     cli.add_launcher(parser)
     args = parser.parse_args(argv)
-    preset = rb.ATTACK_PROTOCOLS[args.protocol]
+    preset = attacks.ATTACK_PROTOCOLS[args.protocol]
     args.attacks = args.attacks or list(preset.attacks)
     args.norm = args.norm or preset.norm
     if 'square' in args.attacks and args.norm != 'linf':
@@ -186,9 +186,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'argument --transfer: {args.transfer!r} is none of '
                      f'the models {names}, or there is no other model to '
                      'evaluate on its adversarial images.')
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.analysis import robustness as rb
+    from mmseg_elliptical.engine import fitting_models
     args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
     args.class_weights = rb.class_weights_of(
-        args.attacks + ([rb.AUDIT_PRESET.sweep_attack] if args.audit else []),
+        args.attacks + ([audit.sweep_attack] if args.audit else []),
         args.specs, args.cfg_options, args.work_dir)
     if args.adaptive and not any(args.elliptical.values()):
         parser.error('argument --adaptive: no model has an elliptical layer '
@@ -199,28 +202,34 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def attack_cells(args: argparse.Namespace, adaptive: bool) -> List[rb.Attack]:
-    """The attack cells of the command line (:func:`rb.attack_cells`); the
+def attack_cells(args: argparse.Namespace,
+                 adaptive: bool) -> List[attacks.Attack]:
+    """The attack cells of the command line
+    (:func:`~mmseg_elliptical.utils.attack_cells.attack_cells`); the
     square attack's steps are its queries, and it has no adaptive form (it
     reads outputs only)."""
     gradient = [a for a in args.attacks if a != 'square']
-    cells = rb.attack_cells(gradient, args.norm, args.epsilons, args.steps,
-                            args.step_size, args.step_ratio, args.random_start,
-                            adaptive, args.labels, args.seed)
+    cells = attacks.attack_cells(gradient, args.norm, args.epsilons,
+                                 args.steps, args.step_size, args.step_ratio,
+                                 args.random_start, adaptive, args.labels,
+                                 args.seed)
     if 'square' in args.attacks and not adaptive:
-        cells += rb.attack_cells(['square'], args.norm, args.epsilons,
-                                 [args.queries or 100], 1., None, False, False,
-                                 args.labels, args.seed)
+        cells += attacks.attack_cells(['square'], args.norm, args.epsilons,
+                                      [args.queries or 100], 1., None, False,
+                                      False, args.labels, args.seed)
     return cells
 
 
 @cli.tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
+    args = parse_args(argv)
     import os.path as osp
 
     from mmengine.dist import is_main_process
-    args = parse_args(argv)
+
+    from mmseg_elliptical.analysis import robustness as rb
+    from mmseg_elliptical.engine import note_partial_loads, process_group
     with process_group(cli.launcher_of(args)) as launch:
         cells = rb.weighted_cells(
             rb.model_cells(args.elliptical, args.cells,

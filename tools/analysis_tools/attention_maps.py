@@ -22,23 +22,20 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         work_dirs/demo_dot/iter_3000.pth \\
         --names elliptical dot-product --point 28 48 --layers 1 3 5
 """  # noqa: E501
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import os.path as osp
 from typing import Dict, Optional, Sequence
 
 import cv2
 
-import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import (model_attention, plot_attention,
-                                       plot_relevance, shown_heads,
-                                       shown_layers)
-from mmseg_elliptical.engine import fitting_models
-from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_models,
                                               add_work_dir, device, image_file,
                                               models_of, non_negative_int,
                                               tool_main)
+from mmseg_elliptical.utils.choices import PARTS
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -93,6 +90,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'{width} x {height} image {args.image} (x is the '
                      f'column, 0..{width - 1}; y the row, 0..{height - 1}).')
     args.specs = models_of(parser, args)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import fitting_models
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args
@@ -102,6 +101,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
+    from mmseg_elliptical.analysis import (model_attention, plot_attention,
+                                           plot_relevance, shown_heads,
+                                           shown_layers)
     args.out = args.out or osp.join(args.work_dir, 'attention.png')
     results = {
         s.name:

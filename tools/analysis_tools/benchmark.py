@@ -15,28 +15,23 @@ step. Writes ``benchmark.{json,md,csv,png}``; docs/benchmark.md. Example::
     python tools/analysis_tools/benchmark.py --attack-sizes 512 --apgd-steps 10
     python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import operator
 import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
 
-from mmengine.utils import ProgressBar
-
-from mmseg_elliptical.benchmark import (DEFAULT_ROLES, MEMORY, ROLES,
-                                        BenchmarkOptions, config_variants,
-                                        run_benchmark)
-from mmseg_elliptical.benchmark.apgd_step import check_apgd_steps
-from mmseg_elliptical.benchmark.reporting import csv_table, figure, markdown
-from mmseg_elliptical.deploy.requirements import require_deploy
-from mmseg_elliptical.engine.training_benchmark import (RECIPES,
-                                                        measure_training)
 from mmseg_elliptical.utils import model_names, write_report
 from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
                                               config_file, device,
                                               non_negative_float,
                                               non_negative_int, positive_int,
                                               tool_main)
+from mmseg_elliptical.utils.attack_cells import check_apgd_steps
+from mmseg_elliptical.utils.choices import CLOCKS, DEFAULT_ROLES, MEMORY, ROLES
+from mmseg_elliptical.utils.files import require_deploy
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join(
@@ -144,7 +139,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'CPU, threads waiting for each other make timings erratic)')
     p.add_argument(
         '--clock',
-        choices=['wall', 'process'],
+        choices=CLOCKS,
         default='wall',
         help='wall-clock, or process CPU time (CPU only)')
     p.add_argument(
@@ -216,6 +211,15 @@ def judge(ratio: Dict) -> Dict:
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the benchmark; return the report (as in ``benchmark.json``)."""
     args = parse_args(argv)
+    from mmengine.utils import ProgressBar
+
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.benchmark import (BenchmarkOptions, config_variants,
+                                            run_benchmark)
+    from mmseg_elliptical.benchmark.reporting import (csv_table, figure,
+                                                      markdown)
+    from mmseg_elliptical.engine.training_benchmark import (RECIPES,
+                                                            measure_training)
     specs = config_variants(args.configs, args.names, args.roles,
                             args.whole_model, args.cfg_options)
     options = BenchmarkOptions.from_args(args)

@@ -13,13 +13,13 @@ Example (the demo, see docs/evidence.md)::
     OMP_NUM_THREADS=1 python tools/analysis_tools/benchmark_evidence_hook.py \\
         configs/demo/segmenter_elliptical-vit-mini-p8_mask_1xb8-3k_demo-shapes-64x64.py
 """  # noqa: E501
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import os.path as osp
 import time
 from typing import Dict, Optional, Sequence
 
-import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.engine import EllipticalEvidenceHook
 from mmseg_elliptical.utils import load_config, markdown_table
 from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
                                               config_file, positive_int,
@@ -28,7 +28,8 @@ from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0], usage='%(prog)s CONFIG [options]')
     p.add_argument('config', type=config_file)
     p.add_argument('--interval', type=positive_int)
     p.add_argument('--image-interval', type=positive_int)
@@ -41,6 +42,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def train(args: argparse.Namespace, hook: Optional[Dict], name: str) -> tuple:
     """Train once; return ``(seconds, seconds inside the hook or None)``."""
     from mmengine.runner import Runner
+
+    from mmseg_elliptical.engine import EllipticalEvidenceHook
     cfg = load_config(args.config, args.cfg_options)
     cfg.work_dir = osp.join(args.work_dir, name)
     cfg.experiment_name = f'benchmark_evidence_hook_{name}'
@@ -64,6 +67,7 @@ def train(args: argparse.Namespace, hook: Optional[Dict], name: str) -> tuple:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     """Run both trainings and print the table; return its numbers."""
     args = parse_args(argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     hook = dict(type='EllipticalEvidenceHook')
     for key in ('interval', 'image_interval', 'num_images'):
         if getattr(args, key) is not None:

@@ -20,21 +20,21 @@ Example::
     python tools/analysis_tools/benchmark_layer.py --rounds 60 \\
         --min-run-time 0.2 --work-dir work_dirs/speed/layer
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import contextlib
-from typing import Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence
 
-import torch
-
-from mmseg_elliptical.benchmark.timing import (CLOCKS, make_timer,
-                                               paired_ratio, run_interleaved,
-                                               time_stats)
-from mmseg_elliptical.models import EllipticalAttention
 from mmseg_elliptical.utils import write_report
 from mmseg_elliptical.utils.arguments import (add_work_dir, device,
                                               non_negative_float,
                                               non_negative_int, positive_int)
+from mmseg_elliptical.utils.choices import CLOCKS
 from mmseg_elliptical.utils.output import markdown_table
+
+if TYPE_CHECKING:
+    import torch
 
 
 def layer_steps(tokens: int = 1025,
@@ -42,7 +42,7 @@ def layer_steps(tokens: int = 1025,
                 heads: int = 3,
                 batch_size: int = 1,
                 device: str = 'cpu',
-                seed: int = 0) -> Dict[str, Callable[[], torch.Tensor]]:
+                seed: int = 0) -> Dict[str, Callable[[], 'torch.Tensor']]:
     """One attention layer and a step per path (see the module docstring).
 
     Args:
@@ -57,6 +57,9 @@ def layer_steps(tokens: int = 1025,
         dict[str, callable]: A step per path, named as in the module
         docstring, each returning the attention's output.
     """
+    import torch
+
+    from mmseg_elliptical.models import EllipticalAttention
     torch.manual_seed(seed)
     attn = EllipticalAttention(dims, heads).to(device).eval()
     attn.requires_grad_(False)
@@ -108,6 +111,8 @@ def layer_benchmark(tokens: int = 1025,
         dict: ``settings``, ``results`` (per path: times, median, IQR) and
         ``ratios`` (each path / dot-product, paired per round).
     """
+    from mmseg_elliptical.benchmark.timing import (make_timer, paired_ratio,
+                                                   run_interleaved, time_stats)
     steps = layer_steps(tokens, dims, heads, batch_size, device, seed)
     label = f'attention {tokens} tokens x {dims} dims, {heads} heads'
     timers = {
@@ -200,6 +205,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Time the layer; return the report (as in ``layer.json``)."""
     args = parse_args(argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     tokens, dims, heads = args.shape or (1025, 192, 3)
     report = layer_benchmark(tokens, dims, heads, args.batch_size, args.rounds,
                              args.min_run_time, args.threads, args.clock,

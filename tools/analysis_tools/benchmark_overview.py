@@ -12,13 +12,13 @@ Example::
         work_dirs/speed/vit-t_b1 work_dirs/speed/mit-b0 \\
         --work-dir work_dirs/speed
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
+import json
 import os.path as osp
 from typing import Optional, Sequence
 
-from mmengine.fileio import load
-
-from mmseg_elliptical.benchmark.reporting import overview_table
 from mmseg_elliptical.utils import write_report
 from mmseg_elliptical.utils.arguments import add_work_dir
 
@@ -52,9 +52,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
+def load(path: str):
+    """A JSON file's data."""
+    with open(path, encoding='utf-8') as f:
+        return json.load(f)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> str:
     """Write the table; return its markdown."""
     args = parse_args(argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.benchmark.reporting import overview_table
     text = overview_table(
         [load(osp.join(d, 'benchmark.json')) for d in args.runs])
     files = write_report(args.work_dir, 'overview', markdown=text)

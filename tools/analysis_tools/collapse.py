@@ -19,20 +19,18 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         work_dirs/demo_dot/iter_3000.pth \\
         --names elliptical dot-product --split val
 """  # noqa: E501
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import os
 from typing import Dict, Optional, Sequence
 
-import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import measure_collapse, write_collapse_report
-from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
-                                     process_group)
-from mmseg_elliptical.models import PARTS
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_models, add_work_dir, device,
                                               launcher_of, models_of,
                                               positive_int, tool_main)
+from mmseg_elliptical.utils.choices import PARTS
 from mmseg_elliptical.utils.preflight import check_run
 
 
@@ -64,6 +62,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.specs = models_of(parser, args)
     check_run(parser, args, args.specs, __file__)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import fitting_models
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args
@@ -75,8 +75,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     0; None on the other processes). Arms of two or more runs
     (``--names``) add their mean +- sd per layer to ``collapse.md`` and
     ``collapse_arms.json``."""
-    from mmengine.dist import is_main_process
     args = parse_args(argv)
+    from mmengine.dist import is_main_process
+
+    from mmseg_elliptical.analysis import (measure_collapse,
+                                           write_collapse_report)
+    from mmseg_elliptical.engine import note_partial_loads, process_group
     with process_group(launcher_of(args)):
         results = {}
         for spec in args.specs:

@@ -22,23 +22,23 @@ Example (``make report`` after ``make demo`` and ``make demo-dot``)::
         work_dirs/demo_dot/iter_3000.pth \\
         --names elliptical dot-product --speed-size 64 --work-dir work_dirs/report
 """  # noqa: E501
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 from typing import Dict, Optional, Sequence
 
-import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.analysis.comparison import (DEFAULT_CORRUPTIONS,
-                                                  ReportOptions,
-                                                  compare_models, report_files)
-from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
-                                     process_group)
-from mmseg_elliptical.models import PARTS
+from mmseg_elliptical.errors import GridError
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_models, add_paired_test,
                                               device, image_file, launcher_of,
                                               models_of, non_negative_int,
                                               positive_int, tool_main)
+from mmseg_elliptical.utils.attack_cells import ATTACK_PROTOCOLS
+from mmseg_elliptical.utils.choices import PARTS
+from mmseg_elliptical.utils.corruption_cells import (DEFAULT_CORRUPTIONS,
+                                                     resolve_corruptions,
+                                                     resolve_severities)
 from mmseg_elliptical.utils.preflight import check_run
 
 
@@ -108,7 +108,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_paired_test(p)
     p.add_argument(
         '--attack-protocol',
-        choices=list(rb.ATTACK_PROTOCOLS),
+        choices=list(ATTACK_PROTOCOLS),
         default='quick',
         help='attacks of the adversarial section (default: quick)')
     p.add_argument(
@@ -145,17 +145,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add_allow_partial(p)
     add_launcher(p)
     args = p.parse_args(argv)
-    for option, check in (('corruptions', rb.resolve_corruptions),
-                          ('severities', rb.resolve_severities)):
+    for option, check in (('corruptions', resolve_corruptions),
+                          ('severities', resolve_severities)):
         try:
             check(getattr(args, option))
-        except rb.GridError as e:
+        except GridError as e:
             p.error(f'argument --{option}: {e}')
     args.specs = models_of(p, args)
     check_run(p, args, args.specs, __file__)
     if len(args.arms) < 2:
         p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
                 f'more models, got {len(args.arms)} (arms: --names).')
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import fitting_models
     args.notes = fitting_models(p, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args
@@ -166,6 +168,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
     """Write the report; return its JSON data (None on the processes but
     rank 0)."""
     args = parse_args(argv)
+    from mmseg_elliptical.analysis.comparison import (ReportOptions,
+                                                      compare_models,
+                                                      report_files)
+    from mmseg_elliptical.engine import note_partial_loads, process_group
     options = ReportOptions(
         corruptions=args.corruptions,
         severities=args.severities,

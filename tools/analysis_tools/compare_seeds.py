@@ -33,6 +33,8 @@ Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 :func:`~mmseg_elliptical.analysis.seed_runs.seed_statistics`) and
 ``compare.png`` (validation mIoU over iterations).
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import copy
 import hashlib
@@ -43,20 +45,20 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Callable, Dict, List, Optional, Sequence,
+                    Tuple)
 
-from mmengine.config import Config
-from mmengine.registry import init_default_scope
-from mmseg.registry import DATASETS
-
-from mmseg_elliptical.analysis.comparison.plan import TRAIN_SECONDS, Countdown
-from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
-from mmseg_elliptical.engine import cluster
 from mmseg_elliptical.utils import (load_config, markdown_table, pyplot,
                                     write_report)
 from mmseg_elliptical.utils.arguments import (CfgOptions, config_file, fail,
                                               non_negative_int, positive_int)
+from mmseg_elliptical.utils.choices import EXECUTORS
 from mmseg_elliptical.utils.pinned_env import pinned_env
+
+if TYPE_CHECKING:  # the heavy imports come once the arguments passed
+    from mmengine.config import Config
+
+    from mmseg_elliptical.engine import cluster
 
 TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
@@ -137,6 +139,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.executor == 'slurm' and not args.partition:
         parser.error('argument --partition: --executor slurm needs the '
                      'partition of the jobs')
+    from mmseg_elliptical.engine import cluster
     args.slurm = cluster.SlurmOptions(
         args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
         args.cpus_per_task,
@@ -156,7 +159,7 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('jobs (submitit)')
     group.add_argument(
         '--executor',
-        choices=cluster.EXECUTORS,
+        choices=EXECUTORS,
         default='local',
         help='local: jobs on this machine (default); slurm: Slurm jobs; '
         'debug: one after the other in this process')
@@ -197,7 +200,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def fingerprint(cfg: Config) -> str:
+def fingerprint(cfg: 'Config') -> str:
     """The start of the SHA-256 of a resolved config's text (its bases and
     options merged)."""
     return hashlib.sha256(cfg.pretty_text.encode()).hexdigest()[:16]
@@ -247,7 +250,7 @@ def train(config: str,
     return time.perf_counter() - start
 
 
-def prepare_data(config: str, cfg: Config) -> None:
+def prepare_data(config: str, cfg: 'Config') -> None:
     """Build a config's train and validation datasets once, before any run:
     a dataset that generates its files (the demo's) writes them now, and a
     missing data folder is one error here, not one per run.
@@ -255,6 +258,8 @@ def prepare_data(config: str, cfg: Config) -> None:
     Raises:
         DataError: A dataset cannot be built; the message names it.
     """
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     for key in ('train_dataloader', 'val_dataloader'):
         dataset = (cfg.get(key) or {}).get('dataset')
@@ -282,10 +287,11 @@ def _finished(path: str, settings: Dict) -> Optional[Dict]:
     return result
 
 
-def _finish(cfg: Config, settings: Dict, run_dir: str, seconds: float,
+def _finish(cfg: 'Config', settings: Dict, run_dir: str, seconds: float,
             cfg_options: Optional[dict], job: Dict) -> Dict:
     """Check a trained run's history and write its ``result.json``; return
     the result."""
+    from mmseg_elliptical.analysis.seed_runs import read_history
     history = read_history(run_dir)
     last_iter = int(cfg.train_cfg.max_iters)
     if max(history, default=None) != last_iter:
@@ -327,7 +333,7 @@ def run_all(configs: Sequence[str],
             jobs: int = 1,
             threads: Optional[int] = None,
             executor: str = 'local',
-            slurm: Optional[cluster.SlurmOptions] = None) -> List[Dict]:
+            slurm: Optional['cluster.SlurmOptions'] = None) -> List[Dict]:
     """Train what has no ``result.json`` yet, up to ``jobs`` runs at once,
     each as a submitit job (:mod:`mmseg_elliptical.engine.cluster`).
 
@@ -353,6 +359,8 @@ def run_all(configs: Sequence[str],
         ``name``, ``config``, ``seed``, ``config_sha256``, ``cfg_options``,
         ``seconds``, ``job`` (``executor``, ``id``, ``log``), ``history``.
     """
+    from mmseg_elliptical.analysis.comparison.plan import Countdown
+    from mmseg_elliptical.engine import cluster
     resolved = {c: load_config(c, cfg_options) for c in configs}
     todo = [(c, n, s) for c, n in zip(configs, names) for s in seeds]
     results, pending = [None] * len(todo), []
@@ -437,6 +445,7 @@ def training_plan(pending: Sequence[tuple], results: Sequence[Optional[Dict]],
     trained before (their mean time), else the demo's measured time
     (:data:`~mmseg_elliptical.analysis.comparison.plan.TRAIN_SECONDS`),
     over the runs trained at once."""
+    from mmseg_elliptical.analysis.comparison.plan import TRAIN_SECONDS
     at_once = max(1, min(jobs, len(pending)))
     plan = []
     for _, _, settings, _ in pending:
@@ -508,6 +517,8 @@ def figure(results: Sequence[Dict], metric: str = 'mIoU'):
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     """Train what is missing, write the report; return the summary."""
     args = parse_args(argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.analysis.seed_runs import seed_statistics
     start = time.perf_counter()
     try:
         results = run_all(

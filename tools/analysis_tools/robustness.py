@@ -22,27 +22,31 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
         --names elliptical dot-product --baseline dot-product \\
         --corruptions gaussian_noise fog --severities 1 5
 """  # noqa: E501
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 from typing import Dict, Optional, Sequence
 
-import mmseg_elliptical  # noqa: F401 (registers the plugin)
-from mmseg_elliptical.analysis import robustness as rb
-from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
-                                     process_group)
+from mmseg_elliptical.errors import GridError
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_models, add_paired_test,
                                               launcher_of, models_of,
                                               positive_int, tool_main)
+from mmseg_elliptical.utils.corruption_cells import (CORRUPTION_SETS,
+                                                     PROTOCOLS,
+                                                     resolve_corruptions,
+                                                     resolve_severities)
 from mmseg_elliptical.utils.preflight import check_run
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line and check it before any work: the files, the
-    names, the cells. Adds ``specs``, ``protocol``, ``corruptions`` and
-    ``severities``."""
+    names, the cells (before the heavy imports), then whether each
+    checkpoint fits its model. Adds ``specs``, ``protocol``, ``corruptions``
+    and ``severities``."""
     protocols = '; '.join(f'{k}: {p.description} ({p.passes} test passes '
-                          'per model)' for k, p in rb.PROTOCOLS.items())
+                          'per model)' for k, p in PROTOCOLS.items())
     parser = argparse.ArgumentParser(
         description='Segmentors under image corruptions, side by side.',
         usage='%(prog)s CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] [options]')
@@ -52,14 +56,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         'compares with, normally the dot-product twin')
     parser.add_argument(
         '--protocol',
-        choices=list(rb.PROTOCOLS),
+        choices=list(PROTOCOLS),
         help=f'a preset of corruptions, severities and metrics: {protocols}.'
         ' Default: default, unless --corruptions or --severities are given')
     parser.add_argument(
         '--corruptions',
         nargs='+',
         help='corruption names, or sets: '
-        f'{", ".join(rb.CORRUPTION_SETS)} (default: the protocol\'s)')
+        f'{", ".join(CORRUPTION_SETS)} (default: the protocol\'s)')
     parser.add_argument(
         '--severities',
         nargs='+',
@@ -89,20 +93,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'--protocol {args.protocol} sets the corruptions and '
                      'severities: drop --corruptions / --severities, or the '
                      'protocol.')
-    args.protocol = rb.PROTOCOLS[args.protocol or 'default']
+    args.protocol = PROTOCOLS[args.protocol or 'default']
     args.metric = args.metric or args.protocol.metrics[0]
     try:
-        args.corruptions = rb.resolve_corruptions(args.corruptions
-                                                  or args.protocol.corruptions)
-    except rb.GridError as e:
+        args.corruptions = resolve_corruptions(args.corruptions
+                                               or args.protocol.corruptions)
+    except GridError as e:
         parser.error(f'argument --corruptions: {e}')
     try:
-        args.severities = rb.resolve_severities(args.severities
-                                                or args.protocol.severities)
-    except rb.GridError as e:
+        args.severities = resolve_severities(args.severities
+                                             or args.protocol.severities)
+    except GridError as e:
         parser.error(f'argument --severities: {e}')
     args.specs = models_of(parser, args)
     check_run(parser, args, args.specs, __file__)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import fitting_models
     args.notes = fitting_models(parser, args.specs, args.cfg_options,
                                 args.allow_partial)
     return args
@@ -111,8 +117,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 @tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
-    from mmengine.dist import is_main_process
     args = parse_args(argv)
+    from mmengine.dist import is_main_process
+
+    from mmseg_elliptical.analysis import robustness as rb
+    from mmseg_elliptical.engine import note_partial_loads, process_group
     with process_group(launcher_of(args)) as launch:
         store = rb.run_grid(
             args.specs,

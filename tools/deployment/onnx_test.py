@@ -13,20 +13,20 @@ Example::
     python tools/deployment/onnx_test.py CONFIG model.onnx \\
         --checkpoint work_dirs/.../iter_3000.pth
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
 
-from mmseg_elliptical.deploy import (evaluate_onnx, evaluate_pytorch,
-                                     require_deploy)
-from mmseg_elliptical.engine import check_weights_fit
 from mmseg_elliptical.utils import load_config
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, checkpoint_file,
                                               config_file, non_negative_float,
                                               non_negative_int, onnx_file,
                                               tool_main)
+from mmseg_elliptical.utils.files import require_deploy
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -74,6 +74,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
         require_deploy('tools/deployment/onnx_test.py')
     except ImportError as error:
         sys.exit(str(error))
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.deploy import evaluate_onnx, evaluate_pytorch
+    from mmseg_elliptical.engine import check_weights_fit
     note = args.checkpoint and check_weights_fit(
         args.config, args.checkpoint, args.cfg_options, args.allow_partial)
     if note:

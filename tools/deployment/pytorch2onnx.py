@@ -12,25 +12,21 @@ Example (the demo model of ``make demo``)::
         --checkpoint work_dirs/demo_elliptical/iter_3000.pth \\
         --output-file demo.onnx --shape 64 64 --dynamic-export --verify
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import os.path as osp
 import sys
 from typing import List, Optional, Sequence
 
-import torch
-
-from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
-                                     fixed_input_size, input_channels,
-                                     ort_session, require_deploy,
-                                     verification_shapes, verify)
-from mmseg_elliptical.deploy.export import OPSET
-from mmseg_elliptical.engine import check_weights_fit
 from mmseg_elliptical.utils import load_config
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, checkpoint_file,
                                               config_file, fail,
                                               non_negative_int, positive_float,
                                               positive_int, tool_main)
+from mmseg_elliptical.utils.choices import OPSET
+from mmseg_elliptical.utils.files import require_deploy
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -113,6 +109,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         require_deploy('tools/deployment/pytorch2onnx.py')
     except ImportError as error:
         sys.exit(str(error))
+    import torch
+
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.deploy import (build_segmentor, export_onnx,
+                                         fixed_input_size, input_channels,
+                                         ort_session, verification_shapes,
+                                         verify)
+    from mmseg_elliptical.engine import check_weights_fit
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.cfg_options, no_pretrained=True)

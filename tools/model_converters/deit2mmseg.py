@@ -12,15 +12,13 @@ of mmseg's ``VisionTransformer`` (= ``EllipticalVisionTransformer``): point a
 config's ``model.pretrained`` (or the backbone's ``init_cfg=dict(
 type='Pretrained', checkpoint=DST)``) at it.
 """
+__check_arguments_first__ = True  # the plugin registers once they pass
+
 import argparse
 import os
 import os.path as osp
 from typing import Optional, Sequence
 
-import torch
-
-import mmseg_elliptical  # noqa: F401  (weights-only checkpoint loader)
-from mmseg_elliptical.converters import convert_deit, load_source
 from mmseg_elliptical.utils.arguments import checkpoint_file, tool_main
 
 
@@ -55,6 +53,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Convert SRC and write DST."""
     args = parse_args(argv)
+    import torch
+
+    import mmseg_elliptical.plugin  # noqa: F401 (weights-only loader)
+    from mmseg_elliptical.converters import convert_deit, load_source
     state_dict, dropped = convert_deit(
         load_source(args.src, args.unsafe_pickle))
     if osp.dirname(args.dst):

@@ -12,13 +12,11 @@ from mmengine.logging import print_log
 
 from ... import benchmark
 from ...utils.config import ModelSpec, load_config
+from ...utils.corruption_cells import DEFAULT_CORRUPTIONS
 from .. import robustness as rb
 from ..evidence.attention_maps import from_json, model_attention, to_json
 from ..evidence.collapse import measure_collapse
 from ..evidence.layers import AnalysisError
-
-#: One per ImageNet-C family: noise, blur, weather, digital.
-DEFAULT_CORRUPTIONS = ('gaussian_noise', 'defocus_blur', 'snow', 'contrast')
 
 
 @dataclass

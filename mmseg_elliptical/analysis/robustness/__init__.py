@@ -15,21 +15,24 @@ The command lines: ``tools/analysis_tools/robustness.py`` and
 ``adversarial.py``. The names below are the public ones (this package
 gathers them; old module paths warn, see CHANGELOG.md).
 """
+from ...utils.attack_cells import (ATTACK_PROTOCOLS, ATTACKS, AUDIT_PRESET,
+                                   LABELS, NORMS, PERTURBERS, Attack,
+                                   AttackProtocol, AuditPreset, attack_cells,
+                                   attack_settings)
+from ...utils.corruption_cells import (CORRUPTION_SETS, GROUPS, PROTOCOLS,
+                                       Protocol, group_of, resolve_corruptions,
+                                       resolve_severities)
 from ..loaders import dataset_pipelines, insert_after_loading
 from .attacks.class_weights import class_weights_of, weighted_cells
 from .attacks.elliptical import elliptical_models, has_elliptical_layers
-from .attacks.pgd import (ATTACKS, LABELS, NORMS, PERTURBERS,
-                          AdversarialTestLoop, Attack, perturb)
+from .attacks.pgd import AdversarialTestLoop, perturb
 from .attacks.square import square_perturb
 from .attacks.transfer import TransferAttack, TransferTestLoop, transfer_cells
 from .grid.areas import ImageAreas, miou
-from .grid.audit_cells import AUDIT_PRESET, AuditPreset, audit_cells
+from .grid.audit_cells import audit_cells
 from .grid.loop import CellHook, CorruptionGridLoop
 from .grid.pipeline import corrupted_loader_cfg
-from .grid.protocols import (ATTACK_PROTOCOLS, CORRUPTION_SETS, GROUPS,
-                             PROTOCOLS, AttackProtocol, Protocol, attack_cells,
-                             attack_settings, group_of, model_cells,
-                             resolve_corruptions, resolve_severities)
+from .grid.protocols import model_cells
 from .grid.run import open_store, run_cells, run_grid, with_image_areas
 from .grid.store import CLEAN, GridError, ResultStore, cell_key
 from .reports.attacks import attack_markdown, write_attack_report

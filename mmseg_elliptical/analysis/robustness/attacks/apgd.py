@@ -26,41 +26,16 @@ from torch import Tensor
 
 from ....errors import AnalysisError
 from ....models.attention import adaptive_relevance
+from ....utils import attack_cells as cells
+from ....utils.attack_cells import stages
 from .losses import BALANCED, LOSSES, cross_entropy, pixel_accuracy
 
-APGD_ATTACKS = tuple(LOSSES)
-#: SEA's evaluation losses (its ``sea`` protocols' attacks).
-SEA_ATTACKS = ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
-#: The fraction of the iterations in each of the first red-eps stages.
-SPLIT = 0.3
-#: Each red-eps stage's radius, in eps.
-RADII = (2., 1.5, 1.)
+# The names of utils/attack_cells.py (the tools' checks) kept here too.
+APGD_ATTACKS, SEA_ATTACKS = cells.APGD_ATTACKS, cells.SEA_ATTACKS
 MOMENTUM = 0.75
 #: A checkpoint halves the step when at most this fraction of the steps
 #: since the last one raised the tracked loss.
 RHO = 0.75
-
-
-def stages(norm: str, eps: float, steps: int) -> List[Tuple[float, int]]:
-    """``(radius, iterations)`` of each stage."""
-    if norm != 'linf':
-        return [(eps, steps)]
-    first = int(SPLIT * steps)
-    return list(
-        zip((r * eps for r in RADII), (first, first, steps - 2 * first)))
-
-
-def apgd_problems(attack) -> List[str]:
-    """Why an APGD cell cannot run (empty when it can): an evaluation cell
-    needs one iteration in each L-inf stage (a training one runs one)."""
-    if attack.name in APGD_ATTACKS and attack.norm == 'linf' and \
-            not attack.train and min(
-            n for _, n in stages('linf', 1., attack.steps)) < 1:
-        return [
-            f'{attack.name} needs steps >= 4 for each of its 3 L-inf stages '
-            f'(2 eps, 1.5 eps, eps) to get one, not {attack.steps}'
-        ]
-    return []
 
 
 def project(norm: str, x: Tensor, x0: Tensor, radius: float) -> Tensor:

@@ -9,15 +9,8 @@ from torch import Tensor
 from ....benchmark.apgd_step import (APGD_EPS, APGD_NAME, APGD_NORM, MID,
                                      SCALE, attacked_logits,
                                      register_apgd_step)
-from .apgd import apgd, stages
-
-
-def check_steps(steps: int) -> None:
-    """Raise ValueError unless ``steps`` gives each L-inf stage one
-    iteration (0: no APGD mode)."""
-    if min(n for _, n in stages(APGD_NORM, 1., steps)) < 1:
-        raise ValueError(f'apgd_steps={steps}: APGD-MCE needs >= 4 '
-                         'iterations (one per L-inf stage), or 0 for none.')
+from ....utils.attack_cells import check_apgd_steps as check_steps
+from .apgd import apgd
 
 
 class ApgdStep:

@@ -10,9 +10,8 @@ definitions and why ``cospgd``'s own functions are not used; APGD with
 SEA's losses runs in :mod:`.apgd`.
 """
 import zlib
-from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -23,99 +22,16 @@ from torch import Tensor
 
 from ....errors import AnalysisError
 from ....models.attention import adaptive_relevance
-from .apgd import APGD_ATTACKS, apgd_images, apgd_problems
+from ....utils import attack_cells as cells
+from ....utils.attack_cells import APGD_ATTACKS, PERTURBERS, Attack
+from .apgd import apgd_images
 from .keys import sample_keys
 
-PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
-ATTACKS = PGD_ATTACKS + APGD_ATTACKS
-#: Attacks of their own modules (e.g. ``square``): name -> a function with
-#: :func:`perturb`'s arguments, which :func:`perturb` hands them to with the
-#: images on the model's device as floats and the attacked function, labels
-#: and start keys resolved.
-PERTURBERS: Dict[str, Callable] = {}
-NORMS = ('linf', 'l2')
-LABELS = ('gt', 'prediction')
+# The names of utils/attack_cells.py (the tools' checks) kept here too.
+PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
+NORMS, LABELS, check_attack = cells.NORMS, cells.LABELS, cells.check_attack
 #: Pixels per unit of eps and step: L-inf in 0-255 levels, L2 on 0-1.
 UNIT = dict(linf=1., l2=255.)
-
-
-@dataclass(frozen=True)
-class Attack:
-    """One attack cell.
-
-    Attributes:
-        name (str): One of :data:`ATTACKS`.
-        norm (str): ``'linf'`` (eps and step in 0-255 levels) or ``'l2'``
-            (on the 0-1 scale).
-        eps (float): Radius of the ball.
-        steps (int): Gradient steps (FGSM: 1; APGD: its iterations).
-        step_size (float): Step, in eps's unit (FGSM: eps; APGD: 2, its
-            own: the first step is 2 x the stage's radius).
-        random_start (bool): Start at a uniform point of the ball, seeded
-            per image (FGSM: never; APGD: always).
-        adaptive (bool): Differentiate through the relevance ``m`` too.
-        labels (str): ``'gt'``, or ``'prediction'``: the clean prediction.
-        seed (int): Seed of the random start.
-        class_weights (tuple[float], optional): Per-class loss weights
-            (``apgd-mce-bal``'s, from the training set).
-        train (bool): A class attribute: APGD runs SEA's training attack
-            (``apgd(train=True)``): True for the training hook's cells.
-    """
-    name: str
-    norm: str
-    eps: float
-    steps: int
-    step_size: float
-    random_start: bool = False
-    adaptive: bool = False
-    labels: str = 'gt'
-    seed: int = 0
-    class_weights: Optional[Tuple[float, ...]] = None
-    train: ClassVar[bool] = False
-
-    def __post_init__(self) -> None:
-        if self.name == 'fgsm':
-            object.__setattr__(self, 'steps', 1)
-            object.__setattr__(self, 'step_size', self.eps)
-            object.__setattr__(self, 'random_start', False)
-        if self.name in APGD_ATTACKS:
-            object.__setattr__(self, 'step_size', 2.)
-            object.__setattr__(self, 'random_start', True)
-        if self.class_weights is not None:
-            object.__setattr__(self, 'class_weights',
-                               tuple(self.class_weights))
-        check_attack(self)
-
-    @property
-    def key(self) -> str:
-        """The cell key ``ATTACK[-adaptive]/NORM/EPS/STEPS``."""
-        name = f'{self.name}-adaptive' if self.adaptive else self.name
-        return f'{name}/{self.norm}/{self.eps:g}/{self.steps}'
-
-    def to_dict(self) -> Dict:
-        return asdict(self)
-
-
-def check_attack(attack: Attack) -> None:
-    """Raise :class:`AnalysisError` for an attack that cannot run."""
-    problems = []
-    if attack.name not in ATTACKS + tuple(PERTURBERS):
-        problems.append(f'attack {attack.name!r} is none of '
-                        f'{ATTACKS + tuple(PERTURBERS)}')
-    if attack.norm not in NORMS:
-        problems.append(f'norm {attack.norm!r} is none of {NORMS}')
-    if attack.labels not in LABELS:
-        problems.append(f'labels {attack.labels!r} is none of {LABELS}')
-    top = 255. if attack.norm == 'linf' else float('inf')
-    if not 0 <= attack.eps <= top:
-        problems.append(f'eps {attack.eps} is outside [0, {top:g}]')
-    if attack.steps < 1:
-        problems.append(f'steps {attack.steps} must be >= 1')
-    if not attack.step_size > 0 and attack.eps > 0:
-        problems.append(f'step size {attack.step_size} must be > 0')
-    problems += apgd_problems(attack)
-    if problems:
-        raise AnalysisError('; '.join(problems) + '.')
 
 
 def pixel_weights(attack: Attack, logits: Tensor, labels: Tensor,

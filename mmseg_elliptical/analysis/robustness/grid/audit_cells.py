@@ -1,10 +1,10 @@
 """The audit's extra cells: the eps sweep, doubled steps, the square
 attack and the transfers (:mod:`..verdicts.audit` judges them)."""
 from dataclasses import replace
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from ....utils.attack_cells import QUERY_ATTACKS, Attack, AuditPreset
 from ....utils.config import ModelSpec
-from ..attacks.pgd import Attack
 from ..attacks.transfer import transfer_cells
 from .loop import key_of
 
@@ -13,28 +13,6 @@ from .loop import key_of
 #: follow the gradient leaves accuracy above the floor (Carlini et al.'s
 #: unbounded attack; an honest model short of it can still stand at 64).
 SWEEP = (8., 16., 32., 64., 128., 255.)
-#: Attacks that read outputs only.
-QUERY_ATTACKS = ('square', )
-
-
-class AuditPreset(NamedTuple):
-    """The audit's own budget (``--audit``'s defaults).
-
-    Attributes:
-        sweep_attack (str): The attack swept from the largest headline eps
-            to 255 levels (its adaptive form too where the run has one).
-        sweep_steps (int): Its iterations at every swept eps.
-        queries (int): The square attack's queries per image at each
-            headline eps.
-    """
-    sweep_attack: str = 'apgd-mce-bal'
-    sweep_steps: int = 100
-    queries: int = 1000
-
-
-#: The preset: APGD-MCE-Bal, 100 iterations, swept to 255 levels, the square
-#: attack with 1000 queries, transfers from the other arm (docs/evidence.md).
-AUDIT_PRESET = AuditPreset()
 
 
 def audit_cells(

@@ -4,9 +4,9 @@ grid's verdicts (:func:`~..verdicts.attacks.attack_verdicts`) as
 from collections import Counter
 from typing import Dict, List, Optional
 
+from ....utils.attack_cells import ATTACKS, PERTURBERS
 from ....utils.eps import eps_units
 from ....utils.output import markdown_table, pyplot, wrap_label, write_report
-from ..attacks.pgd import ATTACKS, PERTURBERS
 from ..verdicts.paired import interval
 from ..verdicts.record import Verdicts
 from .arms import RUN_BY_RUN, arms_markdown, arms_rows

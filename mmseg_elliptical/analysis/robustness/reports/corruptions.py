@@ -4,8 +4,8 @@ corruption grid's verdicts
 ``robustness.{md,csv,png}`` and ``robustness_summary.csv``."""
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ....utils.corruption_cells import GROUPS
 from ....utils.output import markdown_table, write_report
-from ..grid.protocols import GROUPS
 from ..grid.store import CLEAN
 from ..verdicts.arms import CORRUPTION_FIGURES
 from ..verdicts.paired import interval

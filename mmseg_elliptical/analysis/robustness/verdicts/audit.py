@@ -37,7 +37,8 @@ audit's "no sign" is weaker evidence.
 """
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..grid.audit_cells import AUDIT_PRESET, QUERY_ATTACKS, SWEEP, AuditPreset
+from ....utils.attack_cells import AUDIT_PRESET, QUERY_ATTACKS, AuditPreset
+from ..grid.audit_cells import SWEEP
 from .audit_compare import check_of, compare
 from .audit_compare import kind_of as _kind_of
 from .audit_compare import lowest, split_key, worst_of

@@ -15,7 +15,7 @@ mean over an undefined value or a missing cell is None too.
 """
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..grid.protocols import GROUPS
+from ....utils.corruption_cells import GROUPS
 from ..grid.store import CLEAN, cell_key
 from .sea import sea_worst_case
 from .worst import greedy_worst_case, worst_record

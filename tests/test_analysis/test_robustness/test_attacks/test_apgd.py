@@ -21,6 +21,12 @@ from mmseg_elliptical.models import adaptive_relevance
 WEIGHTS = (0.05, 0.4, 0.1, 0.25, 0.2)
 
 
+def test_every_apgd_attack_has_its_loss():
+    """The names the tools check (utils/attack_cells.py, no torch) are the
+    losses' (``losses.LOSSES``)."""
+    assert tuple(losses.LOSSES) == attacks.APGD_ATTACKS
+
+
 def first_batch(config: str, images: int = 2) -> dict:
     batches = list(first_images(config, images))
     return dict(

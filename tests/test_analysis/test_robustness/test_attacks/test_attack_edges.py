@@ -146,7 +146,7 @@ def cells_of(argv, monkeypatch) -> dict:
     return {name: cells[1:] for name, cells in seen.items()}  # not clean
 
 
-#: Each preset's documented cells (docs/evidence.md, protocols.py):
+#: Each preset's documented cells (docs/evidence.md, utils/attack_cells.py):
 #: attacks, eps, steps and the step of each eps.
 PRESETS = {
     'default': (('pgd', 'segpgd', 'cospgd'), (0.25, 0.5, 1, 2, 4, 8), 20,

@@ -395,7 +395,8 @@ def test_bad_command_lines_build_nothing(demo_models, tmp_path, monkeypatch,
     ):
         assert words in refused(capsys, tool.main, argv + extra), extra
     # Meant: a radius below 0.25 levels, taken as written.
-    monkeypatch.setattr(tool, 'fitting_models', lambda *args: [])
+    monkeypatch.setattr('mmseg_elliptical.engine.fitting_models',
+                        lambda *args: [])
     args = tool.parse_args(argv + ['--epsilons', '0.03', '--allow-small-eps'])
     assert args.epsilons == [0.03] and args.cells[0].eps == 0.03
     args = tool.parse_args(argv + [
