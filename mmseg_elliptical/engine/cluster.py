@@ -212,14 +212,37 @@ def outcome(job: submitit.Job, what: str) -> Any:
                        f'{log_path(job)}\n{e}') from e
 
 
+def succeeded(job: submitit.Job) -> bool:
+    """Whether the job's task 0 left its function's return value (not an
+    error)."""
+    path = job.paths.result_pickle
+    if not path.exists():
+        return False
+    try:
+        return submitit.core.utils.pickle_load(path)[0] == 'success'
+    except Exception:  # noqa: BLE001  # cut short or unreadable: no result
+        return False
+
+
 def attach(folder: str, saved: Optional[Dict]) -> Optional[submitit.Job]:
     """The Slurm job of a saved :func:`record` that is still queued or
-    running (a rerun waits for it rather than submitting a second)."""
+    running (a rerun waits for it rather than submitting a second), or that
+    ended with its function's result while nobody waited for it (a rerun
+    collects that result)."""
     if not saved or saved.get('executor') != 'slurm':
         return None
-    if slurm_state(saved['id']) not in WAITING:
-        return None
-    return submitit.SlurmJob(folder, saved['id'])
+    job = submitit.SlurmJob(folder, saved['id'])
+    if succeeded(job) or slurm_state(saved['id']) in WAITING:
+        return job
+    return None
+
+
+def dependency(jobs: Sequence[submitit.Job]) -> str:
+    """The ``srun`` / ``sbatch`` flag that holds a job until these jobs have
+    ended well: ``--dependency=afterok:ID:ID:...`` of those that have not
+    left their result yet ('' when none is left to wait for)."""
+    ids = [str(job.job_id) for job in jobs if not succeeded(job)]
+    return f'--dependency=afterok:{":".join(ids)}' if ids else ''
 
 
 def run_jobs(starts: Sequence[Callable[[], submitit.Job]],

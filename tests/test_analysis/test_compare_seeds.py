@@ -361,7 +361,7 @@ def test_arguments_are_checked(compare, monkeypatch):
                          '1'], [DEMO_DOT, '--jobs',
                                 '0'], [DEMO_DOT, '--threads',
                                        '0'], [DEMO_DOT, '--executor', 'slurm'],
-                 [DEMO_DOT, '--executor', 'cloud']):
+                 [DEMO_DOT, '--executor', 'cloud'], [DEMO_DOT, '--no-wait']):
         with pytest.raises(SystemExit) as exc:
             compare.main(argv)
         assert exc.value.code == 2

@@ -4,7 +4,7 @@
         [--names ...] [--seeds 0 1 2] [--work-dir work_dirs/compare] \\
         [--jobs N] [--threads T] [--cfg-options ...] \\
         [--executor local|slurm|debug] [--partition P --time MIN \\
-         --gpus-per-run G --tasks-per-run T --cpus-per-task C]
+         --gpus-per-run G --tasks-per-run T --cpus-per-task C [--no-wait]]
 
 Every (config, seed) run is mmseg's ``tools/train.py`` in a submitit job
 (``mmseg_elliptical/engine/cluster.py``), in its own work dir
@@ -21,7 +21,15 @@ A finished run leaves ``result.json`` there and is skipped when the command
 is run again, unless its settings (config path and resolved content, seed)
 changed, which is an error; an interrupted, cancelled or failed one is
 resumed from its last checkpoint (``--resume``), and one whose Slurm job is
-still queued or running is waited for, not submitted again.
+still queued or running is waited for, not submitted again, and one whose
+Slurm job ended with its result while nobody waited (``--no-wait``) is
+collected.
+``--no-wait`` (Slurm) submits every run's job at once and returns without
+waiting: ``WORK_DIR/dependency`` then holds the flag that holds a later
+Slurm job until these end well, ``--dependency=afterok:ID:ID:...`` (empty
+when no run is left to wait for), for ``SRUN_ARGS`` of the slurm_*.sh
+scripts or ``sbatch``; the same command without ``--no-wait`` waits for the
+jobs (or collects them) and writes the outputs (docs/evidence.md).
 Up to ``--jobs`` runs train at once (default: one per core; on Slurm: all),
 each on ``--threads`` torch threads (``OMP_NUM_THREADS`` of its process;
 default: the cores shared among the jobs, on Slurm ``--cpus-per-task``);
@@ -65,6 +73,8 @@ TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
 RESULT = 'result.json'
 CONFIG = 'config.py'
 JOB = 'job.json'
+#: The file of ``--no-wait``'s dependency flag, in the work dir.
+DEPENDENCY = 'dependency'
 #: The folder of a run's submitit files (pickles, the job's log).
 JOB_FOLDER = 'submitit'
 
@@ -139,6 +149,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.executor == 'slurm' and not args.partition:
         parser.error('argument --partition: --executor slurm needs the '
                      'partition of the jobs')
+    if args.no_wait and args.executor != 'slurm':
+        parser.error('argument --no-wait: only Slurm jobs outlive this '
+                     'command: add --executor slurm')
     from mmseg_elliptical.engine import cluster
     args.slurm = cluster.SlurmOptions(
         args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
@@ -190,6 +203,13 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
         default=3,
         help='times a Slurm run that reaches its --time is requeued (it '
         'resumes from its last checkpoint; default: 3)')
+    group.add_argument(
+        '--no-wait',
+        action='store_true',
+        help='submit every Slurm run at once, write their dependency flag '
+        f'(--dependency=afterok:ID:...) to WORK_DIR/{DEPENDENCY} and return; '
+        'the command without it waits for (or collects) them and writes '
+        'the outputs')
 
 
 def cores() -> int:
@@ -333,7 +353,8 @@ def run_all(configs: Sequence[str],
             jobs: int = 1,
             threads: Optional[int] = None,
             executor: str = 'local',
-            slurm: Optional['cluster.SlurmOptions'] = None) -> List[Dict]:
+            slurm: Optional['cluster.SlurmOptions'] = None,
+            wait: bool = True) -> List[Optional[Dict]]:
     """Train what has no ``result.json`` yet, up to ``jobs`` runs at once,
     each as a submitit job (:mod:`mmseg_elliptical.engine.cluster`).
 
@@ -353,11 +374,15 @@ def run_all(configs: Sequence[str],
         threads (int, optional): ``OMP_NUM_THREADS`` of each run.
         executor (str): ``'local'``, ``'slurm'`` or ``'debug'``.
         slurm (SlurmOptions, optional): The resources of a Slurm run.
+        wait (bool): False: start every run's job at once, write their
+            :func:`~mmseg_elliptical.engine.cluster.dependency` flag to
+            ``WORK_DIR/dependency`` and return without waiting (Slurm).
 
     Returns:
         list[dict]: One result per run (configs, then seeds, in order):
         ``name``, ``config``, ``seed``, ``config_sha256``, ``cfg_options``,
-        ``seconds``, ``job`` (``executor``, ``id``, ``log``), ``history``.
+        ``seconds``, ``job`` (``executor``, ``id``, ``log``), ``history``;
+        None for a run not waited for.
     """
     from mmseg_elliptical.analysis.comparison.plan import Countdown
     from mmseg_elliptical.engine import cluster
@@ -392,7 +417,11 @@ def run_all(configs: Sequence[str],
             f'{settings["seed"]}'
         folder = osp.join(run_dir, JOB_FOLDER)
         job = cluster.attach(folder, _saved_job(run_dir))
-        if job is not None:
+        collected = job is not None and cluster.succeeded(job)
+        if collected:
+            log(f'{what}: its Slurm job {job.job_id} ended with its result '
+                'while nobody waited: collecting it')
+        elif job is not None:
             log(f'{what}: its Slurm job {job.job_id} is still queued or '
                 'running: waiting for it')
         else:
@@ -409,9 +438,10 @@ def run_all(configs: Sequence[str],
         os.makedirs(folder, exist_ok=True)
         with open(osp.join(folder, JOB), 'w') as f:
             json.dump(records[i], f, indent=1)
-        log(f'{what}: training as job {job.job_id} (log: '
-            f'{osp.join(run_dir, "train.log")}, job log: '
-            f'{records[i]["log"]})')
+        if not collected:
+            log(f'{what}: training as job {job.job_id} (log: '
+                f'{osp.join(run_dir, "train.log")}, job log: '
+                f'{records[i]["log"]})')
         return job
 
     def done(k, seconds):
@@ -426,6 +456,14 @@ def run_all(configs: Sequence[str],
         countdown.done()
         return result
 
+    if not wait:
+        flag = cluster.dependency([start(*p) for p in pending])
+        os.makedirs(work_dir, exist_ok=True)
+        with open(osp.join(work_dir, DEPENDENCY), 'w') as f:
+            f.write(flag + '\n')
+        log(f'Submitted; {osp.join(work_dir, DEPENDENCY)}: '
+            f'{flag or "(no job left to wait for)"}')
+        return results
     starts = [lambda p=p: start(*p) for p in pending]
     try:
         cluster.run_jobs(
@@ -515,7 +553,8 @@ def figure(results: Sequence[Dict], metric: str = 'mIoU'):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
-    """Train what is missing, write the report; return the summary."""
+    """Train what is missing, write the report; return the summary (with
+    ``--no-wait``: submit, write the dependency flag; return {})."""
     args = parse_args(argv)
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical.analysis.seed_runs import seed_statistics
@@ -531,11 +570,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
             jobs=args.jobs,
             threads=args.threads,
             executor=args.executor,
-            slurm=args.slurm)
+            slurm=args.slurm,
+            wait=not args.no_wait)
     except (StaleRunError, DataError) as e:
         fail(str(e))
     except RunError as e:  # the run's own log says why
         raise SystemExit(f'{osp.basename(sys.argv[0])}: {e}')
+    if args.no_wait:
+        return {}
     seconds = time.perf_counter() - start
     summary = seed_statistics(results)
     table = markdown(summary, results)
