@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 from builders import ROOT
+from processes import launch_env
 
 SCRIPT = osp.join(ROOT, 'tools', 'misc', 'slurm_cluster.sh')
 PARTITION = 'debug'
@@ -58,6 +59,17 @@ class Cluster:
                               text=True)
         found = re.search(r'JobState=(\S+)', proc.stdout)
         return found.group(1) if found else None
+
+    def cpu_job_env(self, tasks: int = 2, **extra: str) -> Dict[str, str]:
+        """The environment of a slurm_*.sh script on this cluster: this
+        interpreter, ``tasks`` CPU tasks of 1 CPU each, one OpenMP thread,
+        and ``extra``."""
+        return launch_env(
+            SLURM_CONF=self.conf,
+            GPUS_PER_NODE='0',
+            TASKS=str(tasks),
+            CPUS_PER_TASK='1',
+            **extra)
 
     def wait_idle(self, timeout: float = 120) -> None:
         """Wait until no job is queued or running (a test's jobs ended)."""

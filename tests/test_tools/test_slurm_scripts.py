@@ -14,23 +14,12 @@ import numpy as np
 import pytest
 import torch
 from builders import DEMO_ELLIPTICAL, ROOT, tiny_config
-from processes import free_port, launch_env, run_command
+from processes import free_port, run_command
 
 # the cluster's daemons, srun and its tasks: processes
 pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
 
 WORLD = 2
-
-
-def cpu_job_env(slurm, **extra: str) -> dict:
-    """The environment of a slurm_*.sh script on the test cluster: this
-    interpreter, 2 CPU tasks of 1 CPU each, one OpenMP thread."""
-    return launch_env(
-        SLURM_CONF=slurm.conf,
-        GPUS_PER_NODE='0',
-        TASKS=str(WORLD),
-        CPUS_PER_TASK='1',
-        **extra)
 
 
 def weights(work_dir: str, iteration: int = 4) -> dict:
@@ -70,7 +59,7 @@ def test_slurm_train_sh_on_cpu_tasks_matches_torchrun(slurm, demo_root,
     config = two_process_config(demo_root, tmp_path, 'slurm')
     proc = run_command(
         ['bash', 'tools/slurm_train.sh', slurm.partition, 'train', config],
-        env=cpu_job_env(slurm),
+        env=slurm.cpu_job_env(WORLD),
         timeout=600)
     log = proc.stdout + proc.stderr
     assert '--gres' not in log and '--ntasks=2' in log, log[-3000:]
@@ -191,7 +180,7 @@ def test_the_grids_on_two_slurm_tasks_match_one_process(
         'bash', f'tools/slurm_{tool}.sh', slurm.partition, tool, *args,
         '--work-dir', two
     ],
-                       env=cpu_job_env(slurm),
+                       env=slurm.cpu_job_env(WORLD),
                        timeout=400)
     assert '--ntasks=2' in proc.stderr and '--gres' not in proc.stderr
     expected = cells(one, tool)
