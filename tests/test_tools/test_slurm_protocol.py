@@ -19,6 +19,8 @@ import pytest
 from builders import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, TINY_GENERATE
 from processes import run_command
 
+from mmseg_elliptical.analysis.robustness.grid.audit_cells import SWEEP
+
 pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
 
 TASKS = 2
@@ -68,8 +70,8 @@ ARM_ARGS = [
 #: Steps 2 to 4 as the docs write them (job name, script, the tool's
 #: arguments after ``$RUNS $ARMS``), at tiny budgets on 2 test images: one
 #: corruption cell; one eps of APGD-MCE, adaptive too, with the audit at 4
-#: sweep iterations and 2 square queries (eps 32: its sweep to 64 has two
-#: cells); the report's own grids with its attack section plain (step 3
+#: sweep iterations and 2 square queries (eps 32: few sweep cells above
+#: it); the report's own grids with its attack section plain (step 3
 #: has the adaptive attack and the audit).
 STEPS = {
     'ade20k-c': ('tools/slurm_robustness.sh', [
@@ -196,7 +198,7 @@ def test_the_protocol_from_training_to_the_report(slurm, demo_root,
     assert list(attacked) == names
     for name, keys in attacked.items():
         # Through m too where there is one; the audit: the sweep of the
-        # balanced loss from eps 32 to 64, doubled iterations, FGSM, the
+        # balanced loss from eps 32 up (SWEEP), doubled iterations, FGSM, the
         # square attack and transfer from the other arm's run of its seed.
         other = names[(names.index(name) + len(SEEDS)) % len(names)]
         ways, theirs = (['', '-adaptive']
@@ -205,9 +207,9 @@ def test_the_protocol_from_training_to_the_report(slurm, demo_root,
         expected = {'clean', 'fgsm/linf/32/1', 'square/linf/32/2'}
         expected |= {f'apgd-mce{w}/linf/32/{k}' for w in ways for k in (4, 8)}
         expected |= {
-            f'apgd-mce-bal{w}/linf/{e}/4'
+            f'apgd-mce-bal{w}/linf/{e:g}/4'
             for w in ways
-            for e in (32, 64)
+            for e in (32., *[e for e in SWEEP if e > 32])
         }
         expected |= {f'apgd-mce{w}@{other}/linf/32/4' for w in theirs}
         assert set(keys) == expected, (name, sorted(keys))
