@@ -330,8 +330,7 @@ def test_the_preset_sweeps_its_own_attack_with_its_iterations():
 
 
 def test_notes_of_one_reason_fold_into_one_line():
-    from mmseg_elliptical.analysis.robustness.verdicts.paired import \
-        fold_notes
+    from mmseg_elliptical.analysis.robustness.verdicts.paired import fold_notes
     assert fold_notes([
         'No paired test on a 1: why.', 'other', 'No paired test on b 4: why.',
         'No paired test on c: because: x.'
