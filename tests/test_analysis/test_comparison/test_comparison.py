@@ -84,9 +84,15 @@ def test_report_on_two_tiny_models(demo_models, tmp_path, monkeypatch, capsys):
         assert {'apgd-mce/linf/10', 'square/linf/20',
                 f'pgd@{other}/linf/5'} <= set(attacked['series'])
         assert 'pgd/linf/10' not in attacked['series']
-        assert attacked['series']['pgd/linf/5'].keys() >= {'8', '64', '255'}
+        # the reduced sweep: the preset's attack, 20 iterations, to 255
+        assert attacked['series']['apgd-mce-bal/linf/20'].keys() == {
+            '4', '255'
+        }
+        assert attacked['series']['pgd/linf/5'].keys() == {'1', '4'}
         assert attacked['audit']['verdict']
         assert 'not run with twice the steps: pgd' in attacked['audit'][
+            'verdict']
+        assert 'swept to 255 levels: apgd-mce-bal 20' in attacked['audit'][
             'verdict']
         assert sorted(attacked['worst']) == ['1', '4']
         for mode in ('infer', 'train'):
