@@ -12,12 +12,12 @@ import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 #: One demo training (3,000 iterations, pinned kernels, one thread), s.
-TRAIN_SECONDS = 310.
+TRAIN_SECONDS = 210.
 #: compare_models.py's sections on the demo (128 scenes, 32 attacked), s.
 SECTION_SECONDS = (
-    ('accuracy and corruption robustness', 150.),
-    ('attacks and the gradient-masking audit', 900.),
-    ('collapse, attention maps and speed', 80.),
+    ('accuracy and corruption robustness', 70.),
+    ('attacks and the gradient-masking audit', 330.),
+    ('collapse, attention maps and speed', 20.),
 )
 
 
