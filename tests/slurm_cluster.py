@@ -90,12 +90,17 @@ def missing() -> Optional[str]:
 
 
 def start(folder: str) -> Cluster:
-    """Start the cluster in ``folder`` (the node idle at return).
+    """Start the cluster in ``folder`` (the node idle at return), its job
+    ids from 1000 times the pytest worker's number (the jobs' rendezvous
+    ports come from their ids: two workers' clusters must not share them).
 
     Raises:
         RuntimeError: It did not start; the script's output says why.
     """
+    worker = os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:]
+    first = 1 + 1000 * int(worker) if worker.isdigit() else 1
     proc = subprocess.run(['bash', SCRIPT, 'start', folder],
+                          env=dict(os.environ, FIRST_JOB_ID=str(first)),
                           capture_output=True,
                           text=True,
                           timeout=180)

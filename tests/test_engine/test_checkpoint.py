@@ -78,8 +78,10 @@ def test_mmengine_checkpoint_needs_the_allow_list(trained) -> None:
 # be read before it.
 LOADER_SWITCH = r'''
 import json, pickle, sys
+from mmengine.logging import MMLogger
 from mmengine.runner.checkpoint import CheckpointLoader
 import mmseg_elliptical
+MMLogger.get_instance('switch', log_level='DEBUG')  # the loader's line
 from mmseg_elliptical.engine import (load_from_local,
                                     register_checkpoint_loader,
                                     unregister_checkpoint_loader)

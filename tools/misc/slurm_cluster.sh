@@ -8,7 +8,8 @@
 #       then prints the line to type: export SLURM_CONF=DIR/slurm.conf
 #   tools/misc/slurm_cluster.sh stop DIR    ends the three daemons it started
 # Exit status 3: the packages are missing (the line says how to install them).
-# Env: PARTITION (debug), SLURM_CPUS (the node's CPUs, default $(nproc)).
+# Env: PARTITION (debug), SLURM_CPUS (the node's CPUs, default $(nproc)),
+# FIRST_JOB_ID (1).
 set -euo pipefail
 ACTION=${1:-}
 DIR=${2:-}
@@ -56,8 +57,12 @@ PARTITION=${PARTITION:-debug}
 CPUS=${SLURM_CPUS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 HOST=$(hostname -s)
 mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
-# Ports of this cluster's own: two test clusters on one machine do not meet.
-PORT=$(( 20000 + $(cksum <<<"$DIR" | cut -d' ' -f1) % 20000 ))
+# Ports of this cluster's own, 40000-49999: two test clusters on one machine
+# do not meet, nor the rendezvous ports of their jobs (20000 + job id %
+# 20000, mmseg_elliptical/engine/launch.py). FIRST_JOB_ID (default 1) starts
+# the job ids: clusters side by side take ranges of their own (the tests:
+# 1000 per pytest worker), else their jobs of one id share one port.
+PORT=$(( 40000 + $(cksum <<<"$DIR" | cut -d' ' -f1) % 10000 ))
 if [ ! -f "$DIR/munge.key" ]; then
   head -c 1024 /dev/urandom > "$DIR/munge.key"
   chmod 400 "$DIR/munge.key"
@@ -89,6 +94,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
 ReturnToService=2
+FirstJobId=${FIRST_JOB_ID:-1}
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
