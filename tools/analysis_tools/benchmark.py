@@ -13,7 +13,6 @@ step. Writes ``benchmark.{json,md,csv,png}``; docs/benchmark.md. Example::
 
     python tools/analysis_tools/benchmark.py  # ViT-T 512, batch 1
     python tools/analysis_tools/benchmark.py --attack-sizes 512 --apgd-steps 10
-    python tools/analysis_tools/benchmark.py --onnxruntime --roles elliptical
 """
 __check_arguments_first__ = True  # the plugin registers once they pass
 
@@ -214,37 +213,34 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from mmengine.utils import ProgressBar
 
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.benchmark import (BenchmarkOptions, config_variants,
-                                            run_benchmark)
-    from mmseg_elliptical.benchmark.reporting import (csv_table, figure,
-                                                      markdown)
-    from mmseg_elliptical.engine.training_benchmark import (RECIPES,
-                                                            measure_training)
-    specs = config_variants(args.configs, args.names, args.roles,
-                            args.whole_model, args.cfg_options)
-    options = BenchmarkOptions.from_args(args)
+    from mmseg_elliptical import benchmark as bench
+    from mmseg_elliptical.benchmark import reporting
+    from mmseg_elliptical.engine import training_benchmark as at
+    specs = bench.config_variants(args.configs, args.names, args.roles,
+                                  args.whole_model, args.cfg_options)
+    options = bench.BenchmarkOptions.from_args(args)
     print('Models: ' + ', '.join(s.name for s in specs))
     bar = ProgressBar(
         (sum(len(modes)
              for _, modes in options.groups()) + len(args.at_sizes) *
-         (1 + len(RECIPES))) * len(specs) * args.rounds)
+         (1 + len(at.RECIPES))) * len(specs) * args.rounds)
     # First: a model the hook refuses ends the run before the long part.
-    training = measure_training(specs, args.at_sizes, options, bar.update)
-    report = run_benchmark(specs, options, bar.update)
+    training = at.measure_training(specs, args.at_sizes, options, bar.update)
+    report = bench.run_benchmark(specs, options, bar.update)
     report['adversarial_training'] = training
     report['ratios'] = [judge(r) for r in report['ratios']]
     report['meta']['command'] = ' '.join([
         'python tools/analysis_tools/benchmark.py',
         *(sys.argv[1:] if argv is None else argv)
     ])
-    text = markdown(report)
+    text = reporting.markdown(report)
     files = write_report(
         args.work_dir,
         'benchmark',
         data=report,
         markdown=text,
-        table=csv_table(report),
-        figure=figure(report))
+        table=reporting.csv_table(report),
+        figure=reporting.figure(report))
     print(f'\n{text}\nWrote {", ".join(files)}')
     return report
 
