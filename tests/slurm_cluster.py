@@ -60,6 +60,18 @@ class Cluster:
         found = re.search(r'JobState=(\S+)', proc.stdout)
         return found.group(1) if found else None
 
+    def final_state(self, job_id: str, timeout: float = 120.) -> Optional[str]:
+        """``JobState`` once the job has ended: its result can be written
+        (submitit's) while Slurm still tears the job down (RUNNING,
+        COMPLETING)."""
+        end = time.monotonic() + timeout
+        state = self.job_state(job_id)
+        while state in ('PENDING', 'RUNNING', 'COMPLETING') and \
+                time.monotonic() < end:
+            time.sleep(0.5)
+            state = self.job_state(job_id)
+        return state
+
     def cpu_job_env(self, tasks: int = 2, **extra: str) -> Dict[str, str]:
         """The environment of a slurm_*.sh script on this cluster: this
         interpreter, ``tasks`` CPU tasks of 1 CPU each, one OpenMP thread,

@@ -114,7 +114,7 @@ def test_slurm_runs_are_the_local_runs(slurm, demo_root, tmp_path) -> None:
             assert f.read().splitlines()[2].startswith('| ell ')
     job = runs[cluster]['job']
     assert job['executor'] == 'slurm' and osp.isfile(job['log']), job
-    assert slurm.job_state(job['id']) == 'COMPLETED'
+    assert slurm.final_state(job['id']) == 'COMPLETED'
     assert runs[cluster]['history'] == runs[local]['history']
     expected, got = final_weights(local), final_weights(cluster)
     assert [k for k in expected if not torch.equal(got[k], expected[k])] == []
