@@ -213,6 +213,19 @@ def tiny_family(name: str, device='cpu', dropout: bool = True, **kwargs):
 # ------------------------------------------------------ the demo configs
 
 
+def demo_data_options(demo_root: str) -> list:
+    """``--cfg-options`` that point every dataloader at the tiny demo data
+    in ``demo_root`` (generated there with :data:`TINY_GENERATE`)."""
+    opts = []
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        opts.append(f'{loader}.dataset.data_root={demo_root}')
+        opts += [
+            f'{loader}.dataset.generate.{k}={v}'
+            for k, v in TINY_GENERATE.items()
+        ]
+    return opts
+
+
 def demo_config(path: str, demo_root: str, work_dir: str) -> Config:
     """A demo config shrunk to a 3-layer, 48-dim, 3-head ViT + Segmenter,
     every dataloader on the tiny demo data."""

@@ -10,7 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 import seed_fakes
-from builders import DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE
+from builders import (DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE,
+                      demo_data_options)
 from mmengine.config import Config
 from processes import load_tool
 
@@ -375,13 +376,7 @@ def _tiny_options(demo_root):
         'train_cfg.max_iters=2', 'train_cfg.val_interval=1',
         'default_hooks.checkpoint.interval=2'
     ]
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        opts.append(f'{loader}.dataset.data_root={demo_root}')
-        opts += [
-            f'{loader}.dataset.generate.{k}={v}'
-            for k, v in TINY_GENERATE.items()
-        ]
-    return opts
+    return opts + demo_data_options(demo_root)
 
 
 @pytest.mark.slow  # trains end to end, in subprocesses

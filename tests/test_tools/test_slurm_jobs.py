@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from builders import DEMO_ELLIPTICAL, ROOT, TINY_GENERATE
+from builders import DEMO_ELLIPTICAL, ROOT, demo_data_options
 from processes import run_command
 
 pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
@@ -49,13 +49,7 @@ def options(demo_root: str) -> list:
         'train_cfg.max_iters=4', 'train_cfg.val_interval=2',
         'default_hooks.checkpoint.interval=2', 'randomness.deterministic=True'
     ]
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        opts.append(f'{loader}.dataset.data_root={demo_root}')
-        opts += [
-            f'{loader}.dataset.generate.{k}={v}'
-            for k, v in TINY_GENERATE.items()
-        ]
-    return opts
+    return opts + demo_data_options(demo_root)
 
 
 def compare(work: str, demo_root: str, *extra: str, config=DEMO_ELLIPTICAL):

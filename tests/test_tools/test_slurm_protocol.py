@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from builders import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, TINY_GENERATE
+from builders import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, demo_data_options
 from processes import run_command
 
 from mmseg_elliptical.analysis.robustness.grid.audit_cells import SWEEP
@@ -44,13 +44,7 @@ def options(demo_root: str) -> list:
         f'default_hooks.checkpoint.interval={ITERS}',
         'test_dataloader.dataset.serialize_data=False'
     ]
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        opts.append(f'{loader}.dataset.data_root={demo_root}')
-        opts += [
-            f'{loader}.dataset.generate.{k}={v}'
-            for k, v in TINY_GENERATE.items()
-        ]
-    return opts
+    return opts + demo_data_options(demo_root)
 
 
 def runs(work: str) -> list:
