@@ -28,10 +28,13 @@ def test_the_environment_pins_threads_and_kernels():
     assert pinned_env({}, threads=2)['OMP_NUM_THREADS'] == '2'
 
 
-@pytest.mark.parametrize('target', ['demo', 'demo-dot', 'compare', 'report'])
+@pytest.mark.parametrize('target', [
+    'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at'
+])
 def test_the_makefiles_demo_runs_are_pinned(target):
-    """``make -n`` prints the commands; the training (or compare_seeds, whose
-    runs inherit its environment) starts with every pinned variable."""
+    """``make -n`` prints the commands; the training, compare_seeds or the
+    adversarial grid (whose runs and torchrun's processes inherit its
+    environment) starts with every pinned variable."""
     proc = subprocess.run(['make', '-n', target],
                           cwd=ROOT,
                           capture_output=True,
@@ -39,8 +42,10 @@ def test_the_makefiles_demo_runs_are_pinned(target):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     runs = [
-        line for line in proc.stdout.splitlines()
-        if 'tools/train.py' in line or 'compare_seeds.py' in line
+        line for line in proc.stdout.splitlines() if any(
+            tool in line for tool in ('tools/train.py', 'compare_seeds.py',
+                                      'tools/analysis_tools/adversarial.py',
+                                      'tools/dist_adversarial.sh'))
     ]
     assert runs and all(line.startswith(assignments()) for line in runs), runs
 
