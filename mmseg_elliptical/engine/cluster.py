@@ -41,6 +41,9 @@ WHY = dict(
     'its last checkpoint')
 #: What a local job may take (submitit's default is 2 minutes).
 LOCAL_TIMEOUT_MIN = 60 * 24 * 365
+#: Seconds before its time limit at which Slurm signals a job (submitit's
+#: default ``--signal=USR2@90``), at most half the limit.
+SIGNAL_DELAY_S = 90
 
 
 class JobError(RuntimeError):
@@ -103,12 +106,21 @@ def executor(kind: str,
         job_name=name,
         partition=slurm.partition,
         time=slurm.time_min,
+        signal_delay_s=signal_delay(slurm.time_min),
         nodes=1,
         ntasks_per_node=slurm.tasks,
         cpus_per_task=slurm.cpus_per_task,
         stderr_to_stdout=True,
         **gpus)
     return ex
+
+
+def signal_delay(time_min: int) -> int:
+    """Seconds before the time limit at which Slurm signals the job:
+    :data:`SIGNAL_DELAY_S`, at most half of ``time_min``. A delay longer
+    than the limit would signal the job as it starts, before submitit
+    listens, and the signal would kill it without a result."""
+    return min(SIGNAL_DELAY_S, time_min * 30)
 
 
 class Resumable(submitit.helpers.Checkpointable):
