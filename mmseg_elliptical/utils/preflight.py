@@ -3,6 +3,7 @@ an output folder that is not a file, the config's data folders, and the
 environment of ``--launcher pytorch|slurm``. Each problem is one
 :class:`~mmseg_elliptical.errors.ConfigError` line naming the fix."""
 import copy
+import json
 import os
 import os.path as osp
 import sys
@@ -116,13 +117,55 @@ def check_launcher(launcher: str, tool: Optional[str] = None) -> None:
             '--launcher')
 
 
+def model_identity(config: str, checkpoint: str) -> Dict:
+    """What a grid file keeps of a model: its config, and its checkpoint's
+    path, size and modification time."""
+    stat = os.stat(checkpoint)
+    return dict(
+        config=config,
+        checkpoint=checkpoint,
+        checkpoint_size=stat.st_size,
+        checkpoint_mtime=int(stat.st_mtime))
+
+
+def other_model(path: str, name: str, entry: Dict,
+                identity: Dict) -> Optional[str]:
+    """Why grid file ``path`` cannot take model ``name`` (its ``entry``
+    there was another model than ``identity``), or None."""
+    found = {k: entry.get(k) for k in identity}
+    if found == identity:
+        return None
+    return (f'{path} holds results of model {name!r} from {found}, not '
+            f'{identity}: pass --names to tell them apart, another '
+            '--work-dir, or delete the file to start over.')
+
+
+def check_store(path: str, specs: Sequence) -> None:
+    """Refuse grid file ``path`` (when it exists) if it holds a model of
+    one of ``specs``' names from another config or checkpoint: the grid
+    would refuse it once started, on every process."""
+    try:
+        with open(path) as f:
+            models = json.load(f).get('models') or {}
+    except (OSError, ValueError, AttributeError):
+        return  # none yet, or the grid's own error names it
+    for spec in specs:
+        if spec.name in models and osp.isfile(spec.checkpoint):
+            why = other_model(path, spec.name, models[spec.name],
+                              model_identity(spec.config, spec.checkpoint))
+            if why:
+                raise ConfigError(why)
+
+
 def check_run(parser,
               args,
               specs: Sequence = (),
-              tool: Optional[str] = None) -> None:
+              tool: Optional[str] = None,
+              store: Optional[str] = None) -> None:
     """A tool's last door: :func:`check_work_dir` (``args.work_dir``),
-    :func:`check_data` of each model's config and :func:`check_launcher`
-    (``args.launcher``); a problem is a command-line error (status 2).
+    :func:`check_data` of each model's config, :func:`check_launcher`
+    (``args.launcher``) and :func:`check_store`; a problem is a
+    command-line error (status 2).
 
     Args:
         parser (argparse.ArgumentParser): The tool's parser.
@@ -130,12 +173,16 @@ def check_run(parser,
         specs (Sequence[ModelSpec]): The models, whose test data is read.
         tool (str, optional): The tool's file (its ``__file__``), for
             :func:`launch_script`.
+        store (str, optional): The tool's grid file in ``args.work_dir``.
     """
     try:
-        check_work_dir(getattr(args, 'work_dir', None))
+        work_dir = getattr(args, 'work_dir', None)
+        check_work_dir(work_dir)
         for spec in specs:
             options = copy.deepcopy(getattr(args, 'cfg_options', None))
             check_data(load_config(spec.config, options), spec.config)
         check_launcher(getattr(args, 'launcher', 'none'), tool)
+        if store and work_dir:
+            check_store(osp.join(work_dir, store), specs)
     except ConfigError as e:
         parser.error(str(e))

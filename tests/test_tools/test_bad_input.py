@@ -5,6 +5,7 @@ Each case runs the tool's ``main`` in this process on the tiny demo models
 (the checks run before any model is built, so a case takes milliseconds);
 ``test_the_printed_error`` runs two tools in a fresh interpreter and reads
 what a user sees."""
+import json
 import os
 import os.path as osp
 import sys
@@ -410,3 +411,37 @@ def test_check_args_leaves_the_launcher_to_torchrun(files, monkeypatch):
         *files['models'].split()
     ])
     assert osp.isdir(osp.join(ROOT, 'tools'))
+
+
+@pytest.mark.parametrize('path, store', [
+    ('analysis_tools/adversarial.py', 'adversarial.json'),
+    ('analysis_tools/robustness.py', 'robustness.json'),
+])
+def test_a_grid_file_of_another_model_is_refused_at_the_door(
+        path, store, files, tmp_path, capsys, monkeypatch):
+    """A grid file that holds model 'ell' from another config: refused
+    before any model is built (under torchrun: before the processes start,
+    as ``tools/check_args.py``), in the grid's own words."""
+    from mmseg_elliptical.analysis.robustness import ResultStore
+    from mmseg_elliptical.utils.preflight import model_identity
+    grid = tmp_path / store
+    grid.write_text(
+        json.dumps(
+            dict(
+                settings={},
+                models=dict(
+                    ell=dict(
+                        model_identity(files['dot_cfg'], files['ell_ckpt']),
+                        cells={})))))
+    monkeypatch.delenv('RANK', raising=False)
+    from mmseg.registry import MODELS
+    for target in ('mmengine.runner.Runner.from_cfg', 'mmseg.apis.init_model'):
+        monkeypatch.setattr(target, forbidden)
+    monkeypatch.setattr(MODELS, 'build', forbidden)
+    argv = f'{files["models"]} --work-dir {tmp_path}'.split()
+    line = refused(capsys, load_tool(path).main, argv)
+    with pytest.raises(Exception) as grid_says:
+        ResultStore(str(grid), {}).add_model('ell', files['ell_cfg'],
+                                             files['ell_ckpt'])
+    assert line.endswith(str(grid_says.value)), line
+    assert f"{grid} holds results of model 'ell' from" in line

@@ -179,7 +179,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.step_ratio = preset.step_ratio if args.step_size is None else None
     args.cells = attack_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
-    check_run(parser, args, args.specs, __file__)
+    check_run(parser, args, args.specs, __file__, store='adversarial.json')
     names = [s.name for s in args.specs]
     if args.transfer is not None and (args.transfer not in names
                                       or len(names) < 2):

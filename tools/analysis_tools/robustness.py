@@ -106,7 +106,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     except GridError as e:
         parser.error(f'argument --severities: {e}')
     args.specs = models_of(parser, args)
-    check_run(parser, args, args.specs, __file__)
+    check_run(parser, args, args.specs, __file__, store='robustness.json')
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical.engine import fitting_models
     args.notes = fitting_models(parser, args.specs, args.cfg_options,

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ....errors import GridError
+from ....utils.preflight import model_identity, other_model
 from .areas import ImageAreas
 
 CLEAN = 'clean'
@@ -47,19 +48,11 @@ class ResultStore:
     def add_model(self, name: str, config: str, checkpoint: str) -> None:
         """Declare a model; a known name must keep its config and checkpoint
         (path, size and modification time)."""
-        stat = os.stat(checkpoint)
-        ident = dict(
-            config=config,
-            checkpoint=checkpoint,
-            checkpoint_size=stat.st_size,
-            checkpoint_mtime=int(stat.st_mtime))
+        ident = model_identity(config, checkpoint)
         entry = self.data['models'].setdefault(name, dict(ident, cells={}))
-        found = {k: entry.get(k) for k in ident}
-        if found != ident:
-            raise GridError(
-                f'{self.path} holds results of model {name!r} from '
-                f'{found}, not {ident}: pass --names to tell them apart, '
-                'another --work-dir, or delete the file to start over.')
+        why = other_model(self.path, name, entry, ident)
+        if why:
+            raise GridError(why)
 
     def set_images(self, name: str, images: Optional[List[str]]) -> None:
         """Record the test images (paths, in order) a model's cells were
