@@ -1,6 +1,7 @@
 """What a run needs around it, checked at the door (docs/reliability.md):
-an output folder that is not a file, the config's data folders, and the
-environment of ``--launcher pytorch|slurm``. Each problem is one
+an output folder that is not a file, the config's data folders, the
+environment of ``--launcher pytorch|slurm``, and a grid file that holds
+each model's own results. Each problem is one
 :class:`~mmseg_elliptical.errors.ConfigError` line naming the fix."""
 import copy
 import json
