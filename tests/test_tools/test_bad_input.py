@@ -213,17 +213,21 @@ def test_a_bad_argument_is_refused_at_the_door(path, argv, expected, files,
                                                demo_root, capsys, monkeypatch):
     values = dict(files, image=image_of(demo_root))
     argv = argv.format(**values).split()
-    # Nothing may be built, loaded or run: the checks come first.
-    from mmseg.registry import MODELS
-    for target in ('mmengine.runner.Runner.from_cfg', 'mmseg.apis.init_model'):
-        monkeypatch.setattr(target, forbidden)
-    monkeypatch.setattr(MODELS, 'build', forbidden)
+    forbid_work(monkeypatch)
     line = refused(capsys, load_tool(path).main, argv)
     assert expected.format(**values) in line, line
 
 
 def forbidden(*args, **kwargs):
     raise AssertionError('work started before the arguments were checked')
+
+
+def forbid_work(monkeypatch) -> None:
+    """Nothing may be built, loaded or run: the checks come first."""
+    from mmseg.registry import MODELS
+    for target in ('mmengine.runner.Runner.from_cfg', 'mmseg.apis.init_model'):
+        monkeypatch.setattr(target, forbidden)
+    monkeypatch.setattr(MODELS, 'build', forbidden)
 
 
 @pytest.mark.parametrize('tool, argv, expected', [
@@ -360,10 +364,7 @@ def test_the_run_around_a_tool_is_checked_at_the_door(path, script, argv,
                                                       monkeypatch):
     values = dict(files, script=script)
     monkeypatch.delenv('RANK', raising=False)
-    from mmseg.registry import MODELS
-    for target in ('mmengine.runner.Runner.from_cfg', 'mmseg.apis.init_model'):
-        monkeypatch.setattr(target, forbidden)
-    monkeypatch.setattr(MODELS, 'build', forbidden)
+    forbid_work(monkeypatch)
     line = refused(capsys, load_tool(path).main, argv.format(**values).split())
     assert expected.format(**values) in line, line
 
@@ -423,6 +424,7 @@ def test_a_grid_file_of_another_model_is_refused_at_the_door(
     before any model is built (under torchrun: before the processes start,
     as ``tools/check_args.py``), in the grid's own words."""
     from mmseg_elliptical.analysis.robustness import ResultStore
+    from mmseg_elliptical.errors import GridError
     from mmseg_elliptical.utils.preflight import model_identity
     grid = tmp_path / store
     grid.write_text(
@@ -434,13 +436,10 @@ def test_a_grid_file_of_another_model_is_refused_at_the_door(
                         model_identity(files['dot_cfg'], files['ell_ckpt']),
                         cells={})))))
     monkeypatch.delenv('RANK', raising=False)
-    from mmseg.registry import MODELS
-    for target in ('mmengine.runner.Runner.from_cfg', 'mmseg.apis.init_model'):
-        monkeypatch.setattr(target, forbidden)
-    monkeypatch.setattr(MODELS, 'build', forbidden)
+    forbid_work(monkeypatch)
     argv = f'{files["models"]} --work-dir {tmp_path}'.split()
     line = refused(capsys, load_tool(path).main, argv)
-    with pytest.raises(Exception) as grid_says:
+    with pytest.raises(GridError) as grid_says:
         ResultStore(str(grid), {}).add_model('ell', files['ell_cfg'],
                                              files['ell_ckpt'])
     assert line.endswith(str(grid_says.value)), line
