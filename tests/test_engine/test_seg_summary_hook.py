@@ -228,3 +228,37 @@ def test_summary_follows_the_last_validation(trained):
     picture = cv2.imread(osp.join(trained.work_dir, 'last.png'))
     image = cv2.imread(dataset[1]['data_samples'].img_path)
     assert np.array_equal(picture[:64], image)
+
+
+@pytest.mark.parametrize('kwargs', [
+    dict(expected=dict(mIoU=(85, 82))),
+    dict(expected=dict(mIoU=84.1)),
+    dict(expected=dict(mIoU=('a', 'b'))),
+    dict(expected=dict(mIoU=(80, 82, 84))),
+])
+def test_expected_ranges_are_checked(kwargs):
+    with pytest.raises(ValueError, match=r'SegSummaryHook: expected\[.mIoU'):
+        SegSummaryHook(**kwargs)
+
+
+@pytest.mark.parametrize('miou, where', [(84.13, 'inside'), (82.5, 'inside'),
+                                         (71.3, 'below'), (90.0, 'above')])
+def test_summary_puts_the_run_beside_its_expected_range(
+        monkeypatch, miou, where):
+    from types import SimpleNamespace
+
+    from mmseg_elliptical.engine.hooks import seg_summary_hook
+    printed = []
+    monkeypatch.setattr(seg_summary_hook, 'print_log',
+                        lambda text, logger: printed.append(text))
+    hook = SegSummaryHook(
+        expected=dict(mIoU=(82.5, 85.5), aAcc=(90, 99)),
+        expected_note='5 seeds')
+    hook._metrics = {'mIoU': miou, 'mAcc': 90.0}  # no aAcc: not printed
+    runner = SimpleNamespace(
+        iter=3000, visualizer=SimpleNamespace(dataset_meta={}))
+    hook.report(runner, 'validation')
+    lines = printed[0].splitlines()
+    assert lines[-1] == (f'Expected mIoU: 82.50 to 85.50 (5 seeds); this '
+                         f'run: {miou:.2f}, {where} the range.')
+    assert not any('aAcc' in line for line in lines)

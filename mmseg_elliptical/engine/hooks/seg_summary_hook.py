@@ -47,6 +47,10 @@ class SegSummaryHook(Hook):
         with_labels (bool): Name the rows and add a legend of the classes'
             colours (the masks carry no text: mmseg's white names are
             unreadable on light class colours).
+        expected (dict, optional): Metric name to the ``(low, high)`` range
+            a run of this config is expected to end in; the summary prints
+            it beside the run's own value, and whether the value is inside.
+        expected_note (str): Where the range comes from (printed with it).
     """
     priority = 'LOW'
 
@@ -54,13 +58,17 @@ class SegSummaryHook(Hook):
                  num_scenes: int = 6,
                  scale: int = 3,
                  out_file: str = 'predictions.png',
-                 with_labels: bool = True) -> None:
+                 with_labels: bool = True,
+                 expected: Optional[Dict[str, Sequence[float]]] = None,
+                 expected_note: str = '') -> None:
         if not (isinstance(num_scenes, int) and num_scenes > 0):
             raise ValueError(f'SegSummaryHook: num_scenes={num_scenes!r} '
                              'must be a positive integer.')
         if not (isinstance(scale, int) and scale > 0):
             raise ValueError(f'SegSummaryHook: scale={scale!r} must be a '
                              'positive integer (1 keeps the image size).')
+        self.expected = _ranges(expected or {})
+        self.expected_note = expected_note
         self.num_scenes = num_scenes
         self.scale = scale
         self.out_file = out_file
@@ -200,7 +208,38 @@ class SegSummaryHook(Hook):
             lines.append(f'Predictions of {self._drawn} {split} '
                          'scenes (top: image, middle: ground truth, bottom: '
                          f'prediction): {_shown(self.picture_path)}')
+        lines += [
+            _against(key, metrics[key], low, high, self.expected_note)
+            for key, (low, high) in self.expected.items() if key in metrics
+        ]
         print_log('\n'.join(lines), logger='current')
+
+
+def _ranges(expected: Dict[str, Sequence[float]]) -> Dict[str, tuple]:
+    """``expected`` checked: each value a ``(low, high)`` pair of numbers
+    with ``low <= high``."""
+    out = {}
+    for key, bounds in expected.items():
+        try:
+            low, high = (float(b) for b in bounds)
+        except (TypeError, ValueError):
+            low = high = float('nan')
+        if not low <= high:
+            raise ValueError(f'SegSummaryHook: expected[{key!r}]={bounds!r} '
+                             'must be a (low, high) pair with low <= high, '
+                             'e.g. expected=dict(mIoU=(82.5, 85.5)).')
+        out[key] = (low, high)
+    return out
+
+
+def _against(key: str, value: float, low: float, high: float,
+             note: str) -> str:
+    """The line that puts a run's ``value`` beside its expected range."""
+    where = ('inside'
+             if low <= value <= high else 'below' if value < low else 'above')
+    return (f'Expected {key}: {low:.2f} to {high:.2f}'
+            f'{f" ({note})" if note else ""}; this run: {value:.2f}, {where} '
+            'the range.')
 
 
 def _image(batch_input: Optional[torch.Tensor],
