@@ -109,6 +109,8 @@ def test_counts_use_exactly_n_trials_apart_from_the_n0(batch):
         spy, image, 0.5, 7, 23, smoothing.draw_generator('x', 3), batch)
     seen = torch.cat(spy.seen)
     assert seen.shape[0] == 7 + 23 and max(len(s) for s in spy.seen) <= batch
+    flat = seen.flatten(1)  # no copy is used twice (selection and count)
+    assert torch.cdist(flat, flat).add(torch.eye(30) * 1e9).min() > 1
     labels = (seen[:, 0] >= spy.cut).long()
     votes = torch.stack([(labels[:7] == c).sum(0) for c in (0, 1)])
     torch.testing.assert_close(guess, votes.argmax(0))
