@@ -1,0 +1,94 @@
+"""Certification cells on the tiny demo models: the certified pixels equal
+an independent transcription of SegCertify (its own draws, one copy at a
+time), and the grid's certified mIoU, aAcc, abstain rate and per-image areas
+equal hand computations over them; a rerun resumes."""
+import json
+
+import numpy as np
+import pytest
+from attack_oracles import miou_by_hand
+from saved_models import first_images, load_model
+from segcertify_oracle import noisy_samples, segcertify
+
+import mmseg_elliptical  # noqa: F401
+from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.analysis.robustness.attacks.keys import sample_keys
+from mmseg_elliptical.analysis.robustness.grid.certify_loop import \
+    certify_image
+from mmseg_elliptical.utils.certify_cells import certification_cells
+from mmseg_elliptical.utils.config import ModelSpec
+
+N0, N, ALPHA, SEED = 3, 40, 0.05, 4
+#: Two noise levels; the taus give both certified and abstaining pixels.
+CELLS = certification_cells([0.1, 0.25], [0.55, 0.8], ['holm', 'bonferroni'],
+                            N0, N, ALPHA, SEED, batch=8)
+
+
+def oracle_labels(model, image, sample, key, cell):
+    samples = noisy_samples(model, image, sample, cell.sigma, N0 + N, key,
+                            SEED)
+    labels, _ = segcertify(samples, N0, N, cell.tau, ALPHA, cell.correction)
+    return labels.reshape(sample.gt_sem_seg.data.shape[-2:])
+
+
+def test_certified_pixels_equal_the_transcription(demo_models):
+    model = load_model(demo_models[:2])
+    batch = next(iter(first_images(demo_models[0], 1)))
+    image, sample = batch['inputs'][0], batch['data_samples'][0]
+    got = certify_image(model, image, sample, 'scene.jpg', CELLS[:4])
+    abstained = []
+    for cell, labels in zip(CELLS[:4], got):
+        want = oracle_labels(model, image, sample, 'scene.jpg', cell)
+        np.testing.assert_array_equal(labels.numpy(), want, err_msg=cell.key)
+        abstained.append((want == -1).mean())
+    assert min(abstained) < 0.9 and max(abstained) > 0.1, abstained
+    with pytest.raises(ValueError, match='one noise level'):
+        certify_image(model, image, sample, 'scene.jpg', CELLS[3:5])
+
+
+def hand_cell(model, batches, root, cell):
+    """Areas per image, aAcc and the abstain rate of a cell, by hand."""
+    inter, union, right, labelled, abstain, pixels = [], [], 0, 0, 0, 0
+    for batch in batches:
+        samples = batch['data_samples']
+        for image, sample, key in zip(batch['inputs'], samples,
+                                      sample_keys(samples, root)):
+            pred = oracle_labels(model, image, sample, key, cell)
+            gt = sample.gt_sem_seg.data[0].numpy()
+            valid = gt != 255
+            i = np.bincount(gt[valid & (pred == gt)], minlength=5)
+            p = np.bincount(pred[valid & (pred >= 0)], minlength=5)
+            g = np.bincount(gt[valid], minlength=5)
+            inter.append(i)
+            union.append(g + p - i)
+            right, labelled = right + i.sum(), labelled + valid.sum()
+            abstain, pixels = abstain + (pred == -1).sum(), pixels + pred.size
+    return (np.array(inter), np.array(union), 100 * right / labelled,
+            abstain / pixels)
+
+
+def test_grid_cells_equal_the_hand_computation_and_resume(
+        demo_models, tmp_path):
+    specs = [ModelSpec('ell', *demo_models[:2]),
+             ModelSpec('dot', *demo_models[2:])]
+    cells = [(None, None), *CELLS[:2], CELLS[4]]
+    path = str(tmp_path / 'certify.json')
+    store = rb.run_cells(specs, cells, path, str(tmp_path), max_images=2)
+    loader = first_images(demo_models[0], 2)
+    root = loader.dataset.data_root
+    for spec in specs:
+        model = load_model([spec.config, spec.checkpoint])
+        for cell in cells[1:]:
+            inter, union, acc, abstain = hand_cell(model, loader, root, cell)
+            got = store.get(spec.name, cell.key)
+            areas = store.areas(spec.name, cell.key)
+            np.testing.assert_array_equal(areas.intersect, inter)
+            np.testing.assert_array_equal(areas.union, union)
+            assert got['mIoU'] == pytest.approx(
+                miou_by_hand(inter, union), abs=0.006)
+            assert got['aAcc'] == pytest.approx(acc, abs=0.006)
+            assert got['abstain'] == pytest.approx(abstain, abs=1e-4)
+            assert got['radius'] == pytest.approx(cell.radius, abs=1e-4)
+    before = json.loads(open(path).read())
+    again = rb.run_cells(specs, cells, path, str(tmp_path), max_images=2)
+    assert json.loads(json.dumps(again.data)) == before  # nothing re-run
