@@ -42,8 +42,7 @@ def segcertify(samples, n0, n, tau, alpha, correction='holm', abstain=-1):
         c = int(np.argmax(votes))
         count = int(np.sum(column[n0:] == c))
         classes.append(c)
-        pvalues.append(
-            binomtest(count, n, tau, alternative='greater').pvalue)
+        pvalues.append(binomtest(count, n, tau, alternative='greater').pvalue)
     if correction == 'holm':
         reject = holm_loop(pvalues, alpha)
     else:
@@ -61,13 +60,13 @@ def noisy_samples(model, image, sample, sigma, count, key, seed):
         (zlib.crc32(key.encode()) + seed) % 2**63)
     out = []
     for _ in range(count):
-        x = image.float() + torch.randn(image.shape, generator=gen) * (
-            sigma * 255)
+        x = image.float() + torch.randn(
+            image.shape, generator=gen) * (
+                sigma * 255)
         data = model.data_preprocessor(
             dict(
                 inputs=[x],
-                data_samples=[SegDataSample(metainfo=sample.metainfo)]),
-            False)
+                data_samples=[SegDataSample(metainfo=sample.metainfo)]), False)
         pred = model.predict(data['inputs'], data['data_samples'])[0]
         out.append(pred.seg_logits.data.argmax(0).flatten().numpy())
     return np.stack(out)

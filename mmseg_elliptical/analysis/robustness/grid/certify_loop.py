@@ -76,9 +76,8 @@ class CertifyTestLoop(TestLoop):
         evaluators = [copy.deepcopy(evaluator) for _ in cells[1:]]
         super().__init__(runner, dataloader, evaluator, **kwargs)
         self.cells = [Certification(**c) for c in cells]
-        self.evaluators = [self.evaluator] + [
-            runner.build_evaluator(e) for e in evaluators
-        ]
+        self.evaluators = [self.evaluator
+                           ] + [runner.build_evaluator(e) for e in evaluators]
         for e in self.evaluators[1:]:
             e.dataset_meta = self.evaluator.dataset_meta
         self.abstained = torch.zeros(len(cells), 2, dtype=torch.float64)
@@ -93,8 +92,9 @@ class CertifyTestLoop(TestLoop):
             self.run_iter(idx, data_batch)
         all_reduce(self.abstained)
         grid, results = self.runner.test_loop, {}
-        for cell, evaluator, (abstained, pixels) in zip(
-                self.cells, self.evaluators, self.abstained.tolist()):
+        for cell, evaluator, (abstained,
+                              pixels) in zip(self.cells, self.evaluators,
+                                             self.abstained.tolist()):
             metrics = evaluator.evaluate(len(self.dataloader.dataset))
             metrics.update(
                 abstain=abstained / max(pixels, 1), radius=cell.radius)
@@ -121,9 +121,10 @@ class CertifyTestLoop(TestLoop):
                 for i, labels in enumerate(
                         certify_image(model, image, sample, key, self.cells)):
                     outputs[i].append(self.certified_sample(sample, labels))
-                    self.abstained[i] += torch.tensor(
-                        [(labels == ABSTAIN).sum().item(),
-                         labels.numel()])
+                    self.abstained[i] += torch.tensor([
+                        (labels == ABSTAIN).sum().item(),
+                        labels.numel()
+                    ])
         for evaluator, out in zip(self.evaluators, outputs):
             evaluator.process(data_samples=out, data_batch=data_batch)
         self.runner.call_hook(

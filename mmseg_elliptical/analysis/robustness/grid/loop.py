@@ -18,10 +18,10 @@ from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 from mmseg.registry import LOOPS
 
+from ....utils.certify_cells import Certification
 from ...loaders import subset_loader_cfg
 from ..attacks.pgd import AdversarialTestLoop, Attack
 from ..attacks.transfer import TransferAttack, TransferTestLoop
-from ....utils.certify_cells import Certification
 from .areas import ImageAreas
 from .certify_loop import CertifyTestLoop, draw_groups
 from .pipeline import corrupted_loader_cfg
@@ -137,8 +137,9 @@ class CorruptionGridLoop(BaseLoop):
             self.cell, self.loop = cell, loop
             self.dataloader, self.evaluator = loop.dataloader, loop.evaluator
             found = loop.run()  # a certification loop: one entry per cell
-            results.update(found if isinstance(loop, CertifyTestLoop) else
-                           {key_of(cell): found})
+            results.update(
+                found if isinstance(loop, CertifyTestLoop
+                                    ) else {key_of(cell): found})
         return results
 
 

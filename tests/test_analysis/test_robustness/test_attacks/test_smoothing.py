@@ -18,10 +18,11 @@ from mmseg_elliptical.utils.certify_cells import (Certification,
                                    (517, 0.99)])
 def test_pvalues_equal_scipy_binomtest(n, tau):
     counts = np.arange(n + 1)
-    want = [binomtest(k, n, tau, alternative='greater').pvalue
-            for k in counts]
+    want = [binomtest(k, n, tau, alternative='greater').pvalue for k in counts]
     np.testing.assert_allclose(
-        smoothing.binomial_pvalues(counts, n, tau), want, rtol=1e-10,
+        smoothing.binomial_pvalues(counts, n, tau),
+        want,
+        rtol=1e-10,
         atol=1e-300)
 
 
@@ -35,8 +36,8 @@ def test_holm_and_bonferroni_equal_the_loops():
     for trial in range(50):
         m = int(rng.integers(1, 40))
         # ties and p-values at the thresholds, as discrete tests give
-        p = rng.choice([0., 1e-4, 2.5e-3, 0.01, 0.05 / 3, 0.2, 1.],
-                       size=m) if trial % 2 else rng.random(m) ** 4
+        p = rng.choice([0., 1e-4, 2.5e-3, 0.01, 0.05 /
+                        3, 0.2, 1.], size=m) if trial % 2 else rng.random(m)**4
         alpha = 0.05
         np.testing.assert_array_equal(
             smoothing.holm(p, alpha), holm_loop(list(p), alpha))
@@ -54,15 +55,14 @@ def test_certified_labels_equal_the_original_certify():
     truth = rng.integers(0, 3, 64)
     agree = rng.random(64) * 0.4 + 0.6  # per point, P(label == truth)
     noisy = np.where(
-        rng.random((n0 + n, 64)) < agree, truth, rng.integers(0, 3,
-                                                                (n0 + n, 64)))
+        rng.random((n0 + n, 64)) < agree, truth,
+        rng.integers(0, 3, (n0 + n, 64)))
     for correction in ('holm', 'bonferroni'):
         want, _ = segcertify(noisy, n0, n, 0.7, 0.01, correction)
         votes = np.stack([(noisy[:n0] == c).sum(0) for c in range(3)])
         guess = torch.from_numpy(votes.argmax(0))
         counts = torch.from_numpy((noisy[n0:] == votes.argmax(0)).sum(0))
-        got = smoothing.certify_pixels(guess, counts, n, 0.7, 0.01,
-                                       correction)
+        got = smoothing.certify_pixels(guess, counts, n, 0.7, 0.01, correction)
         np.testing.assert_array_equal(got.numpy(), want)
         assert (want == -1).any() and (want != -1).any()
 
@@ -85,15 +85,14 @@ class Spy:
 
 def test_draws_differ_within_a_batch_and_ignore_the_batching():
     image = torch.full((3, 4, 5), 100.)
-    copies = smoothing.noisy_copies(image, 0.25,
-                                    6, smoothing.draw_generator('a.png', 0))
+    copies = smoothing.noisy_copies(image, 0.25, 6,
+                                    smoothing.draw_generator('a.png', 0))
     noise = (copies - image).flatten(1)
     assert torch.cdist(noise, noise).add(torch.eye(6) * 1e9).min() > 1
     assert abs(noise.std().item() / 255 - 0.25) < 0.03  # sigma on 0-1
     again = torch.cat([
-        smoothing.noisy_copies(image, 0.25, k,
-                               gen) for gen in [smoothing.draw_generator(
-                                   'a.png', 0)] for k in (2, 3, 1)
+        smoothing.noisy_copies(image, 0.25, k, gen)
+        for gen in [smoothing.draw_generator('a.png', 0)] for k in (2, 3, 1)
     ])
     torch.testing.assert_close(again, copies, rtol=0, atol=0)
     other = smoothing.noisy_copies(image, 0.25, 6,
@@ -105,8 +104,9 @@ def test_draws_differ_within_a_batch_and_ignore_the_batching():
 def test_counts_use_exactly_n_trials_apart_from_the_n0(batch):
     image = torch.zeros(3, 3, 3)
     spy = Spy(0.7, 0.5)
-    guess, counts = smoothing.sample_counts(
-        spy, image, 0.5, 7, 23, smoothing.draw_generator('x', 3), batch)
+    guess, counts = smoothing.sample_counts(spy, image, 0.5, 7, 23,
+                                            smoothing.draw_generator('x', 3),
+                                            batch)
     seen = torch.cat(spy.seen)
     assert seen.shape[0] == 7 + 23 and max(len(s) for s in spy.seen) <= batch
     flat = seen.flatten(1)  # no copy is used twice (selection and count)
@@ -141,8 +141,8 @@ def test_false_certification_rate_is_at_most_alpha():
                                               correction)
             wrong += bool((labels != smoothing.ABSTAIN).any())
         # the rate is at most alpha unless this is very unlikely
-        assert binomtest(wrong, images, alpha,
-                         alternative='greater').pvalue > 1e-3, wrong
+        assert binomtest(
+            wrong, images, alpha, alternative='greater').pvalue > 1e-3, wrong
     guess, counts = smoothing.sample_counts(
         Spy(0.97, sigma), image, sigma, n0, n,
         smoothing.draw_generator('img', 0), 64)
@@ -164,5 +164,5 @@ def test_cells_radius_keys_and_checks():
         with pytest.raises(AnalysisError, match=what):
             Certification(**{**dict(sigma=0.25, tau=0.9), **bad})
     with pytest.raises(AnalysisError, match='none of'):
-        smoothing.certify_pixels(torch.zeros(2), torch.zeros(2), 3, 0.6, 0.1,
-                                 'bh')
+        smoothing.certify_pixels(
+            torch.zeros(2), torch.zeros(2), 3, 0.6, 0.1, 'bh')

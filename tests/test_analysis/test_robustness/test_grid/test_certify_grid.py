@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from attack_oracles import miou_by_hand
+from processes import load_tool
 from saved_models import first_images, load_model
 from segcertify_oracle import noisy_samples, segcertify
 
@@ -21,7 +22,11 @@ from mmseg_elliptical.utils.config import ModelSpec
 N0, N, ALPHA, SEED = 3, 40, 0.05, 4
 #: Two noise levels; the taus give both certified and abstaining pixels.
 CELLS = certification_cells([0.1, 0.25], [0.55, 0.8], ['holm', 'bonferroni'],
-                            N0, N, ALPHA, SEED, batch=8)
+                            N0,
+                            N,
+                            ALPHA,
+                            SEED,
+                            batch=8)
 
 
 def oracle_labels(model, image, sample, key, cell):
@@ -69,8 +74,10 @@ def hand_cell(model, batches, root, cell):
 
 def test_grid_cells_equal_the_hand_computation_and_resume(
         demo_models, tmp_path):
-    specs = [ModelSpec('ell', *demo_models[:2]),
-             ModelSpec('dot', *demo_models[2:])]
+    specs = [
+        ModelSpec('ell', *demo_models[:2]),
+        ModelSpec('dot', *demo_models[2:])
+    ]
     cells = [(None, None), *CELLS[:2], CELLS[4]]
     path = str(tmp_path / 'certify.json')
     store = rb.run_cells(specs, cells, path, str(tmp_path), max_images=2)
@@ -92,3 +99,39 @@ def test_grid_cells_equal_the_hand_computation_and_resume(
     before = json.loads(open(path).read())
     again = rb.run_cells(specs, cells, path, str(tmp_path), max_images=2)
     assert json.loads(json.dumps(again.data)) == before  # nothing re-run
+
+
+def test_tool_reports_the_store_and_the_arms_paired_verdict(
+        demo_models, tmp_path):
+    """``certify.py`` on both models: its tables and CSV hold the store's
+    numbers, its figure is written, and the arms' verdict on each cell is
+    the paired bootstrap of the stored per-image areas (one run per arm)."""
+    data = load_tool('analysis_tools/certify.py').main(demo_models + [
+        '--names', 'ell', 'dot', '--sigmas', '0.1', '--taus', '0.55', '0.8',
+        '--n0', '3', '--n', '40', '--alpha', '0.05', '--corrections', 'holm',
+        '--max-images', '2', '--noise-batch', '16', '--work-dir',
+        str(tmp_path)
+    ])
+    assert data['settings']['n'] == 40 and data['settings']['n0'] == 3
+    store = rb.ResultStore(str(tmp_path / 'certify.json'), data['settings'])
+    verdicts = json.loads((tmp_path / 'certify_verdicts.json').read_text())
+    keys = ['clean', 'certify/0.1/0.55/holm', 'certify/0.1/0.8/holm']
+    for run in ('ell', 'dot'):
+        assert set(data['models'][run]['cells']) == set(keys)
+        rows = verdicts['runs'][run]['rows']
+        assert [r['key'] for r in rows] == keys[1:]
+        for row in rows:
+            cell = store.get(run, row['key'])
+            assert (row['mIoU'], row['abstain']) == (cell['mIoU'],
+                                                     cell['abstain'])
+    csv = (tmp_path / 'certify.csv').read_text().splitlines()
+    assert csv[0] == 'model,sigma,tau,correction,radius,mIoU,aAcc,abstain'
+    assert len(csv) == 1 + 2 * 2
+    assert (tmp_path / 'certify.png').stat().st_size > 10_000
+    paired = verdicts['arms']['ell']['paired']
+    for key in keys:
+        want = rb.paired_bootstrap([store.areas('ell', key)],
+                                   [store.areas('dot', key)])
+        for k in ('difference', 'low', 'high'):
+            assert paired[key][k] == pytest.approx(want[k], abs=1e-9)
+    assert 'certify/0.1/0.55/holm' in (tmp_path / 'certify.md').read_text()
