@@ -60,7 +60,7 @@ LIGHT = [
      'argument --attacks: the square attack is L-inf only'),
     ('analysis_tools/adversarial.py', '{models} --protocol fast',
      "argument --protocol: invalid choice: 'fast'"),
-    ('analysis_tools/certify.py', '{models} --taus 0.99 --n 100',
+    ('analysis_tools/certify.py', '{models} --taus 0.99 --samples 100',
      'argument --taus: with n=100 counting draws no pixel can certify'),
     ('analysis_tools/certify.py', '{models} --taus 0.5',
      'the certification cells: tau 0.5 must lie in (0.5, 1)'),

@@ -58,13 +58,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser,
         baseline='the arm the paired verdict compares with, normally the '
         'dot-product twin')
-    presets = '; '.join(f'{k}: n0 {p[0]}, n {p[1]}, tau {p[2]}, alpha {p[3]}'
-                        for k, p in PROTOCOLS.items())
+    presets = '; '.join(
+        f'{k}: n0 {p[0]}, samples {p[1]}, tau {p[2]}, alpha {p[3]}'
+        for k, p in PROTOCOLS.items())
     parser.add_argument(
         '--protocol',
         choices=list(PROTOCOLS),
         default='paper',
-        help=f'defaults of --n0, --n, --taus, --alpha: {presets}')
+        help=f'defaults of --n0, --samples, --taus, --alpha: {presets}')
     parser.add_argument(
         '--sigmas',
         nargs='+',
@@ -80,7 +81,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--n0', type=cli.positive_int, help='selection draws per image')
     parser.add_argument(
-        '--n', type=cli.positive_int, help='counting draws per image')
+        '--samples',
+        dest='n',
+        type=cli.positive_int,
+        help='counting draws per image, the paper\'s n (not --n: torchrun '
+        'would take it for its own --nnodes)')
     parser.add_argument(
         '--alpha', type=float, help='family-wise error rate per image')
     parser.add_argument(
@@ -125,7 +130,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'argument --taus: with n={args.n} counting draws no '
                      f'pixel can certify at tau {hopeless} (the smallest '
                      f'p-value, tau^n, exceeds alpha={args.alpha}); raise '
-                     '--n (a 64x64 image under Holm needs about '
+                     '--samples (a 64x64 image under Holm needs about '
                      'log(alpha / 4096) / log(tau)).')
     args.specs = cli.models_of(parser, args)
     check_run(parser, args, args.specs, __file__, store='certify.json')

@@ -80,24 +80,23 @@ class CertifyTestLoop(TestLoop):
                            ] + [runner.build_evaluator(e) for e in evaluators]
         for e in self.evaluators[1:]:
             e.dataset_meta = self.evaluator.dataset_meta
-        self.abstained = torch.zeros(len(cells), 2, dtype=torch.float64)
+        #: Per cell, each image's abstaining pixels and pixels, in order.
+        self.abstained: List[List[Tuple[int, int]]] = [[] for _ in cells]
 
     def run(self) -> Dict[str, Dict]:
         """Certify the images; return ``{cell key: metrics}``."""
-        from mmengine.dist import all_reduce
         self.runner.call_hook('before_test')
         self.runner.call_hook('before_test_epoch')
         self.runner.model.eval()
         for idx, data_batch in enumerate(self.dataloader):
             self.run_iter(idx, data_batch)
-        all_reduce(self.abstained)
         grid, results = self.runner.test_loop, {}
-        for cell, evaluator, (abstained,
-                              pixels) in zip(self.cells, self.evaluators,
-                                             self.abstained.tolist()):
-            metrics = evaluator.evaluate(len(self.dataloader.dataset))
+        size = len(self.dataloader.dataset)
+        for cell, evaluator, counts in zip(self.cells, self.evaluators,
+                                           self.abstained):
+            metrics = evaluator.evaluate(size)
             metrics.update(
-                abstain=abstained / max(pixels, 1), radius=cell.radius)
+                abstain=abstain_rate(counts, size), radius=cell.radius)
             if grid is not self:
                 grid.cell, grid.evaluator = cell, evaluator
             self.runner.call_hook('after_test_epoch', metrics=metrics)
@@ -121,10 +120,8 @@ class CertifyTestLoop(TestLoop):
                 for i, labels in enumerate(
                         certify_image(model, image, sample, key, self.cells)):
                     outputs[i].append(self.certified_sample(sample, labels))
-                    self.abstained[i] += torch.tensor([
-                        (labels == ABSTAIN).sum().item(),
-                        labels.numel()
-                    ])
+                    self.abstained[i].append((int(
+                        (labels == ABSTAIN).sum()), labels.numel()))
         for evaluator, out in zip(self.evaluators, outputs):
             evaluator.process(data_samples=out, data_batch=data_batch)
         self.runner.call_hook(
@@ -142,6 +139,20 @@ class CertifyTestLoop(TestLoop):
             out.gt_sem_seg = sample.gt_sem_seg
         out.pred_sem_seg = PixelData(data=labels[None])
         return out
+
+
+def abstain_rate(counts: List[Tuple[int, int]], size: int) -> float:
+    """The fraction of abstaining pixels over the dataset's ``size``
+    images, from every process's ``(abstaining, pixels)`` per image
+    (gathered in order as the evaluator gathers its results, the images a
+    sampler repeats to even out the processes dropped)."""
+    from mmengine.dist import broadcast_object_list, collect_results
+    found = collect_results(counts, size)
+    rate = [None]
+    if found is not None:
+        rate = [sum(a for a, _ in found) / max(sum(p for _, p in found), 1)]
+    broadcast_object_list(rate)
+    return rate[0]
 
 
 def draw_groups(cells: Sequence) -> List[Tuple[int, int]]:

@@ -3,11 +3,13 @@ an independent transcription of SegCertify (its own draws, one copy at a
 time), and the grid's certified mIoU, aAcc, abstain rate and per-image areas
 equal hand computations over them; a rerun resumes."""
 import json
+import os.path as osp
 
 import numpy as np
 import pytest
 from attack_oracles import miou_by_hand
-from processes import load_tool
+from builders import ROOT
+from processes import launch_env, load_tool, run_command
 from saved_models import first_images, load_model
 from segcertify_oracle import noisy_samples, segcertify
 
@@ -108,7 +110,7 @@ def test_tool_reports_the_store_and_the_arms_paired_verdict(
     the paired bootstrap of the stored per-image areas (one run per arm)."""
     data = load_tool('analysis_tools/certify.py').main(demo_models + [
         '--names', 'ell', 'dot', '--sigmas', '0.1', '--taus', '0.55', '0.8',
-        '--n0', '3', '--n', '40', '--alpha', '0.05', '--corrections', 'holm',
+        '--n0', '3', '--samples', '40', '--alpha', '0.05', '--corrections', 'holm',
         '--max-images', '2', '--noise-batch', '16', '--work-dir',
         str(tmp_path)
     ])
@@ -135,3 +137,35 @@ def test_tool_reports_the_store_and_the_arms_paired_verdict(
         for k in ('difference', 'low', 'high'):
             assert paired[key][k] == pytest.approx(want[k], abs=1e-9)
     assert 'certify/0.1/0.55/holm' in (tmp_path / 'certify.md').read_text()
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process(demo_models, tmp_path):
+    """tools/dist_certify.sh on 2 gloo processes and 3 images (one repeated
+    by the sampler to even out the processes) gives the single process's
+    cells, abstain rates and per-image areas: the draws follow the image,
+    not the process."""
+    grid = demo_models + [
+        '--names', 'ell', 'dot', '--sigmas', '0.1', '--taus', '0.55', '--n0',
+        '3', '--samples', '40', '--alpha', '0.05', '--corrections', 'holm',
+        '--max-images', '3'
+    ]
+    one = load_tool('analysis_tools/certify.py').main(
+        grid + ['--work-dir', str(tmp_path / 'one')])
+    run_command([
+        'bash',
+        osp.join(ROOT, 'tools', 'dist_certify.sh'), '2', *grid, '--work-dir',
+        str(tmp_path / 'dist')
+    ],
+                env=launch_env())
+    two = json.loads((tmp_path / 'dist' / 'certify.json').read_text())
+    for name in ('ell', 'dot'):
+        for key in ('clean', 'certify/0.1/0.55/holm'):
+            a, b = (x['models'][name]['cells'][key] for x in (one, two))
+            for metric in ('mIoU', 'aAcc', 'mAcc', 'abstain'):
+                assert a.get(metric) == b.get(metric), (name, key, metric)
+            for part in ('intersect', 'union'):
+                x, y = (
+                    np.load(tmp_path / d / 'areas' / name / f'{key}.npz')[part]
+                    for d in ('one', 'dist'))
+                assert np.array_equal(x, y)
