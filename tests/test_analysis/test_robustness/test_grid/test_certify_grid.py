@@ -110,8 +110,8 @@ def test_tool_reports_the_store_and_the_arms_paired_verdict(
     the paired bootstrap of the stored per-image areas (one run per arm)."""
     data = load_tool('analysis_tools/certify.py').main(demo_models + [
         '--names', 'ell', 'dot', '--sigmas', '0.1', '--taus', '0.55', '0.8',
-        '--n0', '3', '--samples', '40', '--alpha', '0.05', '--corrections', 'holm',
-        '--max-images', '2', '--noise-batch', '16', '--work-dir',
+        '--n0', '3', '--samples', '40', '--alpha', '0.05', '--corrections',
+        'holm', '--max-images', '2', '--noise-batch', '16', '--work-dir',
         str(tmp_path)
     ])
     assert data['settings']['n'] == 40 and data['settings']['n0'] == 3
