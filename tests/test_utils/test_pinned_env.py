@@ -29,7 +29,8 @@ def test_the_environment_pins_threads_and_kernels():
 
 
 @pytest.mark.parametrize('target', [
-    'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at'
+    'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at',
+    'certify'
 ])
 def test_the_makefiles_demo_runs_are_pinned(target):
     """``make -n`` prints the commands; the training, compare_seeds or the
