@@ -44,10 +44,10 @@ def test_the_makefiles_demo_runs_are_pinned(target):
     assert proc.returncode == 0, proc.stderr
     runs = [
         line for line in proc.stdout.splitlines() if any(
-            tool in line for tool in ('tools/train.py', 'compare_seeds.py',
-                                      'tools/analysis_tools/adversarial.py',
-                                      'tools/dist_adversarial.sh',
-                                      'tools/dist_certify.sh'))
+            tool in line
+            for tool in ('tools/train.py', 'compare_seeds.py',
+                         'tools/analysis_tools/adversarial.py',
+                         'tools/dist_adversarial.sh', 'tools/dist_certify.sh'))
     ]
     assert runs and all(line.startswith(assignments()) for line in runs), runs
 
