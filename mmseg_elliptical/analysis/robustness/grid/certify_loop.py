@@ -133,11 +133,12 @@ class CertifyTestLoop(TestLoop):
     @staticmethod
     def certified_sample(sample, labels: Tensor) -> SegDataSample:
         """A data sample with ``sample``'s metainfo and ground truth and the
-        certified labels as its ``pred_sem_seg``."""
+        certified labels as its ``pred_sem_seg`` (on the CPU, as the
+        dataloader's ground truth: the model's device may be another)."""
         out = SegDataSample(metainfo=dict(sample.metainfo))
         if 'gt_sem_seg' in sample:
             out.gt_sem_seg = sample.gt_sem_seg
-        out.pred_sem_seg = PixelData(data=labels[None])
+        out.pred_sem_seg = PixelData(data=labels[None].cpu())
         return out
 
 
