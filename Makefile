@@ -31,6 +31,10 @@
 # checkpoints, the first 32 test scenes, on AUDIT_PROCS processes, one per
 # core (at most 8) by default: tools/dist_adversarial.sh; 8 min 50 s on 2
 # cores; the same cells as one process; work_dirs/audit/),
+# make certify (both demo checkpoints certified by randomised smoothing,
+# SegCertify, at sigma 0.25 and 0.5, tau 0.6 / 0.75 / 0.9, on CERTIFY_PROCS
+# processes, one per core by default; 10 min 25 s on 2 shared cores under a
+# load of 5.5, 7 min 52 s of CPU; docs/certify.md; work_dirs/certify/),
 # make demo-at (both demo twins trained adversarially with the cheap recipe,
 # configs/demo/*_adversarial.py, then the adversarial grid on the four
 # checkpoints with the audit, on the first 32 test scenes: the trained twins
