@@ -87,9 +87,9 @@ def certification_cells(sigmas: Sequence[float],
                         alpha: float = 0.001,
                         seed: int = 0,
                         batch: int = 32) -> List[Certification]:
-    """Every ``(sigma, tau, correction)`` cell, sigma outermost (the cells
-    of one sigma share their draws), each checked."""
-    return [
-        Certification(s, t, c, n0, n, alpha, seed, batch) for s in sigmas
-        for t in taus for c in corrections
-    ]
+    """Every ``(sigma, tau, correction)`` cell once, sigma outermost (the
+    cells of one sigma share their draws), each checked."""
+    return list(
+        dict.fromkeys(
+            Certification(s, t, c, n0, n, alpha, seed, batch) for s in sigmas
+            for t in taus for c in corrections))

@@ -158,6 +158,8 @@ def test_cells_radius_keys_and_checks():
     for c in cells:
         assert c.radius == pytest.approx(c.sigma * norm.ppf(c.tau), 1e-12)
     assert cells[0].draws == cells[3].draws != cells[4].draws
+    assert certification_cells([0.25, 0.25],
+                               [0.9, 0.9]) == [Certification(0.25, 0.9)]
     for bad, what in ((dict(sigma=0.), 'sigma'), (dict(tau=0.5), 'tau'),
                       (dict(tau=1.), 'tau'), (dict(correction='bh'), 'bh'),
                       (dict(n=0), 'n 0'), (dict(alpha=1.), 'alpha')):
