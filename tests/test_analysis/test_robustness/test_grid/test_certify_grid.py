@@ -7,10 +7,11 @@ import os.path as osp
 
 import numpy as np
 import pytest
+from arm_oracles import hierarchical_by_hand
 from attack_oracles import miou_by_hand
-from builders import ROOT
+from builders import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, demo_config
 from processes import launch_env, load_tool, run_command
-from saved_models import first_images, load_model
+from saved_models import first_images, load_model, save_model
 from segcertify_oracle import noisy_samples, segcertify
 
 import mmseg_elliptical  # noqa: F401
@@ -169,3 +170,37 @@ def test_two_processes_match_one_process(demo_models, tmp_path):
                     np.load(tmp_path / d / 'areas' / name / f'{key}.npz')[part]
                     for d in ('one', 'dist'))
                 assert np.array_equal(x, y)
+
+
+def test_arms_of_two_runs_get_the_hierarchical_verdict(demo_models, demo_root,
+                                                       tmp_path):
+    """Two runs per name (the demo models and a second initialisation of
+    each): every certified cell's arm test is the two-level bootstrap of
+    the stored areas, computed by hand."""
+    second = []
+    for name, path in (('ell', DEMO_ELLIPTICAL), ('dot', DEMO_DOT)):
+        cfg = demo_config(path, demo_root, str(tmp_path / f'wd_{name}'))
+        second += save_model(cfg, str(tmp_path / f'{name}1.py'), seed=1)
+    models = demo_models[:2] + second[:2] + demo_models[2:] + second[2:]
+    load_tool('analysis_tools/certify.py').main(models + [
+        '--names', 'ell', 'ell', 'dot', 'dot', '--sigmas', '0.1', '--taus',
+        '0.55', '--n0', '3', '--samples', '40', '--alpha', '0.05',
+        '--corrections', 'holm', '--max-images', '3', '--resamples', '200',
+        '--work-dir',
+        str(tmp_path / 'work')
+    ])
+    verdicts = json.loads(
+        (tmp_path / 'work' / 'certify_verdicts.json').read_text())
+    arm = verdicts['arms']['ell']
+    assert arm['runs'] == ['ell#0', 'ell#1'] and arm['baseline'] == 'dot'
+    data = json.loads((tmp_path / 'work' / 'certify.json').read_text())
+    store = rb.ResultStore(
+        str(tmp_path / 'work' / 'certify.json'), data['settings'])
+    for key in ('clean', 'certify/0.1/0.55/holm'):
+        a, b = ([[store.areas(run, key)] for run in runs]
+                for runs in (['ell#0', 'ell#1'], ['dot#0', 'dot#1']))
+        want = hierarchical_by_hand(a, b, 200, 0)
+        got = arm['paired'][key]
+        assert got['runs'] == [2, 2]
+        for k in ('difference', 'low', 'high'):
+            assert got[k] == pytest.approx(want[k], abs=1e-9), (key, k)
