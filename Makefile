@@ -31,6 +31,10 @@
 # checkpoints, the first 32 test scenes, on AUDIT_PROCS processes, one per
 # core (at most 8) by default: tools/dist_adversarial.sh; 8 min 50 s on 2
 # cores; the same cells as one process; work_dirs/audit/),
+# make certify (both demo checkpoints certified by randomised smoothing,
+# SegCertify, at sigma 0.25 and 0.5, tau 0.6 / 0.75 / 0.9, on CERTIFY_PROCS
+# processes, one per core by default; 10 min 25 s on 2 shared cores under a
+# load of 5.5, 7 min 52 s of CPU; docs/certify.md; work_dirs/certify/),
 # make demo-at (both demo twins trained adversarially with the cheap recipe,
 # configs/demo/*_adversarial.py, then the adversarial grid on the four
 # checkpoints with the audit, on the first 32 test scenes: the trained twins
@@ -66,7 +70,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV = $(shell $(PYTHON) mmseg_elliptical/utils/pinned_env.py $(DEMO_THREADS))
 
 .PHONY: setup demo demo-dot demo-tb compare export lint test test-fast test-slow test-all test-times benchmark \
-	speed report adversarial audit test-full-mmcv demo-at
+	speed report adversarial audit test-full-mmcv demo-at certify
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" MMCV="$(MMCV)" \
@@ -152,6 +156,19 @@ audit: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
 		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
 		--names elliptical dot-product --baseline dot-product $(AUDIT_ARGS) \
 		--work-dir work_dirs/audit
+
+# make certify: both demo twins certified by randomised smoothing
+# (SegCertify) at sigma 0.25 and 0.5, tau 0.6, 0.75 and 0.9 from the same
+# draws (n0 10, n 200), Holm and Bonferroni, every test scene, on
+# CERTIFY_PROCS processes (one per core, at most 8); work_dirs/certify/.
+CERTIFY_PROCS ?= $(AUDIT_PROCS)
+CERTIFY_ARGS ?= --protocol radii --sigmas 0.25 0.5
+
+certify: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
+	$(DEMO_ENV) PYTHON=$(PY) tools/dist_certify.sh $(CERTIFY_PROCS) \
+		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
+		--names elliptical dot-product --baseline dot-product $(CERTIFY_ARGS) \
+		--work-dir work_dirs/certify
 
 DEMO_AT_CONFIG := $(DEMO_CONFIG:.py=_adversarial.py)
 DEMO_AT_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_adversarial.py)

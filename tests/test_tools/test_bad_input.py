@@ -341,6 +341,7 @@ NO_DATA = ('--cfg-options test_dataloader.dataset.data_root={tmp}/nodata '
 
 @pytest.mark.parametrize('path, script', [
     ('analysis_tools/adversarial.py', 'tools/dist_adversarial.sh'),
+    ('analysis_tools/certify.py', 'tools/dist_certify.sh'),
     ('analysis_tools/robustness.py', 'tools/dist_robustness.sh'),
     ('analysis_tools/collapse.py',
      'tools/dist_launch.sh analysis_tools/collapse.py NPROC'),
@@ -416,6 +417,7 @@ def test_check_args_leaves_the_launcher_to_torchrun(files, monkeypatch):
 
 @pytest.mark.parametrize('path, store', [
     ('analysis_tools/adversarial.py', 'adversarial.json'),
+    ('analysis_tools/certify.py', 'certify.json'),
     ('analysis_tools/robustness.py', 'robustness.json'),
 ])
 def test_a_grid_file_of_another_model_is_refused_at_the_door(

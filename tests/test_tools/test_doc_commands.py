@@ -47,12 +47,14 @@ LAUNCHERS = {
     'dist_test.sh': lambda a: ['test.py', a[0], a[1], *a[3:]],
     'dist_robustness.sh': lambda a: ['analysis_tools/robustness.py', *a[1:]],
     'dist_adversarial.sh': lambda a: ['analysis_tools/adversarial.py', *a[1:]],
+    'dist_certify.sh': lambda a: ['analysis_tools/certify.py', *a[1:]],
     'dist_launch.sh': lambda a: [a[0], *a[2:]],
     'slurm_train.sh': lambda a: ['train.py', *a[2:]],
     'slurm_test.sh': lambda a: ['test.py', *a[2:]],
     'slurm_robustness.sh': lambda a: ['analysis_tools/robustness.py', *a[2:]],
     'slurm_adversarial.sh':
     lambda a: ['analysis_tools/adversarial.py', *a[2:]],
+    'slurm_certify.sh': lambda a: ['analysis_tools/certify.py', *a[2:]],
     'slurm_launch.sh': lambda a: [a[0], *a[3:]],
 }
 

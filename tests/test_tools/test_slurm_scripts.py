@@ -1,9 +1,9 @@
 """The slurm_*.sh scripts against a real single-node Slurm
 (``tests/slurm_cluster.py``) on CPU tasks: ``slurm_train.sh`` with 2 tasks
 trains the weights of the 2-process torchrun run, bitwise;
-``slurm_robustness.sh`` and ``slurm_adversarial.sh`` with 2 tasks give the
-single process's cells and per-image areas exactly. Without a cluster: the
-GPUs asked for only where there are some."""
+``slurm_robustness.sh``, ``slurm_adversarial.sh`` and ``slurm_certify.sh``
+with 2 tasks give the single process's cells and per-image areas exactly.
+Without a cluster: the GPUs asked for only where there are some."""
 import json
 import os
 import os.path as osp
@@ -133,7 +133,7 @@ def test_a_bad_task_count_is_one_line(env, words) -> None:
     assert words in proc.stderr.splitlines()[-1], proc.stderr
 
 
-#: Small grids of the two evidence tools, and what their cells record
+#: Small grids of the three evidence tools, and what their cells record
 #: beside the scores.
 GRIDS = {
     'robustness': [
@@ -143,6 +143,11 @@ GRIDS = {
     'adversarial': [
         '--attacks', 'pgd', '--epsilons', '4', '--steps', '2', '--step-size',
         '2', '--max-images', '4', '--resamples', '100'
+    ],
+    'certify': [
+        '--sigmas', '0.1', '--taus', '0.55', '--n0', '3', '--samples', '40',
+        '--alpha', '0.05', '--corrections', 'holm', '--max-images', '4',
+        '--resamples', '100'
     ],
 }
 TIMING = ('seconds', 'finished')
@@ -164,7 +169,7 @@ def cells(work: str, tool: str) -> dict:
     }
 
 
-@pytest.mark.parametrize('tool', ['robustness', 'adversarial'])
+@pytest.mark.parametrize('tool', ['robustness', 'adversarial', 'certify'])
 def test_the_grids_on_two_slurm_tasks_match_one_process(
         slurm, demo_models, tmp_path, tool) -> None:
     if tool == 'robustness':

@@ -29,7 +29,8 @@ def test_the_environment_pins_threads_and_kernels():
 
 
 @pytest.mark.parametrize('target', [
-    'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at'
+    'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at',
+    'certify'
 ])
 def test_the_makefiles_demo_runs_are_pinned(target):
     """``make -n`` prints the commands; the training, compare_seeds or the
@@ -43,9 +44,10 @@ def test_the_makefiles_demo_runs_are_pinned(target):
     assert proc.returncode == 0, proc.stderr
     runs = [
         line for line in proc.stdout.splitlines() if any(
-            tool in line for tool in ('tools/train.py', 'compare_seeds.py',
-                                      'tools/analysis_tools/adversarial.py',
-                                      'tools/dist_adversarial.sh'))
+            tool in line
+            for tool in ('tools/train.py', 'compare_seeds.py',
+                         'tools/analysis_tools/adversarial.py',
+                         'tools/dist_adversarial.sh', 'tools/dist_certify.sh'))
     ]
     assert runs and all(line.startswith(assignments()) for line in runs), runs
 

@@ -2,7 +2,8 @@
 four rooms whose imports run downwards (docs/install.md):
 
 * :mod:`.attacks`: PGD, FGSM, SegPGD, CosPGD; APGD with SEA's losses;
-  Square, transfer, class weights, which models have ``m``;
+  Square, transfer, class weights, which models have ``m``; randomised
+  smoothing's draws and tests (SegCertify);
 * :mod:`.grid`: the cells, the loop that runs them through
   ``runner.test()``, the resumable store and its per-image areas, the
   corrupted pipelines, the protocols and the audit's extra cells;
@@ -11,9 +12,9 @@ four rooms whose imports run downwards (docs/install.md):
   once per store into a :class:`.verdicts.record.Verdicts`;
 * :mod:`.reports`: markdown, CSV and figures that read those verdicts.
 
-The command lines: ``tools/analysis_tools/robustness.py`` and
-``adversarial.py``. The names below are the public ones (this package
-gathers them; old module paths warn, see CHANGELOG.md).
+The command lines: ``tools/analysis_tools/robustness.py``,
+``adversarial.py`` and ``certify.py``. The names below are the public ones
+(this package gathers them; old module paths warn, see CHANGELOG.md).
 """
 from ...utils.attack_cells import (ATTACK_PROTOCOLS, ATTACKS, AUDIT_PRESET,
                                    LABELS, NORMS, PERTURBERS, Attack,
@@ -30,6 +31,7 @@ from .attacks.square import square_perturb
 from .attacks.transfer import TransferAttack, TransferTestLoop, transfer_cells
 from .grid.areas import ImageAreas, miou
 from .grid.audit_cells import audit_cells
+from .grid.certify_loop import CertifyTestLoop, certify_image
 from .grid.loop import CellHook, CorruptionGridLoop
 from .grid.pipeline import corrupted_loader_cfg
 from .grid.protocols import model_cells
@@ -37,12 +39,14 @@ from .grid.run import open_store, run_cells, run_grid, with_image_areas
 from .grid.store import CLEAN, GridError, ResultStore, cell_key
 from .reports.attacks import attack_markdown, write_attack_report
 from .reports.audit import audit_markdown
+from .reports.certify import write_certify_report
 from .reports.corruption_figure import heatmaps
 from .reports.corruptions import (csv_rows, grid_markdown, summary_rows,
                                   write_robustness_report)
 from .verdicts.attacks import attack_summary, attack_verdicts
 from .verdicts.audit import gradient_masking_audit
 from .verdicts.bootstrap import paired_bootstrap
+from .verdicts.certify import certify_verdicts
 from .verdicts.corruptions import (corruption_verdicts, grid_summary,
                                    paired_test)
 from .verdicts.record import Verdicts
@@ -64,5 +68,6 @@ __all__ = [
     'model_summary', 'robustness_summary', 'PERTURBERS', 'square_perturb',
     'TransferAttack', 'TransferTestLoop', 'transfer_cells', 'audit_cells',
     'AUDIT_PRESET', 'AuditPreset', 'audit_markdown', 'gradient_masking_audit',
-    'attack_verdicts', 'corruption_verdicts', 'Verdicts'
+    'attack_verdicts', 'corruption_verdicts', 'Verdicts', 'CertifyTestLoop',
+    'certify_image', 'certify_verdicts', 'write_certify_report'
 ]

@@ -1,7 +1,9 @@
 from .adversarial_training import AdversarialTrainingHook
 from .evidence_hook import EllipticalEvidenceHook
+from .noise_training import NoiseTrainingHook
 from .seg_summary_hook import SegSummaryHook
 
 __all__ = [
-    'AdversarialTrainingHook', 'EllipticalEvidenceHook', 'SegSummaryHook'
+    'AdversarialTrainingHook', 'EllipticalEvidenceHook', 'NoiseTrainingHook',
+    'SegSummaryHook'
 ]

@@ -18,29 +18,37 @@ from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 from mmseg.registry import LOOPS
 
+from ....utils.certify_cells import Certification
 from ...loaders import subset_loader_cfg
 from ..attacks.pgd import AdversarialTestLoop, Attack
 from ..attacks.transfer import TransferAttack, TransferTestLoop
 from .areas import ImageAreas
+from .certify_loop import CertifyTestLoop, draw_groups
 from .pipeline import corrupted_loader_cfg
 from .store import cell_key
 
-#: ``(corruption, severity)``, ``(None, None)`` (clean) or an attack.
-Cell = Union[Tuple[Optional[str], Optional[int]], Attack]
+#: ``(corruption, severity)``, ``(None, None)`` (clean), an attack or a
+#: certification.
+Cell = Union[Tuple[Optional[str], Optional[int]], Attack, Certification]
 
 
-def as_cell(cell: Union[Sequence, Dict, Attack]) -> Cell:
-    """A cell from its config form: a pair, or an attack's fields."""
-    if isinstance(cell, Attack):
+def as_cell(cell: Union[Sequence, Dict, Attack, Certification]) -> Cell:
+    """A cell from its config form: a pair, or an attack's or a
+    certification's fields."""
+    if isinstance(cell, (Attack, Certification)):
         return cell
     if isinstance(cell, dict):
+        if 'sigma' in cell:
+            return Certification(**cell)
         return (TransferAttack if 'source' in cell else Attack)(**cell)
     return tuple(cell)
 
 
 def key_of(cell: Cell) -> str:
     """The store key of a cell."""
-    return cell.key if isinstance(cell, Attack) else cell_key(*cell)
+    if isinstance(cell, (Attack, Certification)):
+        return cell.key
+    return cell_key(*cell)
 
 
 @LOOPS.register_module()
@@ -61,8 +69,10 @@ class CorruptionGridLoop(BaseLoop):
         evaluator (dict | list): The config's ``test_evaluator``; each cell
             gets a fresh one.
         cells (Sequence): ``(corruption, severity)`` pairs, ``(None, None)``
-            for the clean images, or attacks (:class:`~.attacks.Attack` or
-            its fields as a dict).
+            for the clean images, attacks (:class:`~.attacks.Attack` or
+            its fields as a dict) or certifications
+            (:class:`~.certify_loop.Certification` or its fields; those of
+            one noise level in a row share their draws).
         seed (int): Seed of the corruptions. Defaults to 0.
         max_images (int, optional): Evaluate only the first images.
         test_loop (dict, optional): The config's own ``test_cfg``
@@ -99,8 +109,15 @@ class CorruptionGridLoop(BaseLoop):
             dict: ``{cell_key: metrics}``.
         """
         results = {}
-        for cell in self.cells:
-            if isinstance(cell, Attack):
+        for start, stop in draw_groups(self.cells):
+            cell = self.cells[start]
+            if isinstance(cell, Certification):
+                loop_cfg = dict(
+                    type=CertifyTestLoop.__name__,
+                    cells=[c.to_dict() for c in self.cells[start:stop]],
+                    fp16=self.test_loop.get('fp16', False))
+                loader = subset_loader_cfg(self.loader_cfg, self.max_images)
+            elif isinstance(cell, Attack):
                 loop_cfg = dict(
                     type=(TransferTestLoop if isinstance(cell, TransferAttack)
                           else AdversarialTestLoop).__name__,
@@ -119,7 +136,10 @@ class CorruptionGridLoop(BaseLoop):
                     evaluator=copy.deepcopy(self.evaluator_cfg)))
             self.cell, self.loop = cell, loop
             self.dataloader, self.evaluator = loop.dataloader, loop.evaluator
-            results[key_of(cell)] = loop.run()
+            found = loop.run()  # a certification loop: one entry per cell
+            results.update(
+                found if isinstance(loop, CertifyTestLoop
+                                    ) else {key_of(cell): found})
         return results
 
 

@@ -18,7 +18,6 @@ from mmengine.logging import print_log
 
 from ....errors import GridInterrupted
 from ....utils.config import ModelSpec, load_config
-from ..attacks.pgd import Attack
 from .loop import Cell, CellHook, key_of
 from .store import GridError, ResultStore
 
@@ -82,7 +81,7 @@ def grid_config(spec: ModelSpec,
     cfg.test_cfg = dict(
         type='CorruptionGridLoop',
         cells=[
-            c.to_dict() if isinstance(c, Attack) else list(c) for c in cells
+            c.to_dict() if hasattr(c, 'to_dict') else list(c) for c in cells
         ],
         seed=seed,
         max_images=max_images,
