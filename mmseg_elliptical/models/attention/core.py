@@ -40,9 +40,8 @@ def differentiable_relevance(v: Tensor,
             f'{tuple(v_prev.shape)}: elliptical attention needs the '
             'same shape (the same tokens and heads).')
     diff = (v_prev.sub_(v) if overwrite else torch.sub(v, v_prev)).abs_()
-    if reduction == 'mean':  # sums in fp32: the 1 / N cancels in m / max m
-        m = diff.sum(dim=-2, keepdim=True, dtype=torch.float32)
-        eps = eps * v.shape[-2]
+    if reduction == 'mean':  # accumulates in fp32
+        m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
     else:
         m = diff.float().median(dim=-2, keepdim=True).values
     top = m.amax(dim=-1, keepdim=True)

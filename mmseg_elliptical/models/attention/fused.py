@@ -3,19 +3,24 @@ on CUDA with Triton two kernels (fp32 sums of ``|v - v_prev|`` per chunk of
 tokens, then the guard and the normalisation); elsewhere :mod:`.core`'s
 composite. Compiled, exported, median or differentiable: the composite.
 """
+import os
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the optional extra ``triton``
-    triton = None
+triton = None
+# Triton (the optional extra ``triton``) where it can run: CUDA, or its
+# interpreter on the CPU (the tests).
+if torch.cuda.is_available() or os.environ.get('TRITON_INTERPRET') == '1':
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        pass
 
-#: The op's name in ``torch.ops``.
-OP = 'mmseg_elliptical::relevance'
+#: The ops' namespace in ``torch.ops``.
+NAMESPACE = 'mmseg_elliptical'
 #: Tokens per program of the first kernel.
 CHUNK = 64
 
@@ -74,12 +79,21 @@ def triton_relevance(v: Tensor, v_prev: Tensor, eps: float) -> Tensor:
 def fused(composite: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """``composite`` (:func:`.core.differentiable_relevance`) routed through
     the op where it applies: the mean, eager (not compiled, traced or
-    exported), the same shapes. Registers ``mmseg_elliptical::relevance``
-    and ``relevance_`` (may overwrite ``v_prev`` by ``|v - v_prev|``)."""
-    ops = {
-        overwrite: _register(OP + '_' * overwrite, composite, overwrite)
-        for overwrite in (False, True)
-    }
+    exported), the same shapes. Defines the ops ``relevance`` and
+    ``relevance_`` (may overwrite ``v_prev`` by ``|v - v_prev|``) of
+    ``torch.ops.mmseg_elliptical``: ``composite`` by default, the Triton
+    kernels on CUDA; for autograd ``m`` is a constant (no gradient)."""
+    for name, schema in (('relevance', 'Tensor v_prev'),
+                         ('relevance_', 'Tensor(a!) v_prev')):
+        _LIBRARY.define(f'{name}(Tensor v, {schema}, float eps) -> Tensor')
+        _LIBRARY.impl(name, _composite_kernel(composite, name[-1] == '_'),
+                      'CompositeExplicitAutograd')
+        torch.library.register_fake(f'{NAMESPACE}::{name}', lib=_LIBRARY)(
+            lambda v, v_prev, eps: v.new_empty(*v.shape[:-2], 1, v.shape[-1]))
+        if triton is not None:
+            _LIBRARY.impl(name, triton_relevance, 'CUDA')
+    ops = torch.ops.mmseg_elliptical
+    ops = {False: ops.relevance.default, True: ops.relevance_.default}
 
     def relevance(v: Tensor,
                   v_prev: Tensor,
@@ -94,19 +108,12 @@ def fused(composite: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return relevance
 
 
-def _register(name: str, composite: Callable[..., Tensor], overwrite: bool):
-    """One op: ``composite`` by default, the Triton kernels on CUDA."""
+#: The library of the ops (registered while it lives).
+_LIBRARY = torch.library.Library(NAMESPACE, 'DEF')
 
-    def impl(v: Tensor, v_prev: Tensor, eps: float) -> Tensor:
-        return composite(v, v_prev, 'mean', eps, overwrite)
 
-    op = torch.library.custom_op(
-        name, impl, mutates_args=('v_prev', ) if overwrite else ())
-    op.register_fake(
-        lambda v, v_prev, eps: v.new_empty(*v.shape[:-2], 1, v.shape[-1]))
-    if triton is not None:
-        op.register_kernel('cuda')(triton_relevance)
-    return op
+def _composite_kernel(composite: Callable[..., Tensor], overwrite: bool):
+    return lambda v, v_prev, eps: composite(v, v_prev, 'mean', eps, overwrite)
 
 
 def tracing() -> bool:
