@@ -30,7 +30,9 @@ VIT_T = 'configs/segmenter/segmenter_elliptical-vit-t_mask_8xb1-160k_' \
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s [CONFIG] [options]')
     p.add_argument('config', nargs='?', type=config_file, default=VIT_T)
     p.add_argument('--device', type=device, default='cpu')
     p.add_argument('--size', type=positive_int, default=512)

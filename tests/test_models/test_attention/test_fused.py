@@ -173,3 +173,26 @@ def test_triton_kernels_against_composite(dtype, tokens):
         naive_relevance(v.float(), v_prev.float(), eps=1e-6),
         **({} if dtype == torch.float32 else dict(atol=8e-3, rtol=8e-3)))
     torch.testing.assert_close(got[0, 1], torch.ones(1, d, dtype=dtype))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_op_on_cuda_launches_the_two_triton_kernels(dtype):
+    """On CUDA with Triton the op is the two kernels (no other launch) and
+    equals the composite; the ViT's inference forward adds 3 ops a layer."""
+    pytest.importorskip('triton')
+    from torch.profiler import ProfilerActivity, profile
+    v = torch.randn(B, 3 * H, 1025, 64, device='cuda').to(dtype)[:, ::3]
+    v_prev = torch.randn(B, H, 1025, 64, device='cuda').to(dtype)
+    want = core.differentiable_relevance(v, v_prev)
+    core.relevance(v, v_prev.clone(), overwrite=True)  # compiles
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        got = core.relevance(v, v_prev, overwrite=True)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type.name == 'CUDA']
+    assert len(names) == 2 and '_chunk_sums' in names[0] \
+        and '_normalise' in names[1], names
+    torch.testing.assert_close(got, want)
+    ell, layers = forward_ops('vit', False, device='cuda')
+    dot, _ = forward_ops('vit', False, device='cuda', elliptical_layers=[])
+    assert sum((ell - dot).values()) <= 3 * layers
