@@ -226,8 +226,7 @@ def test_the_options_are_the_command_lines(tool):
 
 
 @pytest.mark.parametrize('mode, per_layer', [('infer', 3), ('train', None)])
-def test_profile_kernels_counts_what_the_layers_add(tmp_path, mode,
-                                                    per_layer):
+def test_profile_kernels_counts_what_the_layers_add(tmp_path, mode, per_layer):
     """The shrunk ViT-T (3 layers, 2 elliptical) on the CPU: in inference
     the op, the hand-on copy and the scaling per elliptical layer (the
     dispatch-hook count of test_fused.py, here from the profiler); both

@@ -68,9 +68,9 @@ def test_step_under_eager_compile():
                if p.requires_grad)
 
 
-@pytest.mark.parametrize('mode, passed', [('default', None),
-                                          ('reduce-overhead',
-                                           'reduce-overhead')])
+@pytest.mark.parametrize('mode, passed',
+                         [('default', None),
+                          ('reduce-overhead', 'reduce-overhead')])
 def test_compile_mode_reaches_torch_compile(monkeypatch, mode, passed):
     """``--compile-mode`` is torch.compile's ``mode`` (the default: none)."""
     seen = {}

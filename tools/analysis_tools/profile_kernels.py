@@ -74,8 +74,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     os.makedirs(args.work_dir, exist_ok=True)
     x = torch.randn(
         args.batch_size, 3, args.size, args.size, device=args.device)
-    report = dict(
-        vars(args), what='kernels' if cuda else 'top-level ops')
+    report = dict(vars(args), what='kernels' if cuda else 'top-level ops')
     for spec in config_variants([args.config],
                                 roles=('elliptical', 'fused-dot'),
                                 cfg_options=args.cfg_options):

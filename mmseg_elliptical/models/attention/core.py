@@ -5,7 +5,7 @@
     out = softmax((q * m) k^T / sqrt(d) + bias) v
 
 ``m`` is a constant for autograd (not inside :func:`adaptive_relevance`).
-Memory and kernel choices: :mod:`.policy`; the mean as one op: :mod:`.fused`.
+Memory and kernels: :mod:`.policy`; the estimator as one op: :mod:`.fused`.
 """
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Tuple
@@ -35,22 +35,20 @@ def differentiable_relevance(v: Tensor,
         overwrite (bool): Compute ``|v - v_prev|`` in ``v_prev``'s memory.
     """
     if v.shape != v_prev.shape:
-        raise ValueError(
-            f'Values of shape {tuple(v.shape)} and previous values '
-            f'{tuple(v_prev.shape)}: elliptical attention needs the '
-            'same shape (the same tokens and heads).')
+        raise ValueError(f'Values of shape {tuple(v.shape)} and previous '
+                         f'values {tuple(v_prev.shape)}: elliptical attention'
+                         ' needs the same shape (the same tokens and heads).')
     diff = (v_prev.sub_(v) if overwrite else torch.sub(v, v_prev)).abs_()
     if reduction == 'mean':  # accumulates in fp32
         m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
     else:
         m = diff.float().median(dim=-2, keepdim=True).values
     top = m.amax(dim=-1, keepdim=True)
-    m = m / top.clamp_min(eps)  # no 0 / 0, nor in the gradient
-    return m.masked_fill_(top <= eps, 1.).to(v.dtype)
+    m = (m / top.clamp_min(eps)).masked_fill_(top <= eps, 1.)  # no 0 / 0
+    return m.to(v.dtype)
 
 
-#: The relevance the forward uses (the mean as one op, :mod:`.fused`):
-#: ``m`` is a constant for autograd.
+#: The relevance the forward uses (one op, :mod:`.fused`): ``m`` constant.
 relevance = torch.no_grad()(fused(differentiable_relevance))
 #: What the value chain hands on of this layer's values: detached.
 chained = Tensor.detach

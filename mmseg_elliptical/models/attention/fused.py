@@ -40,8 +40,8 @@ if triton is not None:
             v_prev + b * sp_b + h * sp_h + n * sp_n + d * sp_d, mask=mask)
         diff = tl.abs(x.to(tl.float32) - y.to(tl.float32))
         d = tl.arange(0, BLOCK_D)
-        tl.store(sums + (bh * chunks + chunk) * D + d, tl.sum(diff, 0),
-                 mask=d < D)
+        tl.store(
+            sums + (bh * chunks + chunk) * D + d, tl.sum(diff, 0), mask=d < D)
 
     @triton.jit
     def _normalise(sums, m, D, chunks, thresh, BLOCK_D: tl.constexpr):
@@ -70,8 +70,17 @@ def triton_relevance(v: Tensor, v_prev: Tensor, eps: float) -> Tensor:
     m = torch.empty(B, H, 1, D, device=v.device, dtype=v.dtype)
     block_d = triton.next_power_of_2(D)
     _chunk_sums[(B * H, chunks)](
-        v, v_prev, sums, N, H, D, chunks, *v.stride(), *v_prev.stride(),
-        CHUNK=CHUNK, BLOCK_D=block_d)
+        v,
+        v_prev,
+        sums,
+        N,
+        H,
+        D,
+        chunks,
+        *v.stride(),
+        *v_prev.stride(),
+        CHUNK=CHUNK,
+        BLOCK_D=block_d)
     _normalise[(B * H, )](sums, m, D, chunks, eps * N, BLOCK_D=block_d)
     return m
 
@@ -88,8 +97,8 @@ def fused(composite: Callable[..., Tensor]) -> Callable[..., Tensor]:
         _LIBRARY.define(f'{name}(Tensor v, {schema}, float eps) -> Tensor')
         _LIBRARY.impl(name, _composite_kernel(composite, name[-1] == '_'),
                       'CompositeExplicitAutograd')
-        torch.library.register_fake(f'{NAMESPACE}::{name}', lib=_LIBRARY)(
-            lambda v, v_prev, eps: v.new_empty(*v.shape[:-2], 1, v.shape[-1]))
+        torch.library.register_fake(
+            f'{NAMESPACE}::{name}', _fake, lib=_LIBRARY)
         if triton is not None:
             _LIBRARY.impl(name, triton_relevance, 'CUDA')
     ops = torch.ops.mmseg_elliptical
@@ -110,6 +119,10 @@ def fused(composite: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
 #: The library of the ops (registered while it lives).
 _LIBRARY = torch.library.Library(NAMESPACE, 'DEF')
+
+
+def _fake(v: Tensor, v_prev: Tensor, eps: float) -> Tensor:
+    return v.new_empty(*v.shape[:-2], 1, v.shape[-1])
 
 
 def _composite_kernel(composite: Callable[..., Tensor], overwrite: bool):

@@ -70,7 +70,13 @@ def test_composite_ops():
     with torch.no_grad(), OpCounter() as counter:
         core.differentiable_relevance(v, v_prev, overwrite=True)
     assert counter.ops == Counter(
-        sub_=1, abs_=1, mean=1, amax=1, clamp_min=1, div=1, le=1,
+        sub_=1,
+        abs_=1,
+        mean=1,
+        amax=1,
+        clamp_min=1,
+        div=1,
+        le=1,
         masked_fill_=1), counter.ops
 
 
@@ -142,12 +148,14 @@ def test_triton_kernels_interpreted():
     """The Triton kernels' test below in a process where Triton interprets
     them on the CPU (``TRITON_INTERPRET=1`` before Triton is imported)."""
     pytest.importorskip('triton')
-    out = run_command(
-        [
-            sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-            f'{__file__}::test_triton_kernels_against_composite'
-        ],
-        env=dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1'))
+    out = run_command([
+        sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+        f'{__file__}::test_triton_kernels_against_composite'
+    ],
+                      env=dict(
+                          os.environ,
+                          TRITON_INTERPRET='1',
+                          OMP_NUM_THREADS='1'))
     assert '4 passed' in out.stdout, out.stdout
 
 
@@ -169,8 +177,7 @@ def test_triton_kernels_against_composite(dtype, tokens):
     assert got.dtype == dtype and got.shape == (B, H, 1, d)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(
-        got.float(),
-        naive_relevance(v.float(), v_prev.float(), eps=1e-6),
+        got.float(), naive_relevance(v.float(), v_prev.float(), eps=1e-6),
         **({} if dtype == torch.float32 else dict(atol=8e-3, rtol=8e-3)))
     torch.testing.assert_close(got[0, 1], torch.ones(1, d, dtype=dtype))
 
