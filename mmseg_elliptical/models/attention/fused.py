@@ -91,7 +91,9 @@ def fused(composite: Callable[..., Tensor]) -> Callable[..., Tensor]:
     exported), the same shapes. Defines the ops ``relevance`` and
     ``relevance_`` (may overwrite ``v_prev`` by ``|v - v_prev|``) of
     ``torch.ops.mmseg_elliptical``: ``composite`` by default, the Triton
-    kernels on CUDA; for autograd ``m`` is a constant (no gradient)."""
+    kernels on CUDA; no autograd formula (:mod:`.core` calls them under
+    no-grad: ``m`` is a constant; ``adaptive_relevance`` calls the
+    composite)."""
     for name, schema in (('relevance', 'Tensor v_prev'),
                          ('relevance_', 'Tensor(a!) v_prev')):
         _LIBRARY.define(f'{name}(Tensor v, {schema}, float eps) -> Tensor')
