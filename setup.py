@@ -54,6 +54,10 @@ setup(
         'cluster': ['submitit==1.5.4'],
         # TensorboardVisBackend (the evidence hook's scalars; make demo-tb)
         'tensorboard': ['tensorboard>=2.21,<2.22'],
+        # The estimator's Triton kernels (attention/fused.py): on CUDA; on
+        # the CPU their tests run them in Triton's interpreter. Unpinned
+        # above 3.4, so that a CUDA torch keeps the Triton it depends on.
+        'triton': ['triton>=3.4'],
         # ONNX export (torch.onnx's dynamo exporter) and onnxruntime, at the
         # versions tested with torch 2.13 (docs/deploy.md)
         'deploy': [

@@ -183,8 +183,10 @@ def markdown(report: Dict) -> str:
         r['memory_measure']
         for r in report['results'] if r['memory_measure']
     })
-    run = f"torch.compile ({opts['compile']})" if opts['compile'] else \
-        'eager'
+    mode = opts.get('compile_mode', 'default')
+    run = (f"torch.compile ({opts['compile']}"
+           f"{'' if mode == 'default' else ', ' + mode})"
+           if opts['compile'] else 'eager')
     if opts['amp']:
         run += ', bf16 autocast'
     lines = [f"```\n{meta['command']}\n```\n"] if meta.get('command') \

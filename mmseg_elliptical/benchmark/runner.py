@@ -39,6 +39,8 @@ class BenchmarkOptions:
         device (str): ``'cpu'`` or a CUDA device.
         amp (bool): bf16 autocast.
         compile (str, optional): ``torch.compile`` backend; None: eager.
+        compile_mode (str): ``torch.compile``'s ``mode`` (``'default'``;
+            ``'reduce-overhead'``: CUDA graphs).
         threads (int): torch threads (0: torch's default).
         clock (str): ``'wall'`` or ``'process'``.
         memory (str): ``'tensors'`` (peak of one step) or ``'none'``.
@@ -59,6 +61,7 @@ class BenchmarkOptions:
     device: str = 'cpu'
     amp: bool = False
     compile: Optional[str] = None
+    compile_mode: str = 'default'
     threads: int = 1
     clock: str = 'wall'
     memory: str = 'tensors'
@@ -87,7 +90,10 @@ class BenchmarkOptions:
 def runner_of(model: BenchForward, options: BenchmarkOptions) -> Callable:
     """``model`` or ``torch.compile(model)`` when asked."""
     if options.compile:  # one static graph per input size and mode
-        return torch.compile(model, backend=options.compile, dynamic=False)
+        mode = None if options.compile_mode == 'default' else \
+            options.compile_mode
+        return torch.compile(
+            model, backend=options.compile, mode=mode, dynamic=False)
     return model
 
 

@@ -223,3 +223,21 @@ def test_the_options_are_the_command_lines(tool):
     assert options.compile == 'eager'
     args = tool.parse_args(['--train-sizes', '512'])
     assert BenchmarkOptions.from_args(args).compile is None
+
+
+@pytest.mark.parametrize('mode, per_layer', [('infer', 3), ('train', None)])
+def test_profile_kernels_counts_what_the_layers_add(tmp_path, mode, per_layer):
+    """The shrunk ViT-T (3 layers, 2 elliptical) on the CPU: in inference
+    the op, the hand-on copy and the scaling per elliptical layer (the
+    dispatch-hook count of test_fused.py, here from the profiler); both
+    traces written."""
+    report = load_tool('analysis_tools/profile_kernels.py').main([
+        BENCH_VIT_T, '--size', '64', '--mode', mode, '--work-dir',
+        str(tmp_path)
+    ] + BENCH_TINY_ARGS)
+    assert report['elliptical_layers'] == 2
+    assert report['elliptical'] > report['fused-dot'] > 0
+    if per_layer is not None:
+        assert report['added_per_layer'] == per_layer
+    for name in ('elliptical.json', 'fused-dot.json', 'kernels.json'):
+        assert (tmp_path / name).stat().st_size > 0

@@ -66,3 +66,18 @@ def test_step_under_eager_compile():
     step()
     assert all(p.grad is not None for p in model.parameters()
                if p.requires_grad)
+
+
+@pytest.mark.parametrize('mode, passed',
+                         [('default', None),
+                          ('reduce-overhead', 'reduce-overhead')])
+def test_compile_mode_reaches_torch_compile(monkeypatch, mode, passed):
+    """``--compile-mode`` is torch.compile's ``mode`` (the default: none)."""
+    seen = {}
+    monkeypatch.setattr(torch, 'compile',
+                        lambda model, **kwargs: seen.update(kwargs) or 'c')
+    model = torch.nn.Linear(2, 2)
+    options = BenchmarkOptions(compile='inductor', compile_mode=mode)
+    assert runner_of(model, options) == 'c'
+    assert seen == dict(backend='inductor', mode=passed, dynamic=False)
+    assert runner_of(model, BenchmarkOptions()) is model

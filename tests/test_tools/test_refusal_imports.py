@@ -78,6 +78,8 @@ LIGHT = [
      "argument --sizes: '0' is not a positive integer"),
     ('analysis_tools/benchmark_layer.py', '1025 100 3',
      'argument N: DIMS 100 is no multiple of HEADS 3'),
+    ('analysis_tools/profile_kernels.py', '--device tpu',
+     "argument --device: 'tpu' is not a device"),
     ('analysis_tools/benchmark_overview.py', '{broken}',
      'argument DIR: {broken}/benchmark.json is no JSON file'),
     ('analysis_tools/benchmark_evidence_hook.py', '{dot_cfg} --interval 0',

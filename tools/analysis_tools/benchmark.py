@@ -131,6 +131,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default='inductor',
         help='torch.compile backend (default inductor)')
     p.add_argument(
+        '--compile-mode',
+        choices=('default', 'reduce-overhead', 'max-autotune-no-cudagraphs'),
+        default='default',
+        help='torch.compile mode (reduce-overhead: CUDA graphs)')
+    p.add_argument(
         '--threads',
         type=non_negative_int,
         default=1,

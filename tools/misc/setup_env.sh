@@ -9,7 +9,7 @@
 #   PYTHON      interpreter used to create the venv (default: python3)
 #   WHEELHOUSE  optional folder of prebuilt wheels (e.g. ../shared/wheels holding
 #               mmcv-2.1.0 built for torch 2.13.0); passed to pip as --find-links
-#   EXTRAS      package extras to install (default: tests,robustness,lint,mmdet,deploy,tensorboard,cluster)
+#   EXTRAS      package extras to install (default: tests,robustness,lint,mmdet,deploy,tensorboard,cluster,triton)
 #   MMCV        lite, full or auto (default): which mmcv. auto is full with a
 #               CUDA build of torch, else lite. lite: mmcv-lite plus a start-up
 #               hook standing in for the compiled mmcv._ext (no compile,
@@ -21,7 +21,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
-EXTRAS="${EXTRAS:-tests,robustness,lint,mmdet,deploy,tensorboard,cluster}"
+EXTRAS="${EXTRAS:-tests,robustness,lint,mmdet,deploy,tensorboard,cluster,triton}"
 MMCV="${MMCV:-auto}"
 case "$MMCV" in
   auto|lite|full) ;;

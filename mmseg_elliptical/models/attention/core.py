@@ -5,7 +5,7 @@
     out = softmax((q * m) k^T / sqrt(d) + bias) v
 
 ``m`` is a constant for autograd (not inside :func:`adaptive_relevance`).
-Memory and kernel choices: :mod:`.policy`.
+Memory and kernels: :mod:`.policy`; the estimator as one op: :mod:`.fused`.
 """
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Tuple
@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..chain import ChainCallMixin
+from .fused import fused
 from .policy import KernelPolicy, hand_on, scaling, take_previous
 from .utils import AttentionOptions, split_heads
 
@@ -34,22 +35,21 @@ def differentiable_relevance(v: Tensor,
         overwrite (bool): Compute ``|v - v_prev|`` in ``v_prev``'s memory.
     """
     if v.shape != v_prev.shape:
-        raise ValueError(
-            f'Values of shape {tuple(v.shape)} and previous values '
-            f'{tuple(v_prev.shape)}: elliptical attention needs the '
-            'same shape (the same tokens and heads).')
+        raise ValueError(f'Values of shape {tuple(v.shape)} and previous '
+                         f'values {tuple(v_prev.shape)}: elliptical attention'
+                         ' needs the same shape (the same tokens and heads).')
     diff = (v_prev.sub_(v) if overwrite else torch.sub(v, v_prev)).abs_()
-    if reduction == 'mean':  # accumulates in fp32 without an fp32 copy
+    if reduction == 'mean':  # accumulates in fp32
         m = diff.mean(dim=-2, keepdim=True, dtype=torch.float32)
     else:
         m = diff.float().median(dim=-2, keepdim=True).values
     top = m.amax(dim=-1, keepdim=True)
-    m = torch.where(top > eps, m / top.clamp_min(eps), 1.)
+    m = (m / top.clamp_min(eps)).masked_fill_(top <= eps, 1.)  # no 0 / 0
     return m.to(v.dtype)
 
 
-#: The relevance the forward uses: ``m`` is a constant for autograd.
-relevance = torch.no_grad()(differentiable_relevance)
+#: The relevance the forward uses (one op, :mod:`.fused`): ``m`` constant.
+relevance = torch.no_grad()(fused(differentiable_relevance))
 #: What the value chain hands on of this layer's values: detached.
 chained = Tensor.detach
 
@@ -106,7 +106,7 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
             return q, k, v, None
         v_image = v if to_image is None else to_image(v)
         if call.keep:
-            hand_on(call, chained(v_image), own_tensor=to_image is not None)
+            hand_on(call, v_image, to_image is not None, chained)
         if not elliptical:
             return q, k, v, None
         v_prev, overwrite = take_previous(call)

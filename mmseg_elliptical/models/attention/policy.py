@@ -5,7 +5,7 @@ Each rule is there because a CPU measurement showed that it pays
 (docs/benchmark.md: "Which kernel", "The inference path and the per-layer
 micro-benchmark").
 """
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -84,19 +84,26 @@ class KernelPolicy:
         return not (math and k.shape[-2] <= EXPLICIT_MAX_KEYS)
 
 
-def hand_on(call: ChainCall, values: Tensor, own_tensor: bool) -> None:
-    """Keep this layer's (detached) values for the next layer.
+def hand_on(call: ChainCall,
+            values: Tensor,
+            own_tensor: bool,
+            detach: Callable[[Tensor], Tensor] = Tensor.detach) -> None:
+    """Keep this layer's values for the next layer.
 
     Without gradient a view of the qkv projection is copied, so that the
-    projection is freed.
+    projection is freed; values that need a gradient are detached.
 
     Args:
         call (ChainCall): The current call.
         values (Tensor): The values in the layout the next layer compares.
         own_tensor (bool): ``values`` is already a tensor of its own.
+        detach (callable): How values that need a gradient are handed on.
     """
-    copy = not (own_tensor or torch.is_grad_enabled())
-    call.values = values.clone() if copy else values
+    if values.requires_grad:
+        values = detach(values)
+    elif not (own_tensor or torch.is_grad_enabled()):
+        values = values.clone()
+    call.values = values
 
 
 def take_previous(call: ChainCall) -> Tuple[Tensor, bool]:
