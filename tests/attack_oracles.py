@@ -19,7 +19,9 @@ def logits_by_hand(model, x: Tensor, meta: Dict) -> Tensor:
     pre = model.data_preprocessor
     if pre.channel_conversion:
         x = x[[2, 1, 0]]
-    xn = (x - pre.mean) / pre.std
+    # float32 images as mmseg's preprocessor casts them (a model in float64
+    # normalises them in float64).
+    xn = (x.float() - pre.mean) / pre.std
     h, w = xn.shape[-2:]
     meta = dict(
         meta,

@@ -1,7 +1,8 @@
 """AdversarialTrainingHook: the images it trains on against an attack of the
 training-time forward written here (every family, a flipped and a cropped
 batch; APGD against ``apgd_train_oracle``'s transcription of SEA's training
-attack), what it leaves as it found, ratio=0 against plain training, the
+attack; both in float64, where they hold on every kernel path), what it
+leaves as it found, ratio=0 against plain training, the
 seeded choice, one clear error per bad input; slow: two processes against
 one, and a SIGKILLed run resumed against the uninterrupted one."""
 import copy
@@ -19,6 +20,7 @@ from apgd_train_oracle import per_image
 from attack_oracles import UNIT, loss_by_hand
 from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, TINY_MODELS,
                       tiny_config)
+from float64 import ATOL, batch64, model64
 from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 from mmengine.registry import init_default_scope
@@ -91,7 +93,9 @@ def logits_by_hand(model, x, size):
     pre = model.data_preprocessor
     if pre.channel_conversion:
         x = x[[2, 1, 0]]
-    xn = (x - pre.mean) / pre.std
+    # float32 as mmseg's preprocessor casts (float64 after, in a float64
+    # model).
+    xn = (x.float() - pre.mean) / pre.std
     h, w = xn.shape[-2:]
     xn = F.pad(xn, (0, size[1] - w, 0, size[0] - h), value=pre.pad_val)
     head = model.decode_head
@@ -109,7 +113,7 @@ def attack_by_hand(model, image, gt, key, attack: dict, ignore=255):
     label = F.pad(
         gt, (0, size[1] - gt.shape[1], 0, size[0] - gt.shape[0]),
         value=ignore).long()
-    x0 = image.float()
+    x0 = image.to(torch.promote_types(image.dtype, torch.float32))
     eps, alpha = (
         attack[k] * UNIT[attack['norm']] for k in ('eps', 'step_size'))
     x = x0.clone()
@@ -166,9 +170,9 @@ def test_trained_images_equal_an_attack_of_the_training_forward(
     if family not in FAMILY_ATTACKS:
         pytest.fail(f'no attack chosen for the new family {family}')
     cfg, crop = family_cfg(family, demo_root, str(tmp_path))
-    model = build(cfg)
+    model = model64(build(cfg))
     model.train()
-    batch = train_batch(cfg, crop)
+    batch = batch64(train_batch(cfg, crop))
     clean = [x.clone() for x in batch['inputs']]
     attack = attack_of(family)
     hook = AdversarialTrainingHook(attack, seed=3)
@@ -180,8 +184,8 @@ def test_trained_images_equal_an_attack_of_the_training_forward(
         key = f'{sample.img_path}@{ITER}'
         want, label = attack_by_hand(model, img, sample.gt_sem_seg.data[0],
                                      key, dict(attack, seed=3))
-        torch.testing.assert_close(x, want, atol=1e-2, rtol=0)
-        assert not torch.equal(x, img.float())  # it moved
+        torch.testing.assert_close(x, want, atol=ATOL, rtol=0)
+        assert not torch.equal(x, img)  # it moved
         with torch.no_grad():
             pred = logits_by_hand(model, x, label.shape).argmax(0)
         valid = label != 255
@@ -203,12 +207,13 @@ def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
     ``apgd_train_oracle``'s transcription of its ``apgd_train`` on each
     image alone, on the training-time logits written here (the first image
     flipped), from the seeded start of (its path, the iteration) in the eps
-    ball; 3 iterations are one stage (the grid's cells refuse them)."""
+    ball; 3 iterations are one stage (the grid's cells refuse them). In
+    float64 (``float64``), where the two agree on every kernel path."""
     from mmseg_elliptical.analysis.robustness.attacks import pgd as attacks
     cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
-    model = build(cfg)
+    model = model64(build(cfg))
     model.train()
-    batch = train_batch(cfg, crop)
+    batch = batch64(train_batch(cfg, crop))
     clean = [x.clone() for x in batch['inputs']]
     hook = AdversarialTrainingHook(
         dict(name=name, norm=norm, eps=eps, steps=steps),
@@ -225,7 +230,7 @@ def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
     halvings = 0
     for x, img, sample in zip(batch['inputs'], clean, batch['data_samples']):
         label = sample.gt_sem_seg.data[0].long()
-        x0 = img.float()
+        x0 = img
         key = image_key(sample.img_path, demo_root)
         start = attacks.random_start(cell, x0, f'{key}@{ITER}')
         with adaptive_relevance(adaptive):
@@ -233,7 +238,7 @@ def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
                 lambda j: lambda z: logits_by_hand(model, z[0], label.shape)[
                     None], [x0], [label], [start], norm, eps * UNIT[norm],
                 steps, name)
-        torch.testing.assert_close(x, want['x_best'][0], atol=1e-3, rtol=0)
+        torch.testing.assert_close(x, want['x_best'][0], atol=ATOL, rtol=0)
         assert not torch.equal(x, x0)  # it moved
         halvings += len(want['halvings'][0])
     assert halvings > 0  # the checkpoints were exercised
