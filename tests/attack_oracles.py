@@ -73,7 +73,7 @@ def attack_by_hand(model,
     """One image's adversarial version (``image``: ``[3, H, W]``, 0-255)."""
     if name == 'fgsm':
         steps, step, start = 1, eps, None
-    x0 = image.float()
+    x0 = image.to(torch.promote_types(image.dtype, torch.float32))
     eps_px, alpha = eps * UNIT[norm], step * UNIT[norm]
     if labels == 'prediction':
         with torch.no_grad():
