@@ -25,7 +25,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
-from processes import cpu_bound_process, free_port, run_command
+from processes import cpu_bound_process, run_command
 from saved_models import family_config
 
 from mmseg_elliptical.engine.hooks import AdversarialTrainingHook
@@ -499,9 +499,15 @@ NO_FLIP = [
     dict(type='PackSegInputs')
 ]
 
+#: The two-process test's attack: L2 steps (smooth in the gradient), where
+#: L-inf sign steps turn a gradient component's float noise into a whole
+#: step, by how much depending on the CPU's kernels.
+SMOOTH_ATTACK = dict(
+    name='pgd', norm='l2', eps=2, steps=2, step_size=1., random_start=True)
+
 
 def at_config(demo_root, work_dir, name, **overrides):
-    """The tiny demo run with the cheap recipe's hook."""
+    """The tiny demo run with the cheap recipe's hook (an L2 attack)."""
     cfg = tiny_config(
         DEMO_ELLIPTICAL,
         demo_root,
@@ -512,10 +518,7 @@ def at_config(demo_root, work_dir, name, **overrides):
             **overrides
         })
     cfg.custom_hooks = [
-        dict(
-            type='AdversarialTrainingHook',
-            attack=attack_of('vit'),
-            ratio=0.75)
+        dict(type='AdversarialTrainingHook', attack=SMOOTH_ATTACK, ratio=0.75)
     ]
     return cfg
 
@@ -528,11 +531,12 @@ def test_two_processes_train_as_one(demo_root, tmp_path) -> None:
     # themselves (Adam's normalisation turns float noise in tiny gradients
     # into whole steps), so the attack's effect shows after 4 steps.
     # Beside a process that keeps one core busy: the runs are single-threaded
-    # and deterministic, so a loaded machine changes nothing. (It failed once
-    # under load at 4.7e-4: not the load, but the draws keyed by the images'
-    # absolute paths, which lie in another temporary folder in every pytest
-    # session; keyed by the path under the data root, every session draws
-    # the same, and the difference is the same float noise each time.)
+    # and deterministic, so a loaded machine changes nothing; torchrun's
+    # --standalone picks its own free port (no port to race for). (It failed
+    # once under load at 4.7e-4: not the load, but the draws keyed by the
+    # images' absolute paths, which lie in another temporary folder in every
+    # pytest session; keyed by the path under the data root, every session
+    # draws the same, and the difference is the same float noise each time.)
     fast = {
         'train_dataloader.dataset.pipeline': NO_FLIP,
         'param_scheduler': [],
@@ -553,9 +557,9 @@ def test_two_processes_train_as_one(demo_root, tmp_path) -> None:
         path = str(tmp_path / 'two.py')
         two.dump(path)
         run_command([
-            sys.executable, '-m', 'torch.distributed.run',
-            '--nproc_per_node=2', f'--master_port={free_port()}',
-            'tools/train.py', path, '--launcher', 'pytorch'
+            sys.executable, '-m', 'torch.distributed.run', '--standalone',
+            '--nproc_per_node=2', 'tools/train.py', path, '--launcher',
+            'pytorch'
         ],
                     timeout=600)
     got = torch.load(
@@ -563,10 +567,13 @@ def test_two_processes_train_as_one(demo_root, tmp_path) -> None:
         map_location='cpu',
         weights_only=False)['state_dict']
     assert got.keys() == one.keys()
-    # Float noise here: 1e-5 at most; the start seeded by the image's place
-    # in its batch instead of its path: 0.09.
+    # A batch of 1 and of 2 round otherwise (float32): with the L2 attack
+    # 1.0e-5 to 1.8e-5 under ATen's default, avx2 and avx512 kernels (the
+    # L-inf attack it replaces: 5e-6 to 4e-5, a sign flip away from more);
+    # the start seeded by the image's place in its batch instead of its
+    # path: 0.017.
     for key in one:
-        torch.testing.assert_close(got[key], one[key], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got[key], one[key], atol=5e-4, rtol=0)
 
 
 KILLER = '''
