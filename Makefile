@@ -6,7 +6,9 @@
 #               marked slow (no subprocess, torchrun, Slurm, export,
 #               torch.compile or end-to-end training); make test-slow runs
 #               those (CI's second step), make test-all both
-# The inner loop: make test-fast (make test without lint).
+# The inner loop: make test-fast (make test without lint). make test-kernels:
+# the attack and training tests under the CPU's other ATen kernels (CI runs it
+# after make test; docs/install.md, "Tests that hold on every CPU").
 # More: make demo-dot (the dot-product twin), make demo-tb (both twins with
 # their evidence live in TensorBoard: collapse, m, attention; then it prints
 # the tensorboard command), make compare (both twins on 3

@@ -5,6 +5,7 @@ recorded ones within float noise (the noise of another CPU's kernels)."""
 import json
 import os.path as osp
 import subprocess
+import sys
 
 import pytest
 from builders import ROOT
@@ -49,6 +50,42 @@ def test_the_makefiles_demo_runs_are_pinned(target):
                                       'tools/dist_adversarial.sh'))
     ]
     assert runs and all(line.startswith(assignments()) for line in runs), runs
+
+
+def capabilities_by_hand() -> list:
+    """The ATen capabilities this CPU has, best last, from /proc/cpuinfo's
+    flags (ATen's AVX-512 kernels need F, BW, VL and DQ)."""
+    with open('/proc/cpuinfo') as f:
+        flags = next((line.split(':', 1)[1].split()
+                      for line in f if line.startswith('flags')), [])
+    found = ['default']
+    if {'avx2', 'fma'} <= set(flags):
+        found.append('avx2')
+        if {'avx512f', 'avx512bw', 'avx512vl', 'avx512dq'} <= set(flags):
+            found.append('avx512')
+    return found
+
+
+@pytest.mark.skipif(not osp.exists('/proc/cpuinfo'), reason='no /proc')
+def test_make_test_kernels_runs_the_other_capabilities():
+    """The attack and training tests once under each capability the CPU
+    has but its best (make test's), each run in its capability alone."""
+    spy = (f'PYTEST={sys.executable} -c "import os, sys; print(\'RUN\', '
+           'os.environ.get(\'ATEN_CPU_CAPABILITY\'), *sys.argv[1:])"')
+    proc = subprocess.run(['make', '-o', 'setup', 'test-kernels', spy],
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    runs = [
+        line for line in proc.stdout.splitlines() if line.startswith('RUN ')
+    ]
+    have = capabilities_by_hand()
+    assert [line.split()[1] for line in runs] == have[:-1], proc.stdout
+    assert all(' -m not slow ' in line for line in runs)
+    assert proc.stdout.count('test_attacks') == len(have) - 1
+    assert f'{have[-1]}: make test\'s own' in proc.stdout
 
 
 #: How far (relative) the demo's first losses may lie from the recorded
