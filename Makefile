@@ -6,7 +6,9 @@
 #               marked slow (no subprocess, torchrun, Slurm, export,
 #               torch.compile or end-to-end training); make test-slow runs
 #               those (CI's second step), make test-all both
-# The inner loop: make test-fast (make test without lint).
+# The inner loop: make test-fast (make test without lint). make test-kernels:
+# the attack and training tests under the CPU's other ATen kernels (CI runs it
+# after make test; docs/install.md, "Tests that hold on every CPU").
 # More: make demo-dot (the dot-product twin), make demo-tb (both twins with
 # their evidence live in TensorBoard: collapse, m, attention; then it prints
 # the tensorboard command), make compare (both twins on 3
@@ -69,7 +71,8 @@ BENCHMARK_ARGS ?= --saved-tensors --rounds 20
 PY := $(VENV)/bin/python
 DEMO_ENV = $(shell $(PYTHON) mmseg_elliptical/utils/pinned_env.py $(DEMO_THREADS))
 
-.PHONY: setup demo demo-dot demo-tb compare export lint test test-fast test-slow test-all test-times benchmark \
+.PHONY: setup demo demo-dot demo-tb compare export lint test test-fast test-slow test-all test-kernels \
+	test-times benchmark \
 	speed report adversarial audit test-full-mmcv demo-at certify
 
 setup:
@@ -221,6 +224,25 @@ test-slow: setup
 	$(PYTEST) -m slow
 
 test-all: test test-slow
+
+# The tests whose results ride on the CPU's kernels (attacks compared with
+# their oracles, adversarial training), under each ATen capability the CPU
+# has beside the one make test ran them under (issue 52; CI runs it after
+# make test): they must hold on any x86-64 host.
+KERNEL_TESTS ?= tests/test_analysis/test_robustness/test_attacks \
+	tests/test_engine/test_adversarial_training.py \
+	tests/test_analysis/test_robustness/test_grid/test_attack_grid.py
+CAPABILITY = $(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability().lower())'
+
+test-kernels: setup
+	@own=$$($(CAPABILITY) 2>/dev/null); \
+	for cap in default avx2 avx512; do \
+		got=$$(ATEN_CPU_CAPABILITY=$$cap $(CAPABILITY) 2>/dev/null); \
+		if [ "$$got" != "$$cap" ]; then echo "test-kernels: $$cap: not on this CPU"; continue; fi; \
+		if [ "$$cap" = "$$own" ]; then echo "test-kernels: $$cap: make test's own"; continue; fi; \
+		echo "test-kernels: ATEN_CPU_CAPABILITY=$$cap"; \
+		ATEN_CPU_CAPABILITY=$$cap $(PYTEST) -m "not slow" $(KERNEL_TESTS) || exit 1; \
+	done
 
 # The suite's time per test folder (every test, one run), a markdown table.
 test-times: setup

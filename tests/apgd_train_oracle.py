@@ -21,7 +21,10 @@ Changes, each marked where it applies:
   the loss is called with two;
 - the L2 branch (lines 412-436) runs from the given start (SEA's random
   start, lines 292-294, is L-inf only);
-- it also returns each image's halving iterations (for the tests).
+- it also returns each image's halving iterations (for the tests);
+- ``loss_steps`` (line 311) has the images' dtype (SEA: the default,
+  float32): run in float64, float32 losses would tie where the package's
+  do not.
 """
 from typing import Callable, Dict, List, Optional
 
@@ -112,7 +115,9 @@ def apgd_train(model: Callable[[Tensor], Tensor],
     x_adv = x_adv.clamp(0.0, 255.0)  # 308
     x_best = x_adv.clone()
     x_best_adv = x_adv.clone()
-    loss_steps = torch.zeros([n_iter, x.shape[0]], device=device)  # 311
+    loss_steps = torch.zeros([n_iter, x.shape[0]],
+                             device=device,
+                             dtype=x.dtype)  # 311 (dtype: see above)
     criterion_indiv = CRITERIA[loss]  # 316
     track_loss_fn = criterion_indiv  # 317-319: track_loss=None
     n_iter_2 = max(int(0.22 * n_iter), 1)  # 324

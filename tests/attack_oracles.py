@@ -19,7 +19,9 @@ def logits_by_hand(model, x: Tensor, meta: Dict) -> Tensor:
     pre = model.data_preprocessor
     if pre.channel_conversion:
         x = x[[2, 1, 0]]
-    xn = (x - pre.mean) / pre.std
+    # float32 images as mmseg's preprocessor casts them (a model in float64
+    # normalises them in float64).
+    xn = (x.float() - pre.mean) / pre.std
     h, w = xn.shape[-2:]
     meta = dict(
         meta,
@@ -71,7 +73,7 @@ def attack_by_hand(model,
     """One image's adversarial version (``image``: ``[3, H, W]``, 0-255)."""
     if name == 'fgsm':
         steps, step, start = 1, eps, None
-    x0 = image.float()
+    x0 = image.to(torch.promote_types(image.dtype, torch.float32))
     eps_px, alpha = eps * UNIT[norm], step * UNIT[norm]
     if labels == 'prediction':
         with torch.no_grad():

@@ -1,6 +1,7 @@
-"""The demo's first training losses, exactly: the support module of
-``tests/test_demo_losses.py`` and the script that recorded
-``tests/demo_losses.json``::
+"""The demo's first training losses, bit for bit: the support module of
+``tests/test_utils/test_pinned_env.py`` (which compares them with the
+recorded ones within float noise, and two runs bit for bit) and the script
+that recorded ``tests/demo_losses.json``::
 
     python tests/demo_losses.py tests/demo_losses.json [ITERATIONS]
 

@@ -15,7 +15,7 @@ from builders import (BACKBONES, DEMO_DOT, DEMO_ELLIPTICAL, HAS_MMDET, ROOT,
                       tiny_config)
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
-from processes import free_port, run_command
+from processes import run_command
 from saved_models import family_config
 from shipped_configs import sync_bn_to_bn, tiny_query_head
 
@@ -208,12 +208,13 @@ def test_weights_bitwise_equal_under_two_processes(demo_root,
                             hook, **DROPOUT)
         cfg_file = str(tmp_path / f'{name}.py')
         cfg.dump(cfg_file)
-        run_command([
-            sys.executable, '-m', 'torch.distributed.run',
-            '--nproc_per_node=2', f'--master_port={free_port()}',
-            'tools/train.py', cfg_file, '--launcher', 'pytorch'
-        ],
-                    timeout=600)
+        run_command(
+            [  # --standalone: torchrun picks its own free port
+                sys.executable, '-m', 'torch.distributed.run', '--standalone',
+                '--nproc_per_node=2', 'tools/train.py', cfg_file, '--launcher',
+                'pytorch'
+            ],
+            timeout=600)
         checkpoints.append(
             torch.load(
                 osp.join(tmp_path, name, 'iter_4.pth'),

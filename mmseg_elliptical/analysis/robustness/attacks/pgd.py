@@ -154,10 +154,16 @@ def perturb(model,
             start. Default: its ``img_path``.
 
     Returns:
-        list[Tensor]: The float images, within the ball and [0, 255].
+        list[Tensor]: The float images (float64 from float64 ones), within
+        the ball and [0, 255].
     """
     device = next(model.parameters()).device
-    x0 = [img.to(device).float() for img in images]
+    # Integer and half images in float32, float64 ones kept (a model in
+    # float64 is attacked in float64: the tests' oracle comparisons).
+    x0 = [
+        img.to(device, torch.promote_types(img.dtype, torch.float32))
+        for img in images
+    ]
     if forward is None:
         forward = partial(seg_logits, model, samples=samples)
     if labels is None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from attack_oracles import attack_by_hand, loss_by_hand
 from builders import DEMO_DOT, DEMO_ELLIPTICAL, build_segmentor, seg_samples
+from float64 import ATOL, model64
 from processes import load_tool
 
 from mmseg_elliptical.analysis import robustness as rb
@@ -64,8 +65,10 @@ def test_ignored_pixels_count_nowhere_in_the_loss(name):
 
 
 def check_attack(model, attack, image, sample):
-    """The package's adversarial image equals the hand-written one; it lies
-    in the ball and in [0, 255]; returns it."""
+    """The package's adversarial image equals the hand-written one, both in
+    float64 (``float64``); it lies in the ball and in [0, 255]; returns
+    it."""
+    model, image = model64(model), image.double()
     got, = attacks.perturb(model, [image], [sample], attack)
     start = None
     if attack.random_start:
@@ -75,9 +78,9 @@ def check_attack(model, attack, image, sample):
                           sample.gt_sem_seg.data[0], attack.name, attack.norm,
                           attack.eps, attack.steps, attack.step_size,
                           attack.labels, start)
-    torch.testing.assert_close(got, want, atol=1e-2, rtol=0)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
     eps = attack.eps * attacks.UNIT[attack.norm]
-    delta = (got - image).double()
+    delta = got - image
     norm = delta.abs().max() if attack.norm == 'linf' else delta.norm()
     assert norm <= eps + 1e-3 and 0 <= got.min() and got.max() <= 255
     return got
