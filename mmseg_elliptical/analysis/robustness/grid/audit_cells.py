@@ -57,7 +57,8 @@ def audit_cells(
         preset (AuditPreset, optional): Sweep ``preset.sweep_attack`` with
             ``preset.sweep_steps`` iterations at the largest headline eps
             and each larger eps of ``sweep`` (through ``m`` too where the
-            model has adaptive cells) instead of the run's own attacks.
+            model has adaptive cells) instead of the run's own attacks, and
+            again with twice the iterations at the largest headline eps.
         class_weights (dict, optional): ``{model: weights}`` of the
             preset's balanced attack.
 
@@ -97,6 +98,9 @@ def audit_cells(
                 for a in sorted({c.adaptive
                                  for c in mine})
                 for e in [top, *[e for e in sweep if e > top]]
+            ]
+            extra += [  # the worst case's cell, doubled too
+                replace(c, steps=2 * c.steps) for c in extra if c.eps == top
             ]
         extra += [
             replace(c, steps=2 * c.steps) for c in mine
