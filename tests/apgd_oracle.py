@@ -23,7 +23,8 @@ def loss_by_hand(name: str,
                  ignore: int,
                  weights: Optional[List[float]] = None) -> Tensor:
     """Mean over labelled pixels of SEA's per-pixel loss; ``'ce'`` (and
-    ``'apgd-ce'``): the plain cross-entropy its step-size control tracks."""
+    ``'apgd-ce'``): the plain cross-entropy its step-size control tracks;
+    ``'apgd-dlr'``: the DLR margin."""
     C = logits.shape[0]
     valid = (labels != ignore).float()
     safe = torch.where(labels != ignore, labels, torch.zeros_like(labels))
@@ -36,6 +37,13 @@ def loss_by_hand(name: str,
             y > 0, y *
             (y.clamp_min(1e-45).log() - m.log()), torch.zeros_like(y))
         pixel = per_class.sum(0)
+    elif name == 'apgd-dlr':  # the DLR margin on the pixels still right
+        ranked = logits.sort(0, descending=True).values
+        true = (logits * y).sum(0)
+        other = torch.where(y > 0, torch.full_like(logits, -float('inf')),
+                            logits).max(0).values
+        right = (logits.detach().argmax(0) == safe).float()
+        pixel = -(true - other) / (ranked[0] - ranked[2] + 1e-12) * right
     else:
         pixel = -(logp * y).sum(0)
         if name not in ('ce', 'apgd-ce'):

@@ -10,10 +10,10 @@ from ..errors import AnalysisError
 
 PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 #: The APGD attacks, one per loss (``attacks.losses.LOSSES``): SEA's
-#: evaluation losses (its ``sea`` protocols' attacks) and its training
-#: attack's plain cross-entropy.
+#: evaluation losses (its ``sea`` protocols' attacks), its training
+#: attack's plain cross-entropy, and the DLR margin loss (saturated logits).
 SEA_ATTACKS = ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
-APGD_ATTACKS = SEA_ATTACKS + ('apgd-ce', )
+APGD_ATTACKS = SEA_ATTACKS + ('apgd-ce', 'apgd-dlr')
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
 #: Attacks that read outputs only, each run by its own module, which
 #: registers it in :data:`PERTURBERS` (``attacks.square``).
@@ -288,12 +288,19 @@ class AuditPreset(NamedTuple):
         sweep_steps (int): Its iterations at every swept eps.
         queries (int): The square attack's queries per image at each
             headline eps.
+        margin_attack (str): The APGD of the margin loss run with
+            ``sweep_steps`` iterations at the largest headline eps (its
+            adaptive form too): a logit temperature that saturates the
+            softmax leaves the cross-entropy's gradient 0, not the
+            margin's.
     """
     sweep_attack: str = 'apgd-mce-bal'
     sweep_steps: int = 100
     queries: int = 1000
+    margin_attack: str = 'apgd-dlr'
 
 
 #: The preset: APGD-MCE-Bal, 100 iterations, swept to 255 levels, the square
-#: attack with 1000 queries, transfers from the other arm (docs/evidence.md).
+#: attack with 1000 queries, APGD-DLR, transfers from the other arm
+#: (docs/evidence.md).
 AUDIT_PRESET = AuditPreset()

@@ -206,6 +206,7 @@ def test_the_protocol_from_training_to_the_report(slurm, demo_root,
             for e in (32., *[e for e in SWEEP if e > 32])
         }
         expected |= {f'apgd-mce-bal{w}/linf/32/8' for w in ways}  # doubled
+        expected |= {f'apgd-dlr{w}/linf/32/4' for w in ways}  # margin loss
         expected |= {f'apgd-mce{w}@{other}/linf/32/4' for w in theirs}
         assert set(keys) == expected, (name, sorted(keys))
     for tool, step in (('robustness', 'ade20k-c'), ('adversarial', 'attacks')):

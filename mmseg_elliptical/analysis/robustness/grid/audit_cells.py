@@ -58,7 +58,8 @@ def audit_cells(
             ``preset.sweep_steps`` iterations at the largest headline eps
             and each larger eps of ``sweep`` (through ``m`` too where the
             model has adaptive cells) instead of the run's own attacks, and
-            again with twice the iterations at the largest headline eps.
+            again with twice the iterations at the largest headline eps;
+            ``preset.margin_attack`` there too.
         class_weights (dict, optional): ``{model: weights}`` of the
             preset's balanced attack.
 
@@ -101,6 +102,11 @@ def audit_cells(
             ]
             extra += [  # the worst case's cell, doubled too
                 replace(c, steps=2 * c.steps) for c in extra if c.eps == top
+            ]
+            extra += [  # the margin loss (saturated logits)
+                replace(c, name=preset.margin_attack, class_weights=None)
+                for c in extra
+                if c.eps == top and c.steps == preset.sweep_steps
             ]
         extra += [
             replace(c, steps=2 * c.steps) for c in mine

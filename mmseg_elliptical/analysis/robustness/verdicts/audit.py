@@ -193,7 +193,8 @@ def preset_text(preset: AuditPreset = AUDIT_PRESET) -> str:
     """The preset in words, as the verdict names it."""
     return (f'audit preset: {preset.sweep_attack} {preset.sweep_steps} '
             f'iterations swept to {max(SWEEP):g} levels and doubled, '
-            f'square {preset.queries} queries, transfers')
+            f'{preset.margin_attack}, square {preset.queries} queries, '
+            'transfers')
 
 
 def budget_shortfalls(cells: Dict[str, Dict],
@@ -214,6 +215,14 @@ def budget_shortfalls(cells: Dict[str, Dict],
         got = ', '.join(f'{n} {s}' for n, s in sorted(set(swept))) or 'none'
         out.append(f'swept to {far:g} levels: {got} (preset: '
                    f'{preset.sweep_attack} {preset.sweep_steps} iterations)')
+    margin = max((s for n, _, e, s in keys
+                  if n.replace('-adaptive', '') == preset.margin_attack
+                  and e == max(epsilons)),
+                 default=0)
+    if margin < preset.sweep_steps:
+        out.append(f'{preset.margin_attack} {margin} iterations at eps '
+                   f'{max(epsilons):g} (preset: {preset.sweep_steps}, the '
+                   'margin loss)')
     for e in epsilons:
         queries = max(
             (s for n, _, e2, s in keys if n in QUERY_ATTACKS and e2 == e),
@@ -228,6 +237,7 @@ def budget_shortfalls(cells: Dict[str, Dict],
         if e in epsilons and '@' not in n and n not in QUERY_ATTACKS
         and n.replace('-adaptive', '') not in single and (
             n, norm, e, 2 * s) not in keys and (n, norm, e, s / 2) not in keys
+        and n.replace('-adaptive', '') != preset.margin_attack  # not doubled
     })
     if undoubled:
         out.append(f'not run with twice the steps: {", ".join(undoubled)} '

@@ -59,13 +59,15 @@ def test_a_run_below_the_preset_says_so():
     assert got['verdict'] == (
         f'{OPEN}; images not stored, {preset_text()}; budget below the '
         'audit preset: swept to 255 levels: pgd 5 (preset: apgd-mce-bal 100 '
-        'iterations), square 20 queries at eps 4 (preset: 1000)')
+        'iterations), apgd-dlr 0 iterations at eps 4 (preset: 100, the '
+        'margin loss), square 20 queries at eps 4 (preset: 1000)')
     at_preset = {
         **healthy(),
         'square/linf/4/1000': dict(aAcc=60.),
         'apgd-mce-bal-adaptive/linf/255/100': dict(aAcc=0.),
         'apgd-mce-bal-adaptive/linf/4/100': dict(aAcc=29.),  # the sweep's
-        'apgd-mce-bal-adaptive/linf/4/200': dict(aAcc=29.)  # doubled
+        'apgd-mce-bal-adaptive/linf/4/200': dict(aAcc=29.),  # doubled
+        'apgd-dlr-adaptive/linf/4/100': dict(aAcc=29.)  # the margin loss
     }
     assert budget_shortfalls(at_preset, [4.]) == []
     undoubled = dict(at_preset)
@@ -292,12 +294,15 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
         'square/linf/16/2',
         'pgd@dot/linf/16/1',
         'apgd-mce-bal/linf/16/8',
-        'apgd-mce-bal-adaptive/linf/16/8'  # the preset's cell doubled
+        'apgd-mce-bal-adaptive/linf/16/8',  # the preset's cell doubled
+        'apgd-dlr/linf/16/4',
+        'apgd-dlr-adaptive/linf/16/4'  # margin loss
     } <= set(cells)
     assert 'pgd/linf/32/1' not in cells  # the preset sweeps its own attack
     assert data['summary']['ell']['audit']['budget'] == [
         'swept to 255 levels: apgd-mce-bal 4, apgd-mce-bal-adaptive 4 '
         '(preset: apgd-mce-bal 100 iterations)',
+        'apgd-dlr 4 iterations at eps 16 (preset: 100, the margin loss)',
         'square 2 queries at eps 16 (preset: 1000)'
     ]
     assert 'pgd-adaptive@ell/linf/16/1' in data['models']['dot']['cells']
@@ -310,7 +315,8 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     assert notes[0].startswith('No paired test on ') and notes[0].endswith(
         'needs 2 or more, got 1.') and notes[0].count(', ') > 5, notes
     assert notes[1].startswith(
-        'apgd-mce-bal-adaptive/linf/4, apgd-mce-bal-adaptive/linf/8, '
+        'apgd-dlr-adaptive/linf/4, apgd-mce-bal-adaptive/linf/4, '
+        'apgd-mce-bal-adaptive/linf/8, '
         'pgd-adaptive/linf/1, pgd-adaptive/linf/2: compared with '
         "dot's plain attack"), notes
     assert 'pgd@dot/linf/1' in notes[2] and \
