@@ -85,7 +85,8 @@ def stage_by_hand(f: Callable, x0: Tensor, y: Tensor, name: str, norm: str,
                 g, = torch.autograd.grad(
                     loss_by_hand(name, logits, y, ignore, weights), [x])
         logits = logits.detach()
-        return g, float(loss_by_hand('ce', logits, y, ignore)), \
+        tracked = name if name == 'apgd-dlr' else 'ce'  # the margin's own
+        return g, float(loss_by_hand(tracked, logits, y, ignore)), \
             accuracy_by_hand(logits, y, ignore)
 
     n_iter_2, n_iter_min = max(int(0.22 * n), 1), max(int(0.06 * n), 1)

@@ -59,6 +59,11 @@ class Attack:
         seed (int): Seed of the random start.
         class_weights (tuple[float], optional): Per-class loss weights
             (``apgd-mce-bal``'s, from the training set).
+        bpda (bool): Differentiate through the data preprocessor as if
+            its own transform were the identity (Athalye et al.'s BPDA:
+            the values are the model's, the gradient straight through).
+        eot (int): Draws of the model's randomness whose logits each
+            attack step averages (Athalye et al.'s EOT; 1: none).
         train (bool): A class attribute: APGD runs SEA's training attack
             (``apgd(train=True)``): True for the training hook's cells.
     """
@@ -72,6 +77,8 @@ class Attack:
     labels: str = 'gt'
     seed: int = 0
     class_weights: Optional[Tuple[float, ...]] = None
+    bpda: bool = False
+    eot: int = 1
     train: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -89,8 +96,10 @@ class Attack:
 
     @property
     def key(self) -> str:
-        """The cell key ``ATTACK[-adaptive]/NORM/EPS/STEPS``."""
+        """The cell key ``ATTACK[-adaptive][-bpda][-eotK]/NORM/EPS/STEPS``.
+        """
         name = f'{self.name}-adaptive' if self.adaptive else self.name
+        name += '-bpda' * self.bpda + f'-eot{self.eot}' * (self.eot > 1)
         return f'{name}/{self.norm}/{self.eps:g}/{self.steps}'
 
     def to_dict(self) -> Dict:
@@ -127,6 +136,8 @@ def check_attack(attack: Attack) -> None:
         problems.append(f'steps {attack.steps} must be >= 1')
     if not attack.step_size > 0 and attack.eps > 0:
         problems.append(f'step size {attack.step_size} must be > 0')
+    if attack.eot < 1:
+        problems.append(f'eot {attack.eot} must be >= 1 (1: no average)')
     problems += apgd_problems(attack)
     if problems:
         raise AnalysisError('; '.join(problems) + '.')

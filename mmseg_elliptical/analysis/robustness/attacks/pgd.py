@@ -26,6 +26,7 @@ from ....utils import attack_cells as cells
 from ....utils.attack_cells import APGD_ATTACKS, PERTURBERS, Attack
 from .apgd import apgd_images
 from .keys import sample_keys
+from .remedies import bpda_logits, eot_forward
 
 # The names of utils/attack_cells.py (the tools' checks) kept here too.
 PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
@@ -147,7 +148,9 @@ def perturb(model,
         ignore_index (int): Label of pixels without a class.
         forward (callable, optional): The attacked function: images to
             ``[C, H, W]`` logits at their labels' size. Default:
-            :func:`seg_logits` (``predict``, as evaluated).
+            :func:`seg_logits` (``predict``, as evaluated), through
+            :func:`~.remedies.bpda_logits` with ``attack.bpda`` and averaged
+            over ``attack.eot`` draws (:func:`~.remedies.eot_forward`).
         labels (list[Tensor], optional): ``[H, W]`` labels of ``forward``'s
             logits. Default: :func:`attack_labels`.
         start_keys (Sequence[str], optional): What seeds each image's random
@@ -159,7 +162,10 @@ def perturb(model,
     device = next(model.parameters()).device
     x0 = [img.to(device).float() for img in images]
     if forward is None:
-        forward = partial(seg_logits, model, samples=samples)
+        forward = partial(
+            bpda_logits if attack.bpda else seg_logits, model, samples=samples)
+        if attack.eot > 1:
+            forward = eot_forward(forward, attack.eot)
     if labels is None:
         labels = attack_labels(attack, model, x0, samples)
     if start_keys is None:
