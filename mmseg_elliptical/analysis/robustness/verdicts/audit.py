@@ -42,7 +42,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ....utils.attack_cells import AUDIT_PRESET, QUERY_ATTACKS, AuditPreset
 from ..grid.audit_cells import SWEEP
-from .audit_compare import check_of, compare, lowest, split_key
+from .audit_compare import (check_of, compare, lowest, split_key, worst_miou,
+                            worst_of)
 from .audit_images import MIN_IMAGES, image_check, image_row
 from .audit_sweep import FLOOR, kind_of, sweep_check  # noqa: F401
 
@@ -171,13 +172,41 @@ def gradient_masking_audit(cells: Dict[str, Dict],
     if budget is None:
         budget = budget_shortfalls(cells, epsilons, sweep, preset)
     images = images_of(cells, correct)
+    remedies = remedy_of(cells, correct, white, max(epsilons))
+    verdict = verdict_of(checks, budget, images, preset)
+    if remedies:
+        verdict += (f'; with BPDA and EOT the worst case at eps '
+                    f'{remedies["eps"]:g} is {remedies["aAcc"]:.2f} % aAcc '
+                    f'(without: {remedies["without"]:.2f})')
     return dict(
         checks=checks,
         notes=notes,
         budget=list(budget),
         images=images,
         preset=preset_text(preset),
-        verdict=verdict_of(checks, budget, images, preset))
+        remedies=remedies,
+        verdict=verdict)
+
+
+def remedy_of(cells: Dict[str, Dict], correct: Callable,
+              white: Dict[float, List[str]], top: float) -> Optional[Dict]:
+    """The robust number of the BPDA and EOT cells at ``top`` (run when
+    the audit failed): the worst case over them and the white-box cells,
+    beside the white-box worst case alone; None without such cells."""
+    found = [
+        k for k in cells if k.count('/') == 3 and kind_of(k) == 'remedy'
+        and split_key(k)[2] == top
+    ]
+    if not found or not white.get(top):
+        return None
+    both = worst_of([*white[top], *found], cells, correct)[0]
+    alone = worst_of(white[top], cells, correct)[0]
+    return dict(
+        eps=top,
+        cells=found,
+        aAcc=both,
+        without=alone,
+        mIoU=worst_miou([*white[top], *found], correct))
 
 
 def images_of(cells: Dict[str, Dict], correct: Callable) -> Optional[int]:
@@ -235,6 +264,7 @@ def budget_shortfalls(cells: Dict[str, Dict],
         n
         for n, norm, e, s in keys
         if e in epsilons and '@' not in n and n not in QUERY_ATTACKS
+        and kind_of(f'{n}/{norm}/{e:g}/{s}') != 'remedy'
         and n.replace('-adaptive', '') not in single and (
             n, norm, e, 2 * s) not in keys and (n, norm, e, s / 2) not in keys
         and n.replace('-adaptive', '') != preset.margin_attack  # not doubled

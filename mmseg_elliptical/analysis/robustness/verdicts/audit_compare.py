@@ -14,12 +14,15 @@ ROUNDING = 1e-9
 
 
 def kind_of(key: str, query_attacks: Sequence[str]) -> str:
-    """``'transfer'``, ``'query'``, ``'adaptive'`` or ``'plain'``."""
+    """``'transfer'``, ``'query'``, ``'remedy'`` (BPDA or EOT: not the
+    checks' cells), ``'adaptive'`` or ``'plain'``."""
     name = key.split('/')[0]
     if '@' in name:
         return 'transfer'
     if name in query_attacks:
         return 'query'
+    if '-bpda' in name or '-eot' in name:
+        return 'remedy'
     return 'adaptive' if name.endswith('-adaptive') else 'plain'
 
 

@@ -322,6 +322,19 @@ def test_audit_in_the_tool(demo_models, tmp_path, capsys):
     assert 'pgd@dot/linf/1' in notes[2] and \
         'no paired test, dot has no such cells' in notes[2], notes
     assert 'pgd@dot/linf/1' not in notes[0]
+    # a model that failed the audit ran BPDA and EOT, and its verdict gives
+    # the worst case with them
+    for name in ('ell', 'dot'):
+        got = data['summary'][name]['audit']
+        if not got['verdict'].startswith('failed: '):
+            assert got['remedies'] is None
+            continue
+        for w in ('bpda', 'eot8'):
+            assert f'apgd-mce-bal-{w}/linf/16/4' in \
+                data['models'][name]['cells']
+        assert '; with BPDA and EOT the worst case at eps 16 is ' in \
+            got['verdict']
+    assert any(data['summary'][n]['audit']['remedies'] for n in ('ell', 'dot'))
     for name in ('ell', 'dot'):
         got = data['summary'][name]['audit']
         assert '; 1 image, fewer than 30, audit preset: ' in got['verdict']

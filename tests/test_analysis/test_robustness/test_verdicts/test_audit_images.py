@@ -195,3 +195,48 @@ def test_rows_carry_the_miou_beside_the_aacc():
     sq = 'square/linf/4/1000'
     assert row['second_mIoU'] == pytest.approx(
         100 * np.mean(inter[sq].sum(0) / union[sq].sum(0)))
+
+
+def test_bpda_and_eot_give_the_robust_number_but_not_the_checks():
+    """A masked model's BPDA cell is far below its white-box cells: the
+    checks still fail (the gradient is masked), and the verdict reports the
+    worst case with the remedies, the per-image minimum computed here."""
+    cells, correct = partly_masked(40, 40)
+    right = {k: correct(k)[0] for k in cells}
+    rng = np.random.default_rng(9)
+    bpda = rng.integers(0, 10, 40)
+    eot = rng.integers(0, 10, 40)
+    right['apgd-mce-bal-bpda/linf/4/100'] = bpda
+    right['apgd-mce-bal-eot8/linf/4/100'] = eot
+    labelled = np.full(40, PIXELS)
+    cells = {k: dict(aAcc=100 * v.sum() / labelled.sum())
+             for k, v in right.items()}
+    got = audit(cells, lambda k: (right[k], labelled))
+    assert check(got, 'white-box beats black-box')['passed'] is False
+    white = np.minimum(right['pgd/linf/4/5'], right['pgd/linf/4/10'])
+    white = np.minimum(white, right['fgsm/linf/4/1'])
+    want = np.minimum(white, np.minimum(bpda, eot)).sum() / 40
+    assert got['remedies']['aAcc'] == pytest.approx(want)
+    assert got['remedies']['without'] == pytest.approx(white.sum() / 40)
+    assert got['verdict'].endswith(
+        f'; with BPDA and EOT the worst case at eps 4 is {want:.2f} % aAcc '
+        f'(without: {white.sum() / 40:.2f})')
+    assert 'remedy' not in str(got['budget'])
+
+
+def test_remedy_cells_are_the_preset_attack_through_bpda_and_eot():
+    from mmseg_elliptical.analysis import robustness as rb
+    preset = rb.AuditPreset(sweep_steps=4)
+    swept = [
+        rb.Attack('apgd-mce-bal', 'linf', e, 4, 2., adaptive=a,
+                  class_weights=(1., 2.))
+        for e in (4., 8.) for a in (False, True)
+    ]
+    other = rb.Attack('pgd', 'linf', 4., 4, 1.)
+    got = [c.key for c in rb.remedy_cells([other, *swept], 4., preset, 3)]
+    assert got == [
+        'apgd-mce-bal-bpda/linf/4/4', 'apgd-mce-bal-adaptive-bpda/linf/4/4',
+        'apgd-mce-bal-eot3/linf/4/4', 'apgd-mce-bal-adaptive-eot3/linf/4/4'
+    ]
+    with pytest.raises(Exception, match='eot 0 must be >= 1'):
+        rb.Attack('pgd', 'linf', 4., 4, 1., eot=0)
