@@ -174,16 +174,17 @@ def transfer_sources(arms: Dict[str, List[str]]) -> Dict[str, List[str]]:
     }
 
 
-def remedy_cells(cells: Sequence, top: float, preset: AuditPreset,
+def remedy_cells(cells: Sequence,
+                 top: float,
+                 preset: AuditPreset,
                  draws: int = EOT_DRAWS) -> List[Attack]:
     """What a model that failed the audit runs next (Athalye et al.): the
     preset's swept attack at the largest headline eps ``top`` (each form
     the model has there) through BPDA, and averaged over ``draws`` draws
     (EOT); their worst case is the robust number the audit reports."""
     mine = [
-        c for c in cells if type(c) is Attack
-        and c.name == preset.sweep_attack and c.eps == top
-        and c.steps == preset.sweep_steps
+        c for c in cells if type(c) is Attack and c.name == preset.sweep_attack
+        and c.eps == top and c.steps == preset.sweep_steps
     ]
     return [replace(c, bpda=True) for c in mine] + \
         [replace(c, eot=draws) for c in mine]

@@ -209,8 +209,10 @@ def test_bpda_and_eot_give_the_robust_number_but_not_the_checks():
     right['apgd-mce-bal-bpda/linf/4/100'] = bpda
     right['apgd-mce-bal-eot8/linf/4/100'] = eot
     labelled = np.full(40, PIXELS)
-    cells = {k: dict(aAcc=100 * v.sum() / labelled.sum())
-             for k, v in right.items()}
+    cells = {
+        k: dict(aAcc=100 * v.sum() / labelled.sum())
+        for k, v in right.items()
+    }
     got = audit(cells, lambda k: (right[k], labelled))
     assert check(got, 'white-box beats black-box')['passed'] is False
     white = np.minimum(right['pgd/linf/4/5'], right['pgd/linf/4/10'])
@@ -228,9 +230,14 @@ def test_remedy_cells_are_the_preset_attack_through_bpda_and_eot():
     from mmseg_elliptical.analysis import robustness as rb
     preset = rb.AuditPreset(sweep_steps=4)
     swept = [
-        rb.Attack('apgd-mce-bal', 'linf', e, 4, 2., adaptive=a,
-                  class_weights=(1., 2.))
-        for e in (4., 8.) for a in (False, True)
+        rb.Attack(
+            'apgd-mce-bal',
+            'linf',
+            e,
+            4,
+            2.,
+            adaptive=a,
+            class_weights=(1., 2.)) for e in (4., 8.) for a in (False, True)
     ]
     other = rb.Attack('pgd', 'linf', 4., 4, 1.)
     got = [c.key for c in rb.remedy_cells([other, *swept], 4., preset, 3)]
@@ -240,3 +247,14 @@ def test_remedy_cells_are_the_preset_attack_through_bpda_and_eot():
     ]
     with pytest.raises(Exception, match='eot 0 must be >= 1'):
         rb.Attack('pgd', 'linf', 4., 4, 1., eot=0)
+
+
+def test_the_report_says_inconclusive():
+    from mmseg_elliptical.analysis.robustness.reports.audit import \
+        audit_markdown
+    cells, correct = partly_masked(29, 0)
+    lines = audit_markdown({'m': {'audit': audit(cells, correct)}})
+    row = next(r for r in lines[3].splitlines() if 'per image' in r)
+    assert '| inconclusive |' in row and 'fewer than the 30' in row
+    assert lines[-1].startswith('- m: inconclusive: white-box beats '
+                                'black-box per image; 29 images, fewer ')
