@@ -1,17 +1,8 @@
 """What an attack runs when the gradient-masking audit fails (Athalye et
-al., ICML 2018): BPDA through a non-differentiable data preprocessor and
-EOT over a random one. The model the attack is evaluated on is unchanged;
-only the function the attack differentiates is.
-
-* :func:`bpda_logits`: the logits of the model's own preprocessing (its
-  values) with the gradient of mmseg's plain ``SegDataPreProcessor``
-  (normalisation and padding): whatever the subclass does to the input
-  before that (rounding, noise, shifts) passes the gradient straight
-  through, as the identity.
-* :func:`eot_forward`: each call averages the logits of ``draws`` calls of
-  the forward, so a step follows the expected logits over the model's
-  randomness, not one draw.
-"""
+al., ICML 2018): BPDA through a non-differentiable data preprocessor
+(:func:`bpda_logits`) and EOT over a random one (:func:`eot_forward`). The
+evaluated model is unchanged; only the function the attack differentiates
+is."""
 from typing import Callable, List, Sequence
 
 import torch

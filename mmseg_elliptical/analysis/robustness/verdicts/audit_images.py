@@ -1,20 +1,10 @@
-"""The gradient-masking audit's checks image by image: a pooled aAcc can
-hide a subset of images on which the white-box attacks make no progress
-(600 of 2000 images left at their clean accuracy move the pooled worst case
-by a few points), so these checks count the images.
-
-An image is *beaten* when a cell that should be weaker (a black-box cell,
-FGSM) leaves it less accurate than the white-box worst case by more than
-:data:`IMAGE_MARGIN` points of its own pixel accuracy. An honest model may
-show a few such images by chance; the check tests the share of beaten
-images against :data:`ALLOWED` with a one-sided exact binomial test
-(``scipy.stats.binomtest``) at level :data:`ALPHA`:
-
-* ``fail``: the share is above :data:`ALLOWED` (p < :data:`ALPHA`);
-* ``pass``: it is below (the other one-sided p < :data:`ALPHA`);
-* ``inconclusive``: neither, or fewer than :data:`MIN_IMAGES` images, or no
-  per-image areas (zero beaten of 30 images passes: 0.9^30 = 0.042).
-"""
+"""The gradient-masking audit's checks image by image (a pooled aAcc hides
+a subset of images the white-box attacks cannot move): an image is *beaten*
+when a cell that should be weaker leaves it more than :data:`IMAGE_MARGIN`
+points less accurate than the white-box worst case, and the share of
+beaten images is tested against :data:`ALLOWED` with one-sided exact
+binomial tests: ``fail`` (above), ``pass`` (below) or ``inconclusive``
+(neither, fewer than :data:`MIN_IMAGES` images, no per-image areas)."""
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np

@@ -1,9 +1,6 @@
 """The gradient-masking audit's eps sweep: the white-box series swept
-furthest must fall, eps after eps, to :data:`FLOOR` at the sweep's largest
-eps. A rise between two eps beyond their paired tolerance (above the
-floor) fails it, and so does a curve that ends above the floor (within the
-tolerance of its last number): a curve that touched 1 % at one eps and rose
-back to 39.6 % at 255 levels is an attack that lost the gradient."""
+furthest must fall, eps after eps (no rise beyond the paired tolerance
+above the floor), to :data:`FLOOR` at the sweep's largest eps."""
 from typing import Callable, Dict, Sequence
 
 from ....utils.attack_cells import QUERY_ATTACKS
