@@ -26,7 +26,7 @@ from ....utils import attack_cells as cells
 from ....utils.attack_cells import APGD_ATTACKS, PERTURBERS, Attack
 from .apgd import apgd_images
 from .keys import sample_keys
-from .remedies import bpda_logits, eot_forward
+from .remedies import bpda_logits, eot_forward, is_random
 
 # The names of utils/attack_cells.py (the tools' checks) kept here too.
 PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
@@ -150,7 +150,8 @@ def perturb(model,
             ``[C, H, W]`` logits at their labels' size. Default:
             :func:`seg_logits` (``predict``, as evaluated), through
             :func:`~.remedies.bpda_logits` with ``attack.bpda`` and averaged
-            over ``attack.eot`` draws (:func:`~.remedies.eot_forward`).
+            over ``attack.eot`` draws (:func:`~.remedies.eot_forward`) when
+            it is random (:func:`~.remedies.is_random`).
         labels (list[Tensor], optional): ``[H, W]`` labels of ``forward``'s
             logits. Default: :func:`attack_labels`.
         start_keys (Sequence[str], optional): What seeds each image's random
@@ -164,7 +165,7 @@ def perturb(model,
     if forward is None:
         forward = partial(
             bpda_logits if attack.bpda else seg_logits, model, samples=samples)
-        if attack.eot > 1:
+        if attack.eot > 1 and is_random(forward, x0):
             forward = eot_forward(forward, attack.eot)
     if labels is None:
         labels = attack_labels(attack, model, x0, samples)

@@ -49,3 +49,12 @@ def eot_forward(forward: Callable[[List[Tensor]], List[Tensor]],
         return [torch.stack(logits).mean(0) for logits in zip(*runs)]
 
     return averaged
+
+
+def is_random(forward: Callable[[List[Tensor]], List[Tensor]],
+              xs: List[Tensor]) -> bool:
+    """Whether two calls of ``forward`` on ``xs`` differ (EOT averages
+    nothing on a deterministic model: the plain attack is the same)."""
+    with torch.no_grad():
+        first, second = forward(xs), forward(xs)
+    return any(not torch.equal(a, b) for a, b in zip(first, second))

@@ -5,6 +5,7 @@ the audit catches it from its own cells (square, no transfer from its own
 weights), and the remedy (BPDA, EOT, the margin loss) brings the attack
 back to what it does to the honest twin."""
 import copy
+from functools import partial
 
 import numpy as np
 import pytest
@@ -214,6 +215,9 @@ def test_eot_averages_the_logits_of_its_draws(twins):
     for i, g in enumerate(got):
         torch.testing.assert_close(g, sum(d[i] for d in draws) / 5)
     assert not torch.allclose(draws[0][0], draws[1][0])  # it is random
+    forward = partial(seg_logits, samples=samples)
+    assert remedies.is_random(partial(forward, model), images)
+    assert not remedies.is_random(partial(forward, twins['honest']), images)
     key = Attack('pgd', 'linf', 8, 10, 2., eot=5, bpda=True).key
     assert key == 'pgd-bpda-eot5/linf/8/10'
 

@@ -88,6 +88,7 @@ def checks_of(data, model):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the module's fixture runs in the first
 def test_an_honest_model_shows_no_sign_of_masking(audited):
     audit = audited['summary']['honest']['audit']
     assert audit['verdict'].startswith(f'{OPEN}; 4 images, fewer than 30, '
@@ -105,6 +106,7 @@ def test_an_honest_model_shows_no_sign_of_masking(audited):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_quantised_model_fails_by_name(audited):
     audit = audited['summary']['quantised']['audit']
     checks = checks_of(audited, 'quantised')
@@ -121,6 +123,7 @@ def test_a_quantised_model_fails_by_name(audited):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_randomised_model_is_as_broken_as_the_honest_one(audited):
     """Fresh noise of +-24 levels at every forward does not hide the
     gradient's direction from a smooth model: the attacks take it where
