@@ -23,7 +23,8 @@ def loss_by_hand(name: str,
                  ignore: int,
                  weights: Optional[List[float]] = None) -> Tensor:
     """Mean over labelled pixels of SEA's per-pixel loss; ``'ce'`` (and
-    ``'apgd-ce'``): the plain cross-entropy its step-size control tracks."""
+    ``'apgd-ce'``): the plain cross-entropy its step-size control tracks;
+    ``'apgd-dlr'``: the DLR margin."""
     C = logits.shape[0]
     valid = (labels != ignore).float()
     safe = torch.where(labels != ignore, labels, torch.zeros_like(labels))
@@ -36,6 +37,13 @@ def loss_by_hand(name: str,
             y > 0, y *
             (y.clamp_min(1e-45).log() - m.log()), torch.zeros_like(y))
         pixel = per_class.sum(0)
+    elif name == 'apgd-dlr':  # the DLR margin on the pixels still right
+        ranked = logits.sort(0, descending=True).values
+        true = (logits * y).sum(0)
+        other = torch.where(y > 0, torch.full_like(logits, -float('inf')),
+                            logits).max(0).values
+        right = (logits.detach().argmax(0) == safe).float()
+        pixel = -(true - other) / (ranked[0] - ranked[2] + 1e-12) * right
     else:
         pixel = -(logp * y).sum(0)
         if name not in ('ce', 'apgd-ce'):
@@ -77,7 +85,8 @@ def stage_by_hand(f: Callable, x0: Tensor, y: Tensor, name: str, norm: str,
                 g, = torch.autograd.grad(
                     loss_by_hand(name, logits, y, ignore, weights), [x])
         logits = logits.detach()
-        return g, float(loss_by_hand('ce', logits, y, ignore)), \
+        tracked = name if name == 'apgd-dlr' else 'ce'  # the margin's own
+        return g, float(loss_by_hand(tracked, logits, y, ignore)), \
             accuracy_by_hand(logits, y, ignore)
 
     n_iter_2, n_iter_min = max(int(0.22 * n), 1), max(int(0.06 * n), 1)

@@ -11,13 +11,26 @@ checkpoint behind a data preprocessor that
   one random draw and the evaluation another, with no expectation over the
   transformation (EOT).
 
-Importing this module registers both in mmseg's ``MODELS``; a config takes
-one with ``model.data_preprocessor.type``.
+and, partial or subtler masking (issue 54):
+
+* rounds the input and adds a fine ripple (:class:`ShatteringPreProcessor`):
+  every gradient is nonzero, but its sign flips with each pixel's level;
+* rounds only a subset of the images, chosen by path
+  (:class:`SubsetQuantisingPreProcessor`);
+* shifts the image by a random offset at every call
+  (:class:`ShiftingPreProcessor`);
+* scales the logits by a temperature that saturates the softmax
+  (:class:`HotEncoderDecoder`): the cross-entropy's gradient underflows.
+
+Importing this module registers them in mmseg's ``MODELS``; a config takes
+one with ``model.data_preprocessor.type`` (``model.type``: the hot model).
 """
+import math
+import zlib
 from typing import Dict
 
 import torch
-from mmseg.models import SegDataPreProcessor
+from mmseg.models import EncoderDecoder, SegDataPreProcessor
 from mmseg.registry import MODELS
 
 
@@ -65,3 +78,114 @@ class RandomisingPreProcessor(SegDataPreProcessor):
                          1).to(x.device) * self.noise for x in data['inputs']
         ]
         return super().forward(dict(data, inputs=inputs), training)
+
+
+@MODELS.register_module(force=True)
+class ShatteringPreProcessor(SegDataPreProcessor):
+    """mmseg's preprocessor after rounding the input to multiples of
+    ``step`` levels and adding ``ripple * sin(2 pi x / period)``: a
+    gradient that is never 0 but whose sign follows each pixel's level, not
+    the model.
+
+    Args:
+        step (float): The grid's spacing in 0-255 levels.
+        ripple (float): The ripple's amplitude in levels.
+        period (float): Its period in levels.
+        **kwargs: ``SegDataPreProcessor``'s arguments.
+    """
+
+    def __init__(self,
+                 step: float = 32.,
+                 ripple: float = 0.5,
+                 period: float = 1.,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.step, self.ripple, self.period = step, ripple, period
+
+    def forward(self, data: Dict, training: bool = False) -> Dict:
+        inputs = [
+            torch.round(x.float() / self.step) * self.step +
+            self.ripple * torch.sin(2 * math.pi * x.float() / self.period)
+            for x in data['inputs']
+        ]
+        return super().forward(dict(data, inputs=inputs), training)
+
+
+def masked_path(path: str, share: float) -> bool:
+    """Whether an image (by path) is in the masked subset of ``share``."""
+    return zlib.crc32(str(path).encode()) % 1000 < 1000 * share
+
+
+@MODELS.register_module(force=True)
+class SubsetQuantisingPreProcessor(SegDataPreProcessor):
+    """:class:`QuantisingPreProcessor` on the images whose path falls in a
+    fixed subset of about ``share`` of them (:func:`masked_path`); the rest
+    pass as they are.
+
+    Args:
+        step (float): The grid's spacing in 0-255 levels.
+        share (float): The share of images rounded.
+        **kwargs: ``SegDataPreProcessor``'s arguments.
+    """
+
+    def __init__(self,
+                 step: float = 32.,
+                 share: float = 0.3,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.step, self.share = step, share
+
+    def forward(self, data: Dict, training: bool = False) -> Dict:
+        samples = data.get('data_samples') or [None] * len(data['inputs'])
+        inputs = [
+            torch.round(x.float() / self.step) * self.step if s is not None
+            and masked_path(s.metainfo.get('img_path', ''), self.share) else
+            x.float() for x, s in zip(data['inputs'], samples)
+        ]
+        return super().forward(dict(data, inputs=inputs), training)
+
+
+@MODELS.register_module(force=True)
+class ShiftingPreProcessor(SegDataPreProcessor):
+    """mmseg's preprocessor after rolling each image by a random offset of
+    up to ``shift`` pixels in each direction, drawn afresh at every call
+    (seeded once).
+
+    Args:
+        shift (int): The largest offset in pixels.
+        seed (int): Seed of the preprocessor's own generator.
+        **kwargs: ``SegDataPreProcessor``'s arguments.
+    """
+
+    def __init__(self, shift: int = 8, seed: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.shift = shift
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, data: Dict, training: bool = False) -> Dict:
+        inputs = []
+        for x in data['inputs']:
+            dy, dx = torch.randint(
+                -self.shift, self.shift + 1, (2, ),
+                generator=self.generator).tolist()
+            inputs.append(torch.roll(x.float(), (dy, dx), dims=(-2, -1)))
+        return super().forward(dict(data, inputs=inputs), training)
+
+
+@MODELS.register_module(force=True)
+class HotEncoderDecoder(EncoderDecoder):
+    """mmseg's ``EncoderDecoder`` with its logits times ``temperature``:
+    the same predictions, a softmax saturated to one-hot in float32.
+
+    Args:
+        temperature (float): The logits' factor.
+        **kwargs: ``EncoderDecoder``'s arguments.
+    """
+
+    def __init__(self, temperature: float = 1e4, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.temperature = temperature
+
+    def encode_decode(self, inputs, batch_img_metas):
+        return self.temperature * super().encode_decode(
+            inputs, batch_img_metas)

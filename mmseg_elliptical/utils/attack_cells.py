@@ -10,10 +10,10 @@ from ..errors import AnalysisError
 
 PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 #: The APGD attacks, one per loss (``attacks.losses.LOSSES``): SEA's
-#: evaluation losses (its ``sea`` protocols' attacks) and its training
-#: attack's plain cross-entropy.
+#: evaluation losses (its ``sea`` protocols' attacks), its training
+#: attack's plain cross-entropy, and the DLR margin loss (saturated logits).
 SEA_ATTACKS = ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
-APGD_ATTACKS = SEA_ATTACKS + ('apgd-ce', )
+APGD_ATTACKS = SEA_ATTACKS + ('apgd-ce', 'apgd-dlr')
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
 #: Attacks that read outputs only, each run by its own module, which
 #: registers it in :data:`PERTURBERS` (``attacks.square``).
@@ -59,6 +59,11 @@ class Attack:
         seed (int): Seed of the random start.
         class_weights (tuple[float], optional): Per-class loss weights
             (``apgd-mce-bal``'s, from the training set).
+        bpda (bool): Differentiate through the data preprocessor as if
+            its own transform were the identity (Athalye et al.'s BPDA:
+            the values are the model's, the gradient straight through).
+        eot (int): Draws of the model's randomness whose logits each
+            attack step averages (Athalye et al.'s EOT; 1: none).
         train (bool): A class attribute: APGD runs SEA's training attack
             (``apgd(train=True)``): True for the training hook's cells.
     """
@@ -72,6 +77,8 @@ class Attack:
     labels: str = 'gt'
     seed: int = 0
     class_weights: Optional[Tuple[float, ...]] = None
+    bpda: bool = False
+    eot: int = 1
     train: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -89,8 +96,10 @@ class Attack:
 
     @property
     def key(self) -> str:
-        """The cell key ``ATTACK[-adaptive]/NORM/EPS/STEPS``."""
+        """The cell key ``ATTACK[-adaptive][-bpda][-eotK]/NORM/EPS/STEPS``.
+        """
         name = f'{self.name}-adaptive' if self.adaptive else self.name
+        name += '-bpda' * self.bpda + f'-eot{self.eot}' * (self.eot > 1)
         return f'{name}/{self.norm}/{self.eps:g}/{self.steps}'
 
     def to_dict(self) -> Dict:
@@ -127,6 +136,8 @@ def check_attack(attack: Attack) -> None:
         problems.append(f'steps {attack.steps} must be >= 1')
     if not attack.step_size > 0 and attack.eps > 0:
         problems.append(f'step size {attack.step_size} must be > 0')
+    if attack.eot < 1:
+        problems.append(f'eot {attack.eot} must be >= 1 (1: no average)')
     problems += apgd_problems(attack)
     if problems:
         raise AnalysisError('; '.join(problems) + '.')
@@ -288,12 +299,19 @@ class AuditPreset(NamedTuple):
         sweep_steps (int): Its iterations at every swept eps.
         queries (int): The square attack's queries per image at each
             headline eps.
+        margin_attack (str): The APGD of the margin loss run with
+            ``sweep_steps`` iterations at the largest headline eps (its
+            adaptive form too): a logit temperature that saturates the
+            softmax leaves the cross-entropy's gradient 0, not the
+            margin's.
     """
     sweep_attack: str = 'apgd-mce-bal'
     sweep_steps: int = 100
     queries: int = 1000
+    margin_attack: str = 'apgd-dlr'
 
 
 #: The preset: APGD-MCE-Bal, 100 iterations, swept to 255 levels, the square
-#: attack with 1000 queries, transfers from the other arm (docs/evidence.md).
+#: attack with 1000 queries, APGD-DLR, transfers from the other arm
+#: (docs/evidence.md).
 AUDIT_PRESET = AuditPreset()

@@ -190,6 +190,8 @@ def test_the_protocol_from_training_to_the_report(slurm, demo_root,
     assert grid == {n: ['clean', 'gaussian_noise/1'] for n in names}
     attacked = cells(osp.join(work, 'attacks', 'adversarial.json'))
     assert list(attacked) == names
+    with open(osp.join(work, 'attacks', 'adversarial.json')) as f:
+        audits = {n: s['audit'] for n, s in json.load(f)['summary'].items()}
     for name, keys in attacked.items():
         # Through m too where there is one; the audit: the sweep of the
         # balanced loss from eps 32 up (SWEEP), doubled iterations, FGSM, the
@@ -205,7 +207,15 @@ def test_the_protocol_from_training_to_the_report(slurm, demo_root,
             for w in ways
             for e in (32., *[e for e in SWEEP if e > 32])
         }
+        expected |= {f'apgd-mce-bal{w}/linf/32/8' for w in ways}  # doubled
+        expected |= {f'apgd-dlr{w}/linf/32/4' for w in ways}  # margin loss
         expected |= {f'apgd-mce{w}@{other}/linf/32/4' for w in theirs}
+        if audits[name]['verdict'].startswith('failed: '):  # BPDA and EOT
+            expected |= {
+                f'apgd-mce-bal{w}-{r}/linf/32/4'
+                for w in ways
+                for r in ('bpda', 'eot8')
+            }
         assert set(keys) == expected, (name, sorted(keys))
     for tool, step in (('robustness', 'ade20k-c'), ('adversarial', 'attacks')):
         with open(osp.join(work, step, f'{tool}.json')) as f:
@@ -222,7 +232,8 @@ def test_the_protocol_from_training_to_the_report(slurm, demo_root,
         verdicts = f.read()
     for name in names:  # the audit's verdict on every run
         assert re.search(
-            rf'^- {re.escape(name)}: (no sign of gradient masking|failed: )',
+            rf'^- {re.escape(name)}: (no sign of gradient masking|failed: |'
+            r'inconclusive: ).*; 2 images, fewer than 30, audit preset: ',
             verdicts, re.M), name
     # The report: its files, both arms side by side across their seeds.
     with open(osp.join(work, 'report', 'report.json')) as f:

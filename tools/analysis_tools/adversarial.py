@@ -34,6 +34,7 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 __check_arguments_first__ = True  # the plugin registers once they pass
 
 import argparse
+from functools import partial
 from typing import Dict, List, Optional, Sequence
 
 from mmseg_elliptical.errors import ConfigError
@@ -220,6 +221,32 @@ def attack_cells(args: argparse.Namespace,
     return cells
 
 
+def remedies(args: argparse.Namespace, store, cells: Dict,
+             preset) -> Dict[str, List]:
+    """``{model: BPDA and EOT cells}`` of the models whose audit failed
+    (decided on the main process, shared with the others)."""
+    from mmengine.dist import broadcast_object_list, is_main_process
+
+    from mmseg_elliptical.analysis import robustness as rb
+    from mmseg_elliptical.analysis.robustness.verdicts.attacks import \
+        correct_pixels
+    failed = [None]
+    if is_main_process():
+        failed[0] = [
+            s.name for s in args.specs if rb.gradient_masking_audit(
+                store.data['models'][s.name]['cells'],
+                partial(correct_pixels, store, s.name, read=store.areas),
+                args.epsilons,
+                args.elliptical.get(s.name, False),
+                preset=preset)['verdict'].startswith('failed: ')
+        ]
+    broadcast_object_list(failed)
+    return {
+        name: rb.remedy_cells(cells[name], max(args.epsilons), preset)
+        for name in failed[0]
+    }
+
+
 @cli.tool_main
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
     """Run the grid; return the JSON data of the results."""
@@ -257,11 +284,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 arms=args.arms,
                 preset=preset,
                 class_weights=args.class_weights)
-        store = rb.run_cells(
+        run = partial(
+            rb.run_cells,
             args.specs,
-            cells,
-            osp.join(args.work_dir, 'adversarial.json'),
-            args.work_dir,
+            path=osp.join(args.work_dir, 'adversarial.json'),
+            work_dir=args.work_dir,
             seed=args.seed,
             max_images=args.max_images,
             cfg_options=args.cfg_options,
@@ -272,6 +299,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             settings=rb.attack_settings(args.norm, args.step_size,
                                         args.step_ratio, args.random_start,
                                         args.labels))
+        store = run(cells)
+        if args.audit:
+            extra = remedies(args, store, cells, preset)
+            if extra:  # BPDA and EOT on the models that failed the audit
+                store = run({n: cells[n] + extra.get(n, []) for n in cells})
         if is_main_process():
             verdicts = rb.attack_verdicts(
                 store, [s.name for s in args.specs], args.baseline,

@@ -30,7 +30,7 @@ from .attacks.pgd import AdversarialTestLoop, perturb
 from .attacks.square import square_perturb
 from .attacks.transfer import TransferAttack, TransferTestLoop, transfer_cells
 from .grid.areas import ImageAreas, miou
-from .grid.audit_cells import audit_cells
+from .grid.audit_cells import audit_cells, remedy_cells
 from .grid.certify_loop import CertifyTestLoop, certify_image
 from .grid.loop import CellHook, CorruptionGridLoop
 from .grid.pipeline import corrupted_loader_cfg
@@ -67,7 +67,8 @@ __all__ = [
     'CLEAN', 'GridError', 'ResultStore', 'cell_key', 'grid_scores',
     'model_summary', 'robustness_summary', 'PERTURBERS', 'square_perturb',
     'TransferAttack', 'TransferTestLoop', 'transfer_cells', 'audit_cells',
-    'AUDIT_PRESET', 'AuditPreset', 'audit_markdown', 'gradient_masking_audit',
-    'attack_verdicts', 'corruption_verdicts', 'Verdicts', 'CertifyTestLoop',
-    'certify_image', 'certify_verdicts', 'write_certify_report'
+    'remedy_cells', 'AUDIT_PRESET', 'AuditPreset', 'audit_markdown',
+    'gradient_masking_audit', 'attack_verdicts', 'corruption_verdicts',
+    'Verdicts', 'CertifyTestLoop', 'certify_image', 'certify_verdicts',
+    'write_certify_report'
 ]

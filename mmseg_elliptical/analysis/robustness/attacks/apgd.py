@@ -8,7 +8,8 @@ the iterations split ``int(0.3 n)``, ``int(0.3 n)`` and the rest at radii
 points projected onto its ball. L2 runs one stage at eps (Croce & Hein's L2
 APGD). Each stage is APGD: a first step of 2 x the stage's radius, momentum
 0.75, checkpoints that halve the step and restart from the point of highest
-plain cross-entropy (the loss the step-size control tracks, as in SEA). The
+plain cross-entropy (the loss the step-size control tracks, as in SEA; the
+margin loss ``apgd-dlr`` tracks itself). The
 point kept per image is the one of lowest pixel accuracy seen (ties: the
 later one), and an image whose kept accuracy reaches 0 stops for the rest of
 the stage (SEA's early stop, per image).
@@ -32,6 +33,9 @@ from .losses import BALANCED, LOSSES, cross_entropy, pixel_accuracy
 
 # The names of utils/attack_cells.py (the tools' checks) kept here too.
 APGD_ATTACKS, SEA_ATTACKS = cells.APGD_ATTACKS, cells.SEA_ATTACKS
+#: The attacks whose step-size control tracks their own loss in evaluation
+#: (the others track the plain cross-entropy, as SEA's).
+SELF_TRACKED = ('apgd-dlr', )
 MOMENTUM = 0.75
 #: A checkpoint halves the step when at most this fraction of the steps
 #: since the last one raised the tracked loss.
@@ -253,7 +257,9 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
     w = torch.tensor(weights) if name in BALANCED else None
     x0 = [x.detach() for x in x0]
 
-    track = LOSSES[name] if train else cross_entropy
+    # The margin loss tracks itself: a saturated softmax leaves the
+    # cross-entropy, and with it the step-size control, blind too.
+    track = LOSSES[name] if train or name in SELF_TRACKED else cross_entropy
 
     def run(xs, grad):
         return evaluate(forward, LOSSES[name], track, xs, labels, ignore_index,

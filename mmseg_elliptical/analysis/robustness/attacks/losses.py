@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ....errors import AnalysisError
+
 #: Smallest mixture probability inside JS's log (a softmax that underflows
 #: to 0 would give 0 x log 0).
 TINY = 1e-30
@@ -71,14 +73,43 @@ def jensen_shannon(logits: Tensor,
     return labelled_mean(((kl_p + kl_q) / 2).sum(0), valid)
 
 
+def masked_margin(logits: Tensor,
+                  labels: Tensor,
+                  ignore_index: int = 255,
+                  weights: Optional[Tensor] = None) -> Tensor:
+    """The DLR margin loss (Croce & Hein, ICML 2020) over the pixels still
+    classified right: ``-(z_y - max_{j != y} z_j) / (z_1 - z_3)`` with
+    ``z_1 >= z_2 >= z_3`` a pixel's largest logits. It reads logits, not
+    a softmax, and does not change when every logit is scaled, so a logit
+    temperature that saturates the softmax (and underflows the
+    cross-entropy's gradient to 0) leaves its gradient as it was.
+
+    Raises:
+        AnalysisError: Fewer than 3 classes (no third logit).
+    """
+    if logits.shape[0] < 3:
+        raise AnalysisError(
+            f'apgd-dlr needs 3 or more classes for its margin loss (it '
+            f'divides by the largest logit minus the third), not '
+            f'{logits.shape[0]}: use another APGD loss.')
+    valid, target = safe_labels(labels, ignore_index)
+    true = logits.gather(0, target[None])[0]
+    others = logits.scatter(0, target[None], float('-inf'))
+    top = logits.topk(3, dim=0).values
+    dlr = -(true - others.max(0).values) / (top[0] - top[2] + 1e-12)
+    right = logits.detach().argmax(0) == target
+    return labelled_mean(dlr * right, valid)
+
+
 #: Each APGD attack's loss (``apgd-mce-bal`` also needs class weights):
-#: SEA's evaluation losses, and ``apgd-ce`` its training attack's (its
-#: ``'ce-avg'``).
+#: SEA's evaluation losses, ``apgd-ce`` its training attack's (its
+#: ``'ce-avg'``), and ``apgd-dlr`` the margin loss for saturated logits.
 LOSSES: Dict[str, Callable] = {
     'apgd-mce': masked_cross_entropy,
     'apgd-mce-bal': masked_cross_entropy,
     'apgd-js': jensen_shannon,
     'apgd-ce': cross_entropy,
+    'apgd-dlr': masked_margin,
 }
 #: The attacks whose loss weights each class (they need class weights).
 BALANCED = ('apgd-mce-bal', )

@@ -26,6 +26,7 @@ from ....utils import attack_cells as cells
 from ....utils.attack_cells import APGD_ATTACKS, PERTURBERS, Attack
 from .apgd import apgd_images
 from .keys import sample_keys
+from .remedies import bpda_logits, eot_forward, is_random
 
 # The names of utils/attack_cells.py (the tools' checks) kept here too.
 PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
@@ -147,7 +148,10 @@ def perturb(model,
         ignore_index (int): Label of pixels without a class.
         forward (callable, optional): The attacked function: images to
             ``[C, H, W]`` logits at their labels' size. Default:
-            :func:`seg_logits` (``predict``, as evaluated).
+            :func:`seg_logits` (``predict``, as evaluated), through
+            :func:`~.remedies.bpda_logits` with ``attack.bpda`` and averaged
+            over ``attack.eot`` draws (:func:`~.remedies.eot_forward`) when
+            it is random (:func:`~.remedies.is_random`).
         labels (list[Tensor], optional): ``[H, W]`` labels of ``forward``'s
             logits. Default: :func:`attack_labels`.
         start_keys (Sequence[str], optional): What seeds each image's random
@@ -165,7 +169,10 @@ def perturb(model,
         for img in images
     ]
     if forward is None:
-        forward = partial(seg_logits, model, samples=samples)
+        forward = partial(
+            bpda_logits if attack.bpda else seg_logits, model, samples=samples)
+        if attack.eot > 1 and is_random(forward, x0):
+            forward = eot_forward(forward, attack.eot)
     if labels is None:
         labels = attack_labels(attack, model, x0, samples)
     if start_keys is None:

@@ -13,6 +13,8 @@ from .loop import key_of
 #: follow the gradient leaves accuracy above the floor (Carlini et al.'s
 #: unbounded attack; an honest model short of it can still stand at 64).
 SWEEP = (8., 16., 32., 64., 128., 255.)
+#: EOT's draws per step in the audit's remedy cells.
+EOT_DRAWS = 8
 
 
 def audit_cells(
@@ -57,7 +59,9 @@ def audit_cells(
         preset (AuditPreset, optional): Sweep ``preset.sweep_attack`` with
             ``preset.sweep_steps`` iterations at the largest headline eps
             and each larger eps of ``sweep`` (through ``m`` too where the
-            model has adaptive cells) instead of the run's own attacks.
+            model has adaptive cells) instead of the run's own attacks, and
+            again with twice the iterations at the largest headline eps;
+            ``preset.margin_attack`` there too.
         class_weights (dict, optional): ``{model: weights}`` of the
             preset's balanced attack.
 
@@ -97,6 +101,14 @@ def audit_cells(
                 for a in sorted({c.adaptive
                                  for c in mine})
                 for e in [top, *[e for e in sweep if e > top]]
+            ]
+            extra += [  # the worst case's cell, doubled too
+                replace(c, steps=2 * c.steps) for c in extra if c.eps == top
+            ]
+            extra += [  # the margin loss (saturated logits)
+                replace(c, name=preset.margin_attack, class_weights=None)
+                for c in extra
+                if c.eps == top and c.steps == preset.sweep_steps
             ]
         extra += [
             replace(c, steps=2 * c.steps) for c in mine
@@ -160,3 +172,19 @@ def transfer_sources(arms: Dict[str, List[str]]) -> Dict[str, List[str]]:
         for arm, runs in arms.items()
         for i, run in enumerate(runs)
     }
+
+
+def remedy_cells(cells: Sequence,
+                 top: float,
+                 preset: AuditPreset,
+                 draws: int = EOT_DRAWS) -> List[Attack]:
+    """What a model that failed the audit runs next (Athalye et al.): the
+    preset's swept attack at the largest headline eps ``top`` (each form
+    the model has there) through BPDA, and averaged over ``draws`` draws
+    (EOT); their worst case is the robust number the audit reports."""
+    mine = [
+        c for c in cells if type(c) is Attack and c.name == preset.sweep_attack
+        and c.eps == top and c.steps == preset.sweep_steps
+    ]
+    return [replace(c, bpda=True) for c in mine] + \
+        [replace(c, eot=draws) for c in mine]

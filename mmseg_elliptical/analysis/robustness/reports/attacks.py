@@ -1,6 +1,7 @@
 """The adversarial report: :func:`write_attack_report` writes the attack
 grid's verdicts (:func:`~..verdicts.attacks.attack_verdicts`) as
 ``adversarial.{md,csv,png}``."""
+import re
 from collections import Counter
 from typing import Dict, List, Optional
 
@@ -18,7 +19,8 @@ from .sea import sea_text
 ADAPTIVE_SHIFT = 0.012
 #: An attack's colour, by its place in ATTACKS + PERTURBERS (grey and
 #: black left out: those are the transfers' and the worst case's).
-PALETTE = ('C0', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C8', 'C9')
+PALETTE = ('C0', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C8', 'C9', 'navy',
+           'goldenrod', 'teal')
 #: The worst case's series name in the figure.
 WORST = 'worst case'
 
@@ -115,7 +117,7 @@ def series_style(series: str, steps: Optional[int]) -> Dict:
     transfer, thinner and paler at other steps than the model's usual
     (the audit's doubled steps)."""
     attack, *rest = series.split('/')
-    base = attack.split('@')[0].replace('-adaptive', '')
+    base = re.sub(r'-adaptive|-bpda|-eot\d+', '', attack.split('@')[0])
     order = [*ATTACKS, *PERTURBERS]
     style = dict(
         color='black' if series == WORST else

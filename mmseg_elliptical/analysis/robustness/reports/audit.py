@@ -13,7 +13,7 @@ def deciding_cell(check: Dict) -> str:
     """The cell a reader looks at: the deciding row's (marked when it
     fails), or ``-``."""
     rows = check.get('rows') or []
-    failed = [r for r in rows if not r.get('passed')]
+    failed = [r for r in rows if r.get('passed') is False]
     row = (failed or rows or [{}])[0]
     if len(failed) > 1:
         row = max(failed, key=lambda r: r['excess'] - r['tolerance'])
@@ -26,7 +26,8 @@ def deciding_cell(check: Dict) -> str:
 def audit_markdown(summary: Dict[str, Dict]) -> List[str]:
     """The audit's table of every model that has one (markdown lines)."""
     rows = [[
-        name, c['check'], RESULT[c['passed']],
+        name, c['check'],
+        'inconclusive' if c.get('inconclusive') else RESULT[c['passed']],
         deciding_cell(c), c['detail']
     ] for name, s in summary.items()
             for c in (s.get('audit') or {}).get('checks', [])]

@@ -23,11 +23,12 @@ def baseline_key(store: ResultStore, baseline: str, key: str) -> str:
 
 def correct_pixels(store: ResultStore, name: str, key: str,
                    read: Callable) -> Optional[tuple]:
-    """``(correct, labelled)`` pixels per image of a cell, or None."""
+    """``(correct, labelled, areas)`` pixels per image of a cell and its
+    :class:`~..grid.areas.ImageAreas`, or None."""
     areas, labelled = read(name, key), store.labelled(name, key)
     if areas is None or labelled is None:
         return None
-    return areas.intersect.sum(1), labelled
+    return areas.intersect.sum(1), labelled, areas
 
 
 def attack_summary(store: ResultStore,

@@ -7,19 +7,21 @@ worst-case verdict uses) and each comparison allows the tolerance of
 :mod:`.tolerance` (a paired bootstrap over the test images), printed in the
 check's detail:
 
-* ``eps sweep``: the white-box series swept furthest (lowest aAcc at the
-  sweep's largest eps) falls to :data:`FLOOR` (within the tolerance) at some
-  eps of the sweep (up to 255 levels, the whole range); else it says where
-  the aAcc stopped falling;
+* ``eps sweep`` (:mod:`.audit_sweep`): the white-box series swept furthest
+  falls eps after eps (no rise beyond the paired tolerance above the floor)
+  to :data:`FLOOR` at the sweep's largest eps (255 levels, the whole
+  range); else it says where it rose or stopped falling;
 * ``white-box beats black-box``: at every headline eps the worst case over
   the white-box cells is at most each black-box cell's aAcc (transfer
   ``ATTACK@SOURCE``, query ``square``);
-* ``iterations``: at every headline eps the worst case over the white-box
-  cells does not fall when the cells run with twice the steps are added (an
-  attack that still gains from more steps had not converged), by more than
-  the worst case's own interval (its precision on these images: a paired
-  interval would flag the small, steady gain any attack makes from more
-  steps);
+* ``white-box beats black-box per image`` (:mod:`.audit_images`): the
+  images on which a black-box cell beats the white-box worst case, counted
+  and tested against an allowed share (pass, fail or inconclusive; at
+  least 30 images to decide);
+* ``iterations``: at every headline eps adding the cells run with twice the
+  steps (the preset's APGD-MCE-Bal too) lowers the worst case by at most
+  the paired tolerance plus :data:`ITERATIONS_MARGIN` points (an attack
+  that still gains more had not converged);
 * ``single step``: at every headline eps the worst case over the iterative
   white-box cells is at most the FGSM cell's aAcc (an iterative attack
   weaker than one step points to masking);
@@ -27,94 +29,30 @@ check's detail:
   plain cells is at most the worst over the adaptive ones (else the
   gradient stopped at ``m`` hides a weakness).
 
-A transfer cell more accurate than the clean images beyond the tolerance is
-named in ``notes`` as suspect (a transfer should not help). The verdict is
-``no sign of gradient masking`` or names the failed checks; a run below the
-audit preset's budget (:data:`~..grid.audit_cells.AUDIT_PRESET`: the sweep
-of APGD-MCE-Bal with 100 iterations to 255 levels, 1000 square queries, a
-transfer) says so (``budget below the audit preset: ...``): a reduced
-audit's "no sign" is weaker evidence.
+Rows carry the mIoU of both sides beside the aAcc where the areas are
+known. A transfer cell more accurate than the clean images beyond the
+tolerance is named in ``notes`` as suspect (a transfer should not help).
+The verdict is ``no sign of gradient masking``, ``failed: `` the failed
+checks or ``inconclusive: `` the undecided ones, then the image count and
+the preset; a run below the audit preset's budget
+(:data:`~..grid.audit_cells.AUDIT_PRESET`) says so (``budget below the
+audit preset: ...``): a reduced audit's "no sign" is weaker evidence.
 """
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ....utils.attack_cells import AUDIT_PRESET, QUERY_ATTACKS, AuditPreset
 from ..grid.audit_cells import SWEEP
-from .audit_compare import check_of, compare
-from .audit_compare import kind_of as _kind_of
-from .audit_compare import lowest, split_key, worst_of
-from .tolerance import tolerance
+from .audit_compare import (check_of, compare, lowest, split_key, worst_miou,
+                            worst_of)
+from .audit_images import MIN_IMAGES, image_check, image_row
+from .audit_sweep import FLOOR, kind_of, sweep_check  # noqa: F401
 
-#: The aAcc (percent) the eps sweep must fall to.
-FLOOR = 1.0
 CLEAN_VERDICT = 'no sign of gradient masking'
 BUDGET = 'budget below the audit preset'
 SINGLE_STEP = ('fgsm', 'fgsm-adaptive')
-
-
-def kind_of(key: str) -> str:
-    """``'transfer'``, ``'query'``, ``'adaptive'`` or ``'plain'``."""
-    return _kind_of(key, QUERY_ATTACKS)
-
-
-def sweep_check(cells: Dict[str, Dict], correct: Callable, top: float,
-                sweep: Sequence[float]) -> Dict:
-    """The eps sweep of the white-box series swept furthest."""
-    swept = [
-        k for k in cells
-        if k.count('/') == 3 and kind_of(k) in ('plain', 'adaptive')
-        and split_key(k)[2] in set(sweep) and split_key(k)[2] > top
-    ]
-    if not swept:
-        return dict(
-            check='eps sweep', passed=None, detail='no sweep cell', rows=[])
-    far = max(split_key(k)[2] for k in swept)
-    name, norm, _, steps = split_key(
-        lowest([k for k in swept if split_key(k)[2] == far], cells))
-    series = {
-        split_key(k)[2]: k
-        for k in cells
-        if k.count('/') == 3 and split_key(k)[:2] == (name, norm)
-        and split_key(k)[3] == steps and split_key(k)[2] in set(sweep) | {top}
-    }
-    at_top = [
-        k for k in cells
-        if k.count('/') == 3 and split_key(k)[:3] == (name, norm, top)
-    ]
-    if top not in series and at_top:  # the sweep ran with other steps
-        series[top] = lowest(at_top, cells)
-    curve = sorted(series.items())
-    values = [(e, k, worst_of([k], cells, correct)) for e, k in curve]
-    e_low, k_low, (a_low, px, labelled) = min(values, key=lambda v: v[2][0])
-    tol = tolerance(px, None, labelled)
-    passed = a_low - FLOOR <= tol.points + 1e-9
-    text = ', '.join(f'eps {e:g}: {v[0]:.2f}' for e, _, v in values)
-    if not passed:
-        stop = next((e for (e, _, a), (_, _, b) in zip(values, values[1:])
-                     if b[0] >= a[0]), None)
-        text += (f'; it stops falling at eps {stop:g}' if stop is not None else
-                 f'; still falling at eps {values[-1][0]:g} (more '
-                 'iterations or a larger eps would tell)')
-    row = dict(
-        what=f'eps {e_low:g}',
-        first=a_low,
-        second=FLOOR,
-        excess=a_low - FLOOR,
-        tolerance=tol.points,
-        images=tol.images,
-        passed=bool(passed),
-        cell=k_low,
-        first_cells=[k_low],
-        second_cells=[],
-        curve={
-            f'{e:g}': v[0]
-            for e, _, v in values
-        })
-    return dict(
-        check='eps sweep',
-        passed=bool(passed),
-        detail=f'{name}/{norm}/{steps} aAcc {text} (must fall to '
-        f'{FLOOR:g} %); {tol}',
-        rows=[row])
+#: aAcc points by which twice the steps may lower the worst case beyond the
+#: paired tolerance before the attack counts as not converged.
+ITERATIONS_MARGIN = 1.0
 
 
 def gradient_masking_audit(cells: Dict[str, Dict],
@@ -175,6 +113,13 @@ def gradient_masking_audit(cells: Dict[str, Dict],
             lambda r:
             f'{r["what"]}: white-box {r["first"]:.2f} vs `{r["cell"]}` '
             f'{r["second"]:.2f}'))
+    checks.append(
+        image_check('white-box beats black-box per image', [
+            image_row(
+                f'eps {e:g}', white[e],
+                [k for k in at[e] if kind_of(k) in ('transfer', 'query')],
+                correct) for e in epsilons
+        ], 'no transfer or query cell', 'black-box cells'))
     rows = []
     for e in epsilons:
         doubled = [
@@ -191,7 +136,7 @@ def gradient_masking_audit(cells: Dict[str, Dict],
                     cells,
                     correct,
                     lowest(doubled, cells),
-                    own=True))
+                    margin=ITERATIONS_MARGIN))
     checks.append(
         check_of(
             'iterations', rows, 'no doubled-steps cell', lambda r:
@@ -226,11 +171,59 @@ def gradient_masking_audit(cells: Dict[str, Dict],
                 f'{r["second"]:.2f}'))
     if budget is None:
         budget = budget_shortfalls(cells, epsilons, sweep, preset)
+    images = images_of(cells, correct)
+    remedies = remedy_of(cells, correct, white, max(epsilons))
+    verdict = verdict_of(checks, budget, images, preset)
+    if remedies:
+        verdict += (f'; with BPDA and EOT the worst case at eps '
+                    f'{remedies["eps"]:g} is {remedies["aAcc"]:.2f} % aAcc '
+                    f'(without: {remedies["without"]:.2f})')
     return dict(
         checks=checks,
         notes=notes,
         budget=list(budget),
-        verdict=verdict_of(checks, budget))
+        images=images,
+        preset=preset_text(preset),
+        remedies=remedies,
+        verdict=verdict)
+
+
+def remedy_of(cells: Dict[str, Dict], correct: Callable,
+              white: Dict[float, List[str]], top: float) -> Optional[Dict]:
+    """The robust number of the BPDA and EOT cells at ``top`` (run when
+    the audit failed): the worst case over them and the white-box cells,
+    beside the white-box worst case alone; None without such cells."""
+    found = [
+        k for k in cells if k.count('/') == 3 and kind_of(k) == 'remedy'
+        and split_key(k)[2] == top
+    ]
+    if not found or not white.get(top):
+        return None
+    both = worst_of([*white[top], *found], cells, correct)[0]
+    alone = worst_of(white[top], cells, correct)[0]
+    return dict(
+        eps=top,
+        cells=found,
+        aAcc=both,
+        without=alone,
+        mIoU=worst_miou([*white[top], *found], correct))
+
+
+def images_of(cells: Dict[str, Dict], correct: Callable) -> Optional[int]:
+    """The test images of a model's cells (None: no per-image areas)."""
+    for key in cells:
+        found = correct(key)
+        if found is not None:
+            return len(found[1])
+    return None
+
+
+def preset_text(preset: AuditPreset = AUDIT_PRESET) -> str:
+    """The preset in words, as the verdict names it."""
+    return (f'audit preset: {preset.sweep_attack} {preset.sweep_steps} '
+            f'iterations swept to {max(SWEEP):g} levels and doubled, '
+            f'{preset.margin_attack}, square {preset.queries} queries, '
+            'transfers')
 
 
 def budget_shortfalls(cells: Dict[str, Dict],
@@ -251,6 +244,14 @@ def budget_shortfalls(cells: Dict[str, Dict],
         got = ', '.join(f'{n} {s}' for n, s in sorted(set(swept))) or 'none'
         out.append(f'swept to {far:g} levels: {got} (preset: '
                    f'{preset.sweep_attack} {preset.sweep_steps} iterations)')
+    margin = max((s for n, _, e, s in keys
+                  if n.replace('-adaptive', '') == preset.margin_attack
+                  and e == max(epsilons)),
+                 default=0)
+    if margin < preset.sweep_steps:
+        out.append(f'{preset.margin_attack} {margin} iterations at eps '
+                   f'{max(epsilons):g} (preset: {preset.sweep_steps}, the '
+                   'margin loss)')
     for e in epsilons:
         queries = max(
             (s for n, _, e2, s in keys if n in QUERY_ATTACKS and e2 == e),
@@ -263,9 +264,10 @@ def budget_shortfalls(cells: Dict[str, Dict],
         n
         for n, norm, e, s in keys
         if e in epsilons and '@' not in n and n not in QUERY_ATTACKS
+        and kind_of(f'{n}/{norm}/{e:g}/{s}') != 'remedy'
         and n.replace('-adaptive', '') not in single and (
             n, norm, e, 2 * s) not in keys and (n, norm, e, s / 2) not in keys
-        and n.replace('-adaptive', '') != preset.sweep_attack  # the sweep's
+        and n.replace('-adaptive', '') != preset.margin_attack  # not doubled
     })
     if undoubled:
         out.append(f'not run with twice the steps: {", ".join(undoubled)} '
@@ -276,15 +278,29 @@ def budget_shortfalls(cells: Dict[str, Dict],
 
 
 def verdict_of(checks: List[Dict],
-               budget: Optional[Sequence[str]] = None) -> str:
-    """``no sign of gradient masking`` or ``failed: `` the failed checks,
-    with the checks not made and the budget's shortfalls."""
+               budget: Optional[Sequence[str]] = None,
+               images: Optional[int] = None,
+               preset: Optional[AuditPreset] = None) -> str:
+    """``no sign of gradient masking``, ``failed: `` the failed checks, or
+    ``inconclusive: `` the undecided ones (none failed), with the checks
+    not made, the image count and the preset (when given), and the
+    budget's shortfalls."""
     failed = [c['check'] for c in checks if c['passed'] is False]
-    verdict = CLEAN_VERDICT if not failed else \
-        'failed: ' + ', '.join(failed)
-    missing = [c['check'] for c in checks if c['passed'] is None]
+    open_ = [c['check'] for c in checks if c.get('inconclusive')]
+    verdict = 'failed: ' + ', '.join(failed) if failed else \
+        'inconclusive: ' + ', '.join(open_) if open_ else CLEAN_VERDICT
+    missing = [
+        c['check'] for c in checks
+        if c['passed'] is None and not c.get('inconclusive')
+    ]
     if missing and not failed:
         verdict += f' (not checked: {", ".join(missing)})'
+    if preset is not None:
+        few = '' if images is None or images >= MIN_IMAGES else \
+            f', fewer than {MIN_IMAGES}'
+        count = 'images not stored' if images is None else \
+            f'{images} image{"s" * (images != 1)}{few}'
+        verdict += f'; {count}, {preset_text(preset)}'
     if budget:
         verdict += f'; {BUDGET}: {", ".join(budget)}'
     return verdict

@@ -6,6 +6,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..grid.areas import miou
 from .tolerance import Tolerance, aacc, tolerance
 
 #: Rounding allowed on top of a tolerance (aAcc points).
@@ -13,12 +14,15 @@ ROUNDING = 1e-9
 
 
 def kind_of(key: str, query_attacks: Sequence[str]) -> str:
-    """``'transfer'``, ``'query'``, ``'adaptive'`` or ``'plain'``."""
+    """``'transfer'``, ``'query'``, ``'remedy'`` (BPDA or EOT: not the
+    checks' cells), ``'adaptive'`` or ``'plain'``."""
     name = key.split('/')[0]
     if '@' in name:
         return 'transfer'
     if name in query_attacks:
         return 'query'
+    if '-bpda' in name or '-eot' in name:
+        return 'remedy'
     return 'adaptive' if name.endswith('-adaptive') else 'plain'
 
 
@@ -44,6 +48,22 @@ def worst_of(keys: Sequence[str], cells: Dict[str, Dict],
     return float(min(values)), None, None
 
 
+def worst_miou(keys: Sequence[str], correct: Callable) -> Optional[float]:
+    """The mIoU (percent) of the per-image minimum-accuracy choice over
+    ``keys``, where ``correct(key)`` also gives the cell's
+    :class:`~..grid.areas.ImageAreas` (its third item); else None."""
+    found = [correct(k) for k in keys]
+    if not found or any(f is None or len(f) < 3 for f in found):
+        return None
+    right = np.stack([f[0] for f in found])
+    choice, images = right.argmin(0), np.arange(right.shape[1])
+    inter = np.stack([f[2].intersect for f in found])[choice, images]
+    union = np.stack([f[2].union for f in found])[choice, images]
+    return float(
+        miou(inter.sum(0).astype(np.float64),
+             union.sum(0).astype(np.float64)))
+
+
 def lowest(keys: Sequence[str], cells: Dict[str, Dict]) -> str:
     """The key of ``keys`` with the lowest pooled aAcc."""
     return min(keys, key=lambda k: cells[k].get('aAcc', 101.))
@@ -56,6 +76,7 @@ def compare(what: str,
             correct: Callable,
             named: Optional[str] = None,
             own: bool = False,
+            margin: float = 0.,
             **extra) -> Optional[Dict]:
     """A row: whether the worst case over ``first`` is at most the worst
     over ``second`` plus the tolerance of their paired difference.
@@ -71,12 +92,16 @@ def compare(what: str,
             (the precision of the number itself), not of the paired
             difference: a change below it does not move the number beyond
             its own interval.
+        margin (float): aAcc points allowed on top of the tolerance (a
+            stated margin: the check fails only when the data show more).
         **extra: More JSON fields.
 
     Returns:
         dict | None: ``what``, ``first``, ``second`` (aAcc), ``excess``
-        (their difference), ``tolerance``, ``images``, ``passed``,
-        ``cell`` and the cells of each side; None without a side.
+        (their difference), ``tolerance``, ``margin``, ``images``,
+        ``passed``, ``cell``, the cells of each side and their mIoU
+        (``first_mIoU``, ``second_mIoU``; None without areas); None without
+        a side.
     """
     a, a_px, labelled = worst_of(first, cells, correct)
     b, b_px, _ = worst_of(second, cells, correct)
@@ -94,16 +119,27 @@ def compare(what: str,
         tolerance=tol.points,
         images=tol.images,
         own=own,
-        passed=bool(a - b <= tol.points + ROUNDING),
+        margin=margin,
+        passed=bool(a - b <= tol.points + margin + ROUNDING),
         cell=named,
         first_cells=list(first),
         second_cells=list(second),
+        first_mIoU=worst_miou(first, correct),
+        second_mIoU=worst_miou(second, correct),
         **extra)
 
 
 def tolerance_text(row: Dict) -> str:
-    """The tolerance of a row, as :class:`~.tolerance.Tolerance` says it."""
-    return str(Tolerance(row['tolerance'], row['images'], row.get('own')))
+    """The tolerance of a row, as :class:`~.tolerance.Tolerance` says it
+    (with its margin), and the two sides' mIoU where known."""
+    text = str(Tolerance(row['tolerance'], row['images'], row.get('own')))
+    if row.get('margin'):
+        text += f' + margin {row["margin"]:.2f}'
+    if row.get('first_mIoU') is not None and \
+            row.get('second_mIoU') is not None:
+        text += (f'; mIoU {row["first_mIoU"]:.2f} vs '
+                 f'{row["second_mIoU"]:.2f}')
+    return text
 
 
 def deciding(rows: List[Dict]) -> Dict:
@@ -111,8 +147,13 @@ def deciding(rows: List[Dict]) -> Dict:
     tolerance, else the passing row closest to it."""
     failed = [r for r in rows if not r['passed']]
     if failed:
-        return max(failed, key=lambda r: r['excess'] - r['tolerance'])
-    return min(rows, key=lambda r: r['tolerance'] - r['excess'])
+        return max(failed, key=lambda r: r['excess'] - over(r))
+    return min(rows, key=lambda r: over(r) - r['excess'])
+
+
+def over(row: Dict) -> float:
+    """What a row allows: its tolerance and margin."""
+    return row['tolerance'] + row.get('margin', 0.)
 
 
 def check_of(check: str, rows: List[Optional[Dict]], empty: str,

@@ -95,6 +95,7 @@ def run_by_hand(model, batch, attack, forward=logits_by_hand):
     ('apgd-js', 'linf', 0.5, 10, True),
     ('apgd-mce', 'l2', 0.02, 6, False),
     ('apgd-js', 'l2', 0.05, 5, False),
+    ('apgd-dlr', 'linf', 0.5, 8, True),
 ])
 def test_apgd_equals_the_hand_written_one(demo64, name, norm, eps, steps,
                                           adaptive):
@@ -168,6 +169,7 @@ def test_losses_against_the_hand_written_ones():
         'apgd-mce': losses.masked_cross_entropy,
         'apgd-mce-bal': losses.masked_cross_entropy,
         'apgd-js': losses.jensen_shannon,
+        'apgd-dlr': losses.masked_margin,
         'ce': losses.cross_entropy
     }
     for name, fn in names.items():

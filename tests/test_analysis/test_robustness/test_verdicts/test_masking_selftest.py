@@ -5,11 +5,14 @@ audit preset (APGD-MCE-Bal with 100 iterations swept to 255 levels, 1000
 square queries, FGSM, doubled steps, transfers between the three) on 4
 images, about a minute.
 
-* honest: ``no sign of gradient masking``. This tiny model (3 layers, 200
+* honest: every check passes but the per-image one, inconclusive on 4
+  images (30 needed): ``inconclusive: white-box beats black-box per
+  image``. This tiny model (3 layers, 200
   iterations on 8 scenes) keeps 7.9 % aAcc at 64 levels, and falls to the
   1 % floor only at 128: the sweep must reach the whole range.
 * quantised: every input gradient is 0, the white-box attacks make no
-  progress; the verdict names the eps sweep and white-box-beats-black-box.
+  progress; the verdict names the eps sweep and white-box-beats-black-box,
+  and BPDA and EOT run on it and give the worst case with them.
 * randomised (fresh noise of +-24 levels at every forward, no expectation
   over the transformation): its verdict is what docs/evidence.md states;
   the test pins it.
@@ -21,7 +24,8 @@ from masking import QuantisingPreProcessor  # noqa: F401  (registers it)
 from masking import RandomisingPreProcessor  # noqa: F401
 from processes import load_tool
 
-from mmseg_elliptical.analysis.robustness.verdicts.audit import CLEAN_VERDICT
+#: The verdict of a model that passes every check on fewer than 30 images.
+OPEN = 'inconclusive: white-box beats black-box per image'
 
 ITERS = 200
 
@@ -84,39 +88,49 @@ def checks_of(data, model):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the module's fixture runs in the first
 def test_an_honest_model_shows_no_sign_of_masking(audited):
     audit = audited['summary']['honest']['audit']
-    assert audit['verdict'] == CLEAN_VERDICT, audit
+    assert audit['verdict'].startswith(f'{OPEN}; 4 images, fewer than 30, '
+                                       'audit preset: '), audit
     assert audit['budget'] == []
-    assert all(c['passed'] for c in audit['checks'])
+    assert audit['remedies'] is None
+    assert all(c['passed'] for c in audit['checks']
+               if c['check'] != 'white-box beats black-box per image')
     assert {c['check']
             for c in audit['checks']} == {
-                'eps sweep', 'white-box beats black-box', 'iterations',
+                'eps sweep', 'white-box beats black-box',
+                'white-box beats black-box per image', 'iterations',
                 'single step', 'adaptive'
             }
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_quantised_model_fails_by_name(audited):
     audit = audited['summary']['quantised']['audit']
     checks = checks_of(audited, 'quantised')
     assert checks['eps sweep'] is False
     assert checks['white-box beats black-box'] is False
     assert audit['verdict'].startswith('failed: eps sweep, white-box beats '
-                                       'black-box'), audit['verdict']
+                                       'black-box;'), audit['verdict']
+    # BPDA passes the gradient through the rounding: the worst case falls
+    assert audit['remedies']['aAcc'] < audit['remedies']['without'] - 10
+    assert 'with BPDA and EOT the worst case at eps 8' in audit['verdict']
     # the white-box attacks make no progress on the quantised model
     cells = audited['models']['quantised']['cells']
     assert cells['pgd/linf/8/10']['aAcc'] == cells['clean']['aAcc']
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_randomised_model_is_as_broken_as_the_honest_one(audited):
     """Fresh noise of +-24 levels at every forward does not hide the
     gradient's direction from a smooth model: the attacks take it where
     they take the honest model, so the audit finds nothing to flag, and
     rightly (docs/evidence.md)."""
     audit = audited['summary']['randomised']['audit']
-    assert audit['verdict'] == CLEAN_VERDICT, audit
+    assert audit['verdict'].startswith(OPEN), audit
     honest = audited['summary']['honest']['audit']
     for model in (audit, honest):
         sweep = model['checks'][0]
