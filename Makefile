@@ -79,11 +79,18 @@ setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" MMCV="$(MMCV)" \
 		bash tools/misc/setup_env.sh
 
+# The range 8 of 14 measured demo runs (seeds, kernel paths) ended in; the
+# others ended on the plateau, at 57.8 to 79.8 (docs/demo.md, "The spread").
+DEMO_EXPECTED := --cfg-options 'custom_hooks.0.expected.mIoU=[83.0,85.5]' \
+	custom_hooks.0.expected_note=docs/demo.md\#the-spread
+
 demo: setup
-	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_CONFIG) --work-dir work_dirs/demo_elliptical
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_CONFIG) --work-dir work_dirs/demo_elliptical \
+		$(DEMO_EXPECTED)
 
 demo-dot: setup
-	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_DOT_CONFIG) --work-dir work_dirs/demo_dot
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_DOT_CONFIG) --work-dir work_dirs/demo_dot \
+		$(DEMO_EXPECTED)
 
 # Both twins with EllipticalEvidenceHook and TensorBoard, into one log dir.
 DEMO_TB_DIR ?= work_dirs/demo_tb
