@@ -120,3 +120,39 @@ def test_the_demos_first_losses_are_the_recorded_ones():
         abs=0), ('the pinned demo trains otherwise than when it was recorded '
                  f'({recorded["how"]}; on {recorded["recorded_on"]}); here on '
                  f'{got["recorded_on"]}')
+
+
+@pytest.mark.parametrize('target', ['demo', 'demo-dot'])
+def test_the_demo_prints_the_readmes_expected_range(target):
+    """The Makefile's ``--cfg-options`` reach the summary hook intact (as
+    mmengine's ``DictAction`` parses them for ``tools/train.py``), with the
+    range the README states."""
+    import argparse
+    import re
+    import shlex
+
+    from mmengine.config import Config, DictAction
+    from mmseg.registry import HOOKS
+
+    import mmseg_elliptical  # noqa: F401
+    proc = subprocess.run(['make', '-n', target],
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout.replace('\\\n', ' '))
+    train = words.index('tools/train.py')
+    parser = argparse.ArgumentParser()
+    parser.add_argument('config')
+    parser.add_argument('--work-dir')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    args = parser.parse_args(words[train + 1:])
+    cfg = Config.fromfile(osp.join(ROOT, args.config))
+    cfg.merge_from_dict(args.cfg_options)
+    hook = HOOKS.build(cfg.custom_hooks[0])
+    with open(osp.join(ROOT, 'README.md')) as f:
+        low, high = re.search(r'beside the range ([\d.]+) to ([\d.]+)',
+                              f.read().replace('\n', ' ')).groups()
+    assert hook.expected == {'mIoU': (float(low), float(high))}
+    assert hook.expected_note == 'docs/demo.md#the-spread'
