@@ -3,6 +3,7 @@ and CPU kernels (``utils/pinned_env.py``), the Makefile's demo runs in it,
 the demo's first losses under it the same bit for bit in two runs, and the
 recorded ones within float noise (the noise of another CPU's kernels)."""
 import json
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -30,6 +31,23 @@ def test_the_environment_pins_threads_and_kernels():
     assert pinned_env({}, threads=2)['OMP_NUM_THREADS'] == '2'
 
 
+def dry_run(target: str) -> subprocess.CompletedProcess:
+    """``make -n target``: the commands only, also under an outer make (CI's),
+    whose MAKELEVEL / MAKEFLAGS would add "make[1]: Entering directory"
+    lines to them."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ('MAKELEVEL', 'MAKEFLAGS', 'MFLAGS')
+    }
+    return subprocess.run(['make', '--no-print-directory', '-n', target],
+                          cwd=ROOT,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=60)
+
+
 @pytest.mark.parametrize('target', [
     'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at',
     'certify'
@@ -38,11 +56,7 @@ def test_the_makefiles_demo_runs_are_pinned(target):
     """``make -n`` prints the commands; the training, compare_seeds or the
     adversarial grid (whose runs and torchrun's processes inherit its
     environment) starts with every pinned variable."""
-    proc = subprocess.run(['make', '-n', target],
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=60)
+    proc = dry_run(target)
     assert proc.returncode == 0, proc.stderr
     runs = [
         line for line in proc.stdout.splitlines() if any(
@@ -135,11 +149,7 @@ def test_the_demo_prints_the_readmes_expected_range(target):
     from mmseg.registry import HOOKS
 
     import mmseg_elliptical  # noqa: F401
-    proc = subprocess.run(['make', '-n', target],
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=60)
+    proc = dry_run(target)
     assert proc.returncode == 0, proc.stderr
     words = shlex.split(proc.stdout.replace('\\\n', ' '))
     train = words.index('tools/train.py')
