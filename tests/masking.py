@@ -18,7 +18,8 @@ and, partial or subtler masking (issue 54):
 * rounds only a subset of the images, chosen by path
   (:class:`SubsetQuantisingPreProcessor`);
 * shifts the image by a random offset at every call
-  (:class:`ShiftingPreProcessor`);
+  (:class:`ShiftingPreProcessor`), or shifts it and its logits back
+  (:class:`RandomShiftEncoderDecoder`);
 * scales the logits by a temperature that saturates the softmax
   (:class:`HotEncoderDecoder`): the cross-entropy's gradient underflows.
 
@@ -170,6 +171,40 @@ class ShiftingPreProcessor(SegDataPreProcessor):
                 generator=self.generator).tolist()
             inputs.append(torch.roll(x.float(), (dy, dx), dims=(-2, -1)))
         return super().forward(dict(data, inputs=inputs), training)
+
+
+@MODELS.register_module(force=True)
+class RandomShiftEncoderDecoder(EncoderDecoder):
+    """mmseg's ``EncoderDecoder`` that rolls each normalised image by a
+    random offset of up to ``shift`` pixels in each direction, drawn afresh
+    at every call (seeded once), and rolls its logits back: a randomised
+    defence whose prediction stays aligned with the labels (a ViT's patch
+    grid sees another crop at each draw).
+
+    Args:
+        shift (int): The largest offset in pixels.
+        seed (int): Seed of the model's own generator.
+        **kwargs: ``EncoderDecoder``'s arguments.
+    """
+
+    def __init__(self, shift: int = 4, seed: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.shift = shift
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def encode_decode(self, inputs, batch_img_metas):
+        offsets = torch.randint(-self.shift,
+                                self.shift + 1, (len(inputs), 2),
+                                generator=self.generator).tolist()
+        rolled = torch.stack([
+            torch.roll(x, (dy, dx), dims=(-2, -1))
+            for x, (dy, dx) in zip(inputs, offsets)
+        ])
+        logits = super().encode_decode(rolled, batch_img_metas)
+        return torch.stack([
+            torch.roll(lg, (-dy, -dx), dims=(-2, -1))
+            for lg, (dy, dx) in zip(logits, offsets)
+        ])
 
 
 @MODELS.register_module(force=True)

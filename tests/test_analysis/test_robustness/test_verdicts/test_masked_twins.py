@@ -26,6 +26,7 @@ TWINS = dict(
         data_preprocessor=dict(type='SubsetQuantisingPreProcessor',
                                share=0.3)),
     shifted=dict(data_preprocessor=dict(type='ShiftingPreProcessor', shift=2)),
+    rolled=dict(type='RandomShiftEncoderDecoder', shift=4),
     hot=dict(type='HotEncoderDecoder', temperature=1e8))
 
 
@@ -220,6 +221,33 @@ def test_eot_averages_the_logits_of_its_draws(twins):
     assert not remedies.is_random(partial(forward, twins['honest']), images)
     key = Attack('pgd', 'linf', 8, 10, 2., eot=5, bpda=True).key
     assert key == 'pgd-bpda-eot5/linf/8/10'
+
+
+def test_the_rolled_twin_is_the_honest_model_on_a_rolled_image(twins):
+    """Each call rolls each image by a fresh offset of at most 4 pixels and
+    its logits back: the honest model's logits of the rolled image, rolled
+    back (the offsets drawn here from the same generator state)."""
+    images, samples = batch(3)
+    model, honest = twins['rolled'], twins['honest']
+    inputs = model.data_preprocessor(
+        dict(inputs=images, data_samples=samples), False)['inputs']
+    metas = [s.metainfo for s in samples]
+    state = model.generator.get_state()
+    seen = set()
+    with torch.no_grad():
+        for _ in range(3):
+            offsets = torch.randint(-4, 5, (3, 2),
+                                    generator=torch.Generator().set_state(
+                                        model.generator.get_state()))
+            got = model.encode_decode(inputs, metas)
+            for x, lg, (dy, dx) in zip(inputs, got, offsets.tolist()):
+                want = honest.encode_decode(
+                    torch.roll(x, (dy, dx), dims=(-2, -1))[None], metas[:1])
+                torch.testing.assert_close(
+                    lg, torch.roll(want[0], (-dy, -dx), dims=(-2, -1)))
+                seen.add((dy, dx))
+    assert len(seen) > 1  # a fresh draw per image and call
+    model.generator.set_state(state)
 
 
 def test_a_masked_subset_fails_the_audit_per_image_without_transfer(twins):
