@@ -31,12 +31,15 @@
 # SegPGD and APGD-MCE, the elliptical one also through m; the paired verdict; work_dirs/adversarial/),
 # make audit (the gradient-masking audit at its preset on both demo
 # checkpoints, the first 32 test scenes, on AUDIT_PROCS processes, one per
-# core (at most 8) by default: tools/dist_adversarial.sh; 8 min 50 s on 2
+# core (at most 8) by default: tools/dist_adversarial.sh; 12 min 45 s on 2
 # cores; the same cells as one process; work_dirs/audit/),
 # make certify (both demo checkpoints certified by randomised smoothing,
 # SegCertify, at sigma 0.25 and 0.5, tau 0.6 / 0.75 / 0.9, on CERTIFY_PROCS
 # processes, one per core by default; 10 min 25 s on 2 shared cores under a
 # load of 5.5, 7 min 52 s of CPU; docs/certify.md; work_dirs/certify/),
+# make certify-noise (the demo twins trained under Gaussian noise of sigma
+# 0.25, configs/demo/*_noise.py, then certified at that sigma as make
+# certify does; work_dirs/certify_noise/),
 # make demo-at (both demo twins trained adversarially with the cheap recipe,
 # configs/demo/*_adversarial.py, then the adversarial grid on the four
 # checkpoints with the audit, on the first 32 test scenes: the trained twins
@@ -73,7 +76,7 @@ DEMO_ENV = $(shell $(PYTHON) mmseg_elliptical/utils/pinned_env.py $(DEMO_THREADS
 
 .PHONY: setup demo demo-dot demo-tb compare export lint test test-fast test-slow test-all test-kernels \
 	test-times benchmark \
-	speed report adversarial audit test-full-mmcv demo-at certify
+	speed report adversarial audit test-full-mmcv demo-at certify certify-noise
 
 setup:
 	@PYTHON="$(PYTHON)" VENV="$(abspath $(VENV))" WHEELHOUSE="$(WHEELHOUSE)" MMCV="$(MMCV)" \
@@ -179,6 +182,26 @@ certify: setup $(DEMO_CKPT) $(DEMO_DOT_CKPT)
 		$(DEMO_CONFIG) $(DEMO_CKPT) $(DEMO_DOT_CONFIG) $(DEMO_DOT_CKPT) \
 		--names elliptical dot-product --baseline dot-product $(CERTIFY_ARGS) \
 		--work-dir work_dirs/certify
+
+# make certify-noise: the demo twins trained under Gaussian noise of sigma
+# 0.25 (configs/demo/*_noise.py; trained first where missing), certified as
+# make certify does at that sigma; work_dirs/certify_noise/.
+DEMO_NOISE_CONFIG := $(DEMO_CONFIG:.py=_noise.py)
+DEMO_NOISE_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_noise.py)
+DEMO_NOISE_CKPT := work_dirs/demo_noise_elliptical/iter_3000.pth
+DEMO_NOISE_DOT_CKPT := work_dirs/demo_noise_dot/iter_3000.pth
+
+certify-noise: setup $(DEMO_NOISE_CKPT) $(DEMO_NOISE_DOT_CKPT)
+	$(DEMO_ENV) PYTHON=$(PY) tools/dist_certify.sh $(CERTIFY_PROCS) \
+		$(DEMO_NOISE_CONFIG) $(DEMO_NOISE_CKPT) $(DEMO_NOISE_DOT_CONFIG) $(DEMO_NOISE_DOT_CKPT) \
+		--names elliptical-noise dot-product-noise --baseline dot-product-noise \
+		--protocol radii --sigmas 0.25 --work-dir work_dirs/certify_noise
+
+$(DEMO_NOISE_CKPT):
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_NOISE_CONFIG) --work-dir work_dirs/demo_noise_elliptical
+
+$(DEMO_NOISE_DOT_CKPT):
+	$(DEMO_ENV) $(PY) tools/train.py $(DEMO_NOISE_DOT_CONFIG) --work-dir work_dirs/demo_noise_dot
 
 DEMO_AT_CONFIG := $(DEMO_CONFIG:.py=_adversarial.py)
 DEMO_AT_DOT_CONFIG := $(DEMO_DOT_CONFIG:.py=_adversarial.py)

@@ -50,7 +50,7 @@ def dry_run(target: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize('target', [
     'demo', 'demo-dot', 'compare', 'report', 'adversarial', 'audit', 'demo-at',
-    'certify'
+    'certify', 'certify-noise'
 ])
 def test_the_makefiles_demo_runs_are_pinned(target):
     """``make -n`` prints the commands; the training, compare_seeds or the
