@@ -193,9 +193,10 @@ class RandomShiftEncoderDecoder(EncoderDecoder):
         self.generator = torch.Generator().manual_seed(seed)
 
     def encode_decode(self, inputs, batch_img_metas):
-        offsets = torch.randint(-self.shift,
-                                self.shift + 1, (len(inputs), 2),
-                                generator=self.generator).tolist()
+        offsets = torch.randint(
+            -self.shift,
+            self.shift + 1, (len(inputs), 2),
+            generator=self.generator).tolist()
         rolled = torch.stack([
             torch.roll(x, (dy, dx), dims=(-2, -1))
             for x, (dy, dx) in zip(inputs, offsets)

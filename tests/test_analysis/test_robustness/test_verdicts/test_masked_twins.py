@@ -236,9 +236,11 @@ def test_the_rolled_twin_is_the_honest_model_on_a_rolled_image(twins):
     seen = set()
     with torch.no_grad():
         for _ in range(3):
-            offsets = torch.randint(-4, 5, (3, 2),
-                                    generator=torch.Generator().set_state(
-                                        model.generator.get_state()))
+            offsets = torch.randint(
+                -4,
+                5, (3, 2),
+                generator=torch.Generator().set_state(
+                    model.generator.get_state()))
             got = model.encode_decode(inputs, metas)
             for x, lg, (dy, dx) in zip(inputs, got, offsets.tolist()):
                 want = honest.encode_decode(
