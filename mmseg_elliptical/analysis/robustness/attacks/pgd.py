@@ -26,7 +26,7 @@ from ....utils import attack_cells as cells
 from ....utils.attack_cells import APGD_ATTACKS, PERTURBERS, Attack
 from .apgd import apgd_images
 from .keys import sample_keys
-from .remedies import bpda_logits, eot_forward, is_random
+from .remedies import bpda_logits, eot_forward, eot_labels, is_random
 
 # The names of utils/attack_cells.py (the tools' checks) kept here too.
 PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
@@ -149,9 +149,9 @@ def perturb(model,
         forward (callable, optional): The attacked function: images to
             ``[C, H, W]`` logits at their labels' size. Default:
             :func:`seg_logits` (``predict``, as evaluated), through
-            :func:`~.remedies.bpda_logits` with ``attack.bpda`` and averaged
-            over ``attack.eot`` draws (:func:`~.remedies.eot_forward`) when
-            it is random (:func:`~.remedies.is_random`).
+            :func:`~.remedies.bpda_logits` with ``attack.bpda``, and over
+            ``attack.eot`` draws (:func:`~.remedies.eot_forward`, the labels
+            tiled to match) when it is random (:func:`~.remedies.is_random`).
         labels (list[Tensor], optional): ``[H, W]`` labels of ``forward``'s
             logits. Default: :func:`attack_labels`.
         start_keys (Sequence[str], optional): What seeds each image's random
@@ -168,13 +168,16 @@ def perturb(model,
         img.to(device, torch.promote_types(img.dtype, torch.float32))
         for img in images
     ]
+    draws = 1
     if forward is None:
         forward = partial(
             bpda_logits if attack.bpda else seg_logits, model, samples=samples)
         if attack.eot > 1 and is_random(forward, x0):
-            forward = eot_forward(forward, attack.eot)
+            draws = attack.eot
+            forward = eot_forward(forward, draws)
     if labels is None:
         labels = attack_labels(attack, model, x0, samples)
+    labels = eot_labels(labels, draws)
     if start_keys is None:
         start_keys = [
             s.metainfo.get('img_path', i) for i, s in enumerate(samples)

@@ -42,13 +42,24 @@ def bpda_logits(model, images: Sequence[Tensor], samples: List) -> List:
 
 def eot_forward(forward: Callable[[List[Tensor]], List[Tensor]],
                 draws: int) -> Callable[[List[Tensor]], List[Tensor]]:
-    """``forward`` averaged over ``draws`` calls (its logits, per image)."""
+    """``forward`` over ``draws`` calls, each image's logits of the draws
+    stacked along the height (``[C, draws * H, W]``): against labels tiled
+    by :func:`eot_labels`, a per-pixel loss is the mean of the draws' losses
+    and an accuracy the mean of theirs (Athalye et al.'s expectation of the
+    loss; the loss of the mean logits leaves each draw more accurate,
+    docs/evidence.md)."""
 
-    def averaged(xs: List[Tensor]) -> List[Tensor]:
+    def stacked(xs: List[Tensor]) -> List[Tensor]:
         runs = [forward(xs) for _ in range(draws)]
-        return [torch.stack(logits).mean(0) for logits in zip(*runs)]
+        return [torch.cat(logits, dim=-2) for logits in zip(*runs)]
 
-    return averaged
+    return stacked
+
+
+def eot_labels(labels: Sequence[Tensor], draws: int) -> List[Tensor]:
+    """``[H, W]`` labels tiled to :func:`eot_forward`'s ``[draws * H, W]``.
+    """
+    return [lb.repeat(draws, 1) for lb in labels]
 
 
 def is_random(forward: Callable[[List[Tensor]], List[Tensor]],

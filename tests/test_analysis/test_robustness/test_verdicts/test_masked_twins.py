@@ -14,7 +14,9 @@ from builders import DEMO_ELLIPTICAL, seg_samples
 from masking import masked_path
 
 from mmseg_elliptical.analysis.robustness.attacks import remedies
-from mmseg_elliptical.analysis.robustness.attacks.pgd import (Attack, perturb,
+from mmseg_elliptical.analysis.robustness.attacks.pgd import (Attack,
+                                                              image_loss,
+                                                              perturb,
                                                               seg_logits)
 from mmseg_elliptical.analysis.robustness.verdicts.audit import \
     gradient_masking_audit
@@ -201,10 +203,13 @@ def test_the_remedy_brings_the_twin_to_the_honest_worst_case(
     assert abs(fixed - honest) < 0.02 * pixels, (fixed, honest)
 
 
-def test_eot_averages_the_logits_of_its_draws(twins):
-    """EOT's logits are the mean of as many draws of the shifting twin,
-    drawn here one by one from the same generator state."""
+def test_eot_takes_the_mean_of_its_draws_losses(twins):
+    """EOT stacks the logits of as many draws of the shifting twin (drawn
+    here one by one from the same generator state) along the height; with
+    the labels tiled, an image's loss is the mean of the draws' losses (the
+    expectation of the loss), which is not the loss of their mean logits."""
     images, samples = batch(2)
+    labels = labelled(twins['honest'], images, samples)
     model = twins['shifted']
     state = model.data_preprocessor.generator.get_state()
     with torch.no_grad():
@@ -213,14 +218,45 @@ def test_eot_averages_the_logits_of_its_draws(twins):
                                        images)
         model.data_preprocessor.generator.set_state(state)
         draws = [seg_logits(model, images, samples) for _ in range(5)]
-    for i, g in enumerate(got):
-        torch.testing.assert_close(g, sum(d[i] for d in draws) / 5)
+    tiled = remedies.eot_labels(labels, 5)
+    for name in ('pgd', 'segpgd'):
+        attack = Attack(name, 'linf', 8, 10, 2.)
+        for i, (g, lb) in enumerate(zip(got, tiled)):
+            assert g.shape == (5, 5 * 64, 64) and lb.shape == (5 * 64, 64)
+            torch.testing.assert_close(g, torch.cat([d[i] for d in draws], 1))
+            each = [image_loss(attack, d[i], labels[i], 255, 3) for d in draws]
+            torch.testing.assert_close(
+                image_loss(attack, g, lb, 255, 3),
+                sum(each) / 5)
+            of_mean = image_loss(attack,
+                                 sum(d[i] for d in draws) / 5, labels[i], 255,
+                                 3)
+            assert abs(float(of_mean - sum(each) / 5)) > 1e-4
     assert not torch.allclose(draws[0][0], draws[1][0])  # it is random
     forward = partial(seg_logits, samples=samples)
     assert remedies.is_random(partial(forward, model), images)
     assert not remedies.is_random(partial(forward, twins['honest']), images)
     key = Attack('pgd', 'linf', 8, 10, 2., eot=5, bpda=True).key
     assert key == 'pgd-bpda-eot5/linf/8/10'
+
+
+@pytest.mark.parametrize('name', ['pgd', 'apgd-mce', 'square'])
+def test_an_eot_attack_runs_on_the_tiled_labels(twins, name):
+    """Every attack takes EOT's stacked draws with the tiled labels: images
+    in the ball, and on the rolled twin (whose draws differ) not the images
+    of the same attack without EOT."""
+    images, samples = batch(2)
+    labelled(twins['honest'], images, samples)
+    model = twins['rolled']
+    got = {}
+    for eot in (1, 3):
+        model.generator.manual_seed(0)
+        got[eot] = perturb(model, images, samples,
+                           Attack(name, 'linf', 8, 4, 2., eot=eot))
+        for x, x0 in zip(got[eot], images):
+            assert x.shape == x0.shape
+            assert (x - x0).abs().max() <= 8 + 1e-3
+    assert any(not torch.equal(a, b) for a, b in zip(got[1], got[3]))
 
 
 def test_the_rolled_twin_is_the_honest_model_on_a_rolled_image(twins):
