@@ -35,7 +35,7 @@
 # cores; the same cells as one process; work_dirs/audit/),
 # make certify (both demo checkpoints certified by randomised smoothing,
 # SegCertify, at sigma 0.25 and 0.5, tau 0.6 / 0.75 / 0.9, on CERTIFY_PROCS
-# processes, one per core by default; 4 min 10 s on 2 idle cores, 7 min 45 s
+# processes, one per core by default; 4 min 10 s on 2 idle cores, 7 min 53 s
 # of CPU; docs/certify.md; work_dirs/certify/),
 # make certify-noise (the demo twins trained under Gaussian noise of sigma
 # 0.25, configs/demo/*_noise.py, then certified at that sigma as make
