@@ -2,8 +2,10 @@
 model (random weights, the clean prediction as labels, 64 x 64 images):
 each defeats a plain white-box attack without a zero gradient everywhere,
 the audit catches it from its own cells (square, no transfer from its own
-weights), and the remedy (BPDA, EOT, the margin loss) brings the attack
-back to what it does to the honest twin."""
+weights), and BPDA or the margin loss brings the attack back to what it does
+to the honest twin. EOT is checked as the expectation of the loss over the
+random twins' draws; what it reaches on a trained randomised twin, and why
+the honest twin's worst case is not its target, is in docs/evidence.md."""
 import copy
 from functools import partial
 
