@@ -339,7 +339,7 @@ def test_fingerprint_of_the_config_and_options(compare):
     assert compare.fingerprint(compare.load_config(DEMO_DOT)) == digest
 
 
-def test_arguments_are_checked(compare, monkeypatch):
+def test_arguments_are_checked(compare, monkeypatch, capsys):
     monkeypatch.setattr(compare, 'run_all', None)  # nothing may start
     monkeypatch.setattr(compare, 'cores', lambda: 4)
     args = compare.parse_args([DEMO_DOT])
@@ -348,7 +348,8 @@ def test_arguments_are_checked(compare, monkeypatch):
     assert (args.jobs, args.threads) == (2, 2)
     args = compare.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
     assert (args.jobs, args.threads) == (8, 3)
-    # On Slurm: every run at once, each on its task's CPUs.
+    # On Slurm (srun found): every run at once, each on its task's CPUs.
+    monkeypatch.setattr(compare.shutil, 'which', lambda name: f'/bin/{name}')
     args = compare.parse_args([
         DEMO_DOT, DEMO_DOT, '--names', 'a', 'b', '--executor', 'slurm',
         '--partition', 'p', '--cpus-per-task', '5', '--tasks-per-run', '2'
@@ -356,6 +357,12 @@ def test_arguments_are_checked(compare, monkeypatch):
     assert (args.jobs, args.threads, args.slurm.tasks) == (6, 5, 2)
     assert args.slurm.partition == 'p' and args.slurm.gpus_per_run == 0
     assert compare.parse_args([DEMO_DOT]).slurm is None
+    monkeypatch.setattr(compare.shutil, 'which', lambda name: None)
+    with pytest.raises(SystemExit) as exc:  # no Slurm here
+        compare.parse_args(
+            [DEMO_DOT, '--executor', 'slurm', '--partition', 'p'])
+    assert exc.value.code == 2
+    assert 'srun is not on the PATH' in capsys.readouterr().err
     for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
                  [DEMO_DOT, DEMO_DOT, '--names', 'a',
                   'a'], [DEMO_DOT, '--seeds', '1',

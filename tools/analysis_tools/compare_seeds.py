@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import os.path as osp
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,6 +150,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.executor == 'slurm' and not args.partition:
         parser.error('argument --partition: --executor slurm needs the '
                      'partition of the jobs')
+    if args.executor == 'slurm' and shutil.which('srun') is None:
+        parser.error('argument --executor: slurm submits with sbatch and '
+                     'srun, and srun is not on the PATH here: run it on a '
+                     'Slurm login node, or use --executor local')
     if args.no_wait and args.executor != 'slurm':
         parser.error('argument --no-wait: only Slurm jobs outlive this '
                      'command: add --executor slurm')
