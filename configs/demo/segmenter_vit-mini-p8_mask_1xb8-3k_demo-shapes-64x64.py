@@ -1,6 +1,8 @@
 # Dot-product twin of the demo: mmseg's own ViT + Segmenter mask head, trained
 # from scratch on the 64x64 demo shapes in a few minutes on a CPU. "ViT-mini":
-# 6 layers, 64 channels, 2 heads, patch 8 (an 8x8 grid of tokens per scene).
+# 6 layers, 64 channels, 4 heads of 16, patch 8 (an 8x8 grid of tokens per
+# scene). With 2 heads of 32, about 4 runs in 10 ended on the plateau
+# (docs/demo.md, "The spread").
 _base_ = [
     'mmseg::_base_/models/segmenter_vit-b16_mask.py',
     '../_base_/datasets/demo_shapes.py',
@@ -19,12 +21,12 @@ model = dict(
         patch_size=8,
         embed_dims=64,
         num_layers=6,
-        num_heads=2,
+        num_heads=4,
         drop_path_rate=0.0),
     decode_head=dict(
         in_channels=64,
         channels=64,
-        num_heads=2,
+        num_heads=4,
         embed_dims=64,
         drop_path_rate=0.0,
         num_classes=num_classes),

@@ -145,17 +145,22 @@ def test_shattered_gradients_are_nonzero_but_lead_nowhere(twins):
     assert abs(bpda - honest) < 0.05 * pixels, (bpda, honest)
 
 
-@pytest.mark.parametrize('name, queries, remedy, against', [
-    ('quantised', 100, dict(bpda=True), ('pgd', 'apgd-mce', 'apgd-dlr')),
-    ('shattered', 300, dict(bpda=True), ('pgd', 'apgd-mce', 'apgd-dlr')),
-    ('hot', 100, dict(name='apgd-dlr'), ('apgd-dlr', )),
-])
+@pytest.mark.parametrize(
+    'name, queries, remedy, against',
+    [
+        ('quantised', 100, dict(bpda=True), ('pgd', 'apgd-mce', 'apgd-dlr')),
+        ('shattered', 300, dict(bpda=True), ('pgd', 'apgd-mce', 'apgd-dlr')),
+        ('hot', 100, dict(), ('apgd-dlr', )),  # the remedy: the margin loss
+    ])
 def test_the_remedy_brings_the_twin_to_the_honest_worst_case(
         twins, name, queries, remedy, against):
-    """PGD and APGD-MCE leave the twin near its clean accuracy. BPDA takes
-    the quantised twin where the honest twin's worst case over PGD,
-    APGD-MCE and APGD-DLR is; the margin loss takes the hot twin where it
-    takes the honest one (the honest twin's PGD goes lower on this random
+    """PGD and APGD-MCE leave the twin near its clean accuracy. With BPDA,
+    PGD takes the quantised and shattered twins where it takes the honest
+    one, and their worst case over PGD, APGD-MCE and APGD-DLR comes within
+    3 % of the pixels of the honest twin's (from about 90 %; a rounded
+    image moves by whole levels of 8.2, so APGD's step-size search sees
+    less than on the honest twin); the margin loss takes the hot twin where
+    it takes the honest one (the honest twin's PGD goes lower on this random
     model, a cross-entropy the hot twin's saturated softmax hides: no
     remedy here recovers it, docs/evidence.md)."""
     images, samples = batch(4)
@@ -196,13 +201,14 @@ def test_the_remedy_brings_the_twin_to_the_honest_worst_case(
     assert failed and set(failed) <= {
         'eps sweep', 'white-box beats black-box'
     }, got['verdict']
-    honest = np.min([
-        attacked(twins['honest'], images, samples, labels, name=a)
+    honest, fixed = (np.array([
+        attacked(twins[model], images, samples, labels, name=a, **kw)
         for a in against
-    ],
-                    axis=0).sum()
-    fixed = attacked(twins[name], images, samples, labels, **remedy).sum()
-    assert abs(fixed - honest) < 0.02 * pixels, (fixed, honest)
+    ]) for model, kw in (('honest', {}), (name, remedy)))
+    if remedy:  # BPDA: the same attack as on the honest twin
+        assert abs(fixed[0].sum() - honest[0].sum()) < 0.01 * pixels
+    worst, honest_worst = fixed.min(0).sum(), honest.min(0).sum()
+    assert abs(worst - honest_worst) < 0.03 * pixels, (worst, honest_worst)
 
 
 def test_eot_takes_the_mean_of_its_draws_losses(twins):
