@@ -134,6 +134,19 @@ def test_each_failed_check_is_named(change, failed):
         detail_of(got, failed)
 
 
+def test_the_attacks_through_m_may_win_by_the_margin():
+    """Through ``m`` lower than plain by the tolerance (0.5, fixed) plus
+    less than the margin passes; by more fails."""
+    worst = 29.9  # the plain cells' at eps 4 (pgd/linf/4/10)
+    for below, passed in ((1.4, True), (1.6, False)):
+        got = audit({
+            **healthy(), 'pgd-adaptive/linf/4/5':
+            dict(aAcc=worst - below)
+        })
+        assert checks_of(got)['adaptive'] is passed, below
+        assert 'margin 1.00' in detail_of(got, 'adaptive')
+
+
 def test_more_iterations_that_help_less_pass():
     """Twice the steps leaving the model *more* accurate is noise, not a
     sign of an unconverged attack (the old check failed here)."""
