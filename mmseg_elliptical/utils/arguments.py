@@ -13,6 +13,7 @@ from typing import Callable, Optional, Sequence
 from ..errors import (INPUT_ERRORS, CheckpointError, ExportError,
                       GridInterrupted)
 from .arm_names import arms_of, check_arms, run_names
+from .choices import CLOCKS
 from .config import load_config, model_names, model_specs
 from .files import check_checkpoint, check_onnx_file
 from .registry import unknown_types_as_config_errors
@@ -192,6 +193,35 @@ def add_work_dir(parser: argparse.ArgumentParser,
         dest='work_dir',
         default=default,
         help=f'output folder (default {default})')
+
+
+def add_timing(parser: argparse.ArgumentParser, rounds: int,
+               what: str) -> None:
+    """The options of the benchmark tools' interleaved timing:
+    ``--batch-size``, ``--rounds`` (default ``rounds``), ``--min-run-time``
+    (seconds per ``what`` and round), ``--threads``, ``--clock``,
+    ``--device`` and ``--seed``."""
+    add = parser.add_argument
+    add('--batch-size', type=positive_int, default=1)
+    add('--rounds',
+        type=positive_int,
+        default=rounds,
+        help='interleaved timing rounds')
+    add('--min-run-time',
+        type=non_negative_float,
+        default=0.,
+        help=f'timed seconds per {what} and round (0: one step)')
+    add('--threads',
+        type=non_negative_int,
+        default=1,
+        help='torch threads (0: torch\'s default; 1 by default: on a shared '
+        'CPU, threads waiting for each other make timings erratic)')
+    add('--clock',
+        choices=CLOCKS,
+        default='wall',
+        help='wall-clock, or process CPU time (CPU only)')
+    add('--device', type=device, default='cpu')
+    add('--seed', type=int, default=0)
 
 
 def add_allow_partial(parser: argparse.ArgumentParser) -> None:

@@ -23,13 +23,12 @@ import sys
 from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.utils import model_names, write_report
-from mmseg_elliptical.utils.arguments import (add_cfg_options, add_work_dir,
-                                              config_file, device,
-                                              non_negative_float,
+from mmseg_elliptical.utils.arguments import (add_cfg_options, add_timing,
+                                              add_work_dir, config_file,
                                               non_negative_int, positive_int,
                                               tool_main)
 from mmseg_elliptical.utils.attack_cells import check_apgd_steps
-from mmseg_elliptical.utils.choices import CLOCKS, DEFAULT_ROLES, MEMORY, ROLES
+from mmseg_elliptical.utils.choices import DEFAULT_ROLES, MEMORY, ROLES
 from mmseg_elliptical.utils.files import require_deploy
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -107,23 +106,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         nargs='*',
         default=None,
         help='sizes at which FLOPs are counted (default: --sizes)')
-    p.add_argument('--batch-size', type=positive_int, default=1)
-    p.add_argument(
-        '--rounds',
-        type=positive_int,
-        default=10,
-        help='interleaved timing rounds')
-    p.add_argument(
-        '--min-run-time',
-        type=non_negative_float,
-        default=0.,
-        help='timed seconds per model and round (0: one step)')
+    add_timing(p, 10, 'model')
     p.add_argument(
         '--warmup',
         type=non_negative_int,
         default=1,
         help='untimed steps per model and (size, mode)')
-    p.add_argument('--device', type=device, default='cpu')
     p.add_argument('--amp', action='store_true', help='bf16 autocast')
     p.add_argument('--compile', action='store_true', help='torch.compile')
     p.add_argument(
@@ -135,17 +123,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         choices=('default', 'reduce-overhead', 'max-autotune-no-cudagraphs'),
         default='default',
         help='torch.compile mode (reduce-overhead: CUDA graphs)')
-    p.add_argument(
-        '--threads',
-        type=non_negative_int,
-        default=1,
-        help='torch threads (0: torch\'s default; 1 by default: on a shared '
-        'CPU, threads waiting for each other make timings erratic)')
-    p.add_argument(
-        '--clock',
-        choices=CLOCKS,
-        default='wall',
-        help='wall-clock, or process CPU time (CPU only)')
     p.add_argument(
         '--memory',
         choices=MEMORY,
@@ -161,7 +138,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action='store_true',
         help='also time each elliptical model exported to ONNX and run by '
         'onnxruntime (inference, CPU; needs the deploy extra)')
-    p.add_argument('--seed', type=int, default=0)
     add_work_dir(p, 'work_dirs/benchmark')
     add_cfg_options(p)
     args = p.parse_args(argv)

@@ -27,10 +27,8 @@ import contextlib
 from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence
 
 from mmseg_elliptical.utils import write_report
-from mmseg_elliptical.utils.arguments import (add_work_dir, device,
-                                              non_negative_float,
-                                              non_negative_int, positive_int)
-from mmseg_elliptical.utils.choices import CLOCKS
+from mmseg_elliptical.utils.arguments import (add_timing, add_work_dir,
+                                              positive_int)
 from mmseg_elliptical.utils.output import markdown_table
 
 if TYPE_CHECKING:
@@ -175,22 +173,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         type=positive_int,
         metavar='N',
         help='TOKENS DIMS HEADS of the attention (default 1025 192 3)')
-    p.add_argument('--batch-size', type=positive_int, default=1)
-    p.add_argument(
-        '--rounds',
-        type=positive_int,
-        default=20,
-        help='interleaved timing rounds')
-    p.add_argument(
-        '--min-run-time',
-        type=non_negative_float,
-        default=0.,
-        help='timed seconds per path and round (0: one step)')
-    p.add_argument(
-        '--threads', type=non_negative_int, default=1, help='torch threads')
-    p.add_argument('--clock', choices=CLOCKS, default='wall')
-    p.add_argument('--device', type=device, default='cpu')
-    p.add_argument('--seed', type=int, default=0)
+    add_timing(p, 20, 'path')
     add_work_dir(p, 'work_dirs/benchmark')
     args = p.parse_args(argv)
     if len(args.shape) not in (0, 3):
