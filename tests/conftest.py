@@ -138,3 +138,16 @@ def loggers_on_this_tests_output():
             if getattr(getattr(handler, 'stream', None), 'closed', False):
                 handler.stream = sys.stdout
     yield
+
+
+@pytest.fixture
+def srun_on_path(tmp_path, monkeypatch) -> None:
+    """A Slurm login node's PATH where this machine has no Slurm: an
+    ``srun`` that is looked up (submitit, ``compare_seeds.py``'s argument
+    check), never run (it fails if it is)."""
+    if shutil.which('srun') is None:
+        srun = tmp_path / 'srun'
+        srun.write_text('#!/bin/sh\nexit 1\n')
+        srun.chmod(0o755)
+        monkeypatch.setenv('PATH',
+                           f'{tmp_path}{os.pathsep}{os.environ["PATH"]}')

@@ -339,7 +339,7 @@ def test_fingerprint_of_the_config_and_options(compare):
     assert compare.fingerprint(compare.load_config(DEMO_DOT)) == digest
 
 
-def test_arguments_are_checked(compare, monkeypatch, capsys):
+def test_arguments_are_checked(compare, monkeypatch, capsys, srun_on_path):
     monkeypatch.setattr(compare, 'run_all', None)  # nothing may start
     monkeypatch.setattr(compare, 'cores', lambda: 4)
     args = compare.parse_args([DEMO_DOT])
@@ -349,7 +349,6 @@ def test_arguments_are_checked(compare, monkeypatch, capsys):
     args = compare.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
     assert (args.jobs, args.threads) == (8, 3)
     # On Slurm (srun found): every run at once, each on its task's CPUs.
-    monkeypatch.setattr(compare.shutil, 'which', lambda name: f'/bin/{name}')
     args = compare.parse_args([
         DEMO_DOT, DEMO_DOT, '--names', 'a', 'b', '--executor', 'slurm',
         '--partition', 'p', '--cpus-per-task', '5', '--tasks-per-run', '2'

@@ -1,7 +1,6 @@
 """The Slurm job script that ``engine/cluster.py``'s executor writes: Slurm
 signals a job before its time limit, never as it starts."""
 import pytest
-import submitit
 
 from mmseg_elliptical.engine import cluster
 
@@ -9,10 +8,7 @@ from mmseg_elliptical.engine import cluster
 @pytest.mark.parametrize('time_min, delay', [(1, 30), (2, 60), (3, 90),
                                              (60, 90)])
 def test_a_job_is_signalled_at_most_half_its_time_before_the_limit(
-        tmp_path, monkeypatch, time_min, delay):
-    # the script's text: no Slurm needed here (submitit looks for srun)
-    monkeypatch.setattr(submitit.SlurmExecutor, 'affinity',
-                        classmethod(lambda cls: 1))
+        tmp_path, srun_on_path, time_min, delay):
     ex = cluster.executor('slurm', str(tmp_path),
                           cluster.SlurmOptions('debug', time_min=time_min))
     script = ex._make_submission_file_text('true', 'uid')

@@ -9,7 +9,6 @@ import os
 import os.path as osp
 import re
 import shlex
-import shutil
 import sys
 from typing import Iterator, List, Optional
 
@@ -174,7 +173,7 @@ def after_make_demo(tmp_path_factory) -> str:
 def test_a_documented_command_passes_the_launch_check(doc, text, argv,
                                                       after_make_demo,
                                                       monkeypatch, capsys,
-                                                      tmp_path):
+                                                      request):
     sys.path.insert(0, osp.join(ROOT, 'tools'))
     try:
         import check_args
@@ -182,14 +181,8 @@ def test_a_documented_command_passes_the_launch_check(doc, text, argv,
         sys.path.pop(0)
     monkeypatch.chdir(after_make_demo)
     monkeypatch.setattr(sys, 'argv', list(sys.argv))
-    if 'slurm' in argv and shutil.which('srun') is None:
-        # a Slurm command, checked as on its login node: an srun on the PATH
-        # (looked up, never run: it fails if it is)
-        srun = tmp_path / 'srun'
-        srun.write_text('#!/bin/sh\nexit 1\n')
-        srun.chmod(0o755)
-        monkeypatch.setenv('PATH',
-                           f'{tmp_path}{os.pathsep}{os.environ["PATH"]}')
+    if 'slurm' in argv:  # checked as on its login node
+        request.getfixturevalue('srun_on_path')
     # check_args sets it for torchrun: restored after (test_launch.py).
     monkeypatch.setattr('mmseg_elliptical.utils.preflight.LAUNCHING', False)
     try:
