@@ -115,7 +115,12 @@ def test_a_quantised_model_fails_by_name(audited):
     assert audit['verdict'].startswith('failed: eps sweep, white-box beats '
                                        'black-box;'), audit['verdict']
     # BPDA passes the gradient through the rounding: the worst case falls
-    assert audit['remedies']['aAcc'] < audit['remedies']['without'] - 10
+    # most of the way to the honest model's (a fraction of the gap, not a
+    # fixed number of points: the gap is 7 to 10 points by kernel path)
+    remedies = audit['remedies']
+    honest = audited['summary']['honest']['worst']['8']['aAcc']
+    assert (remedies['without'] - remedies['aAcc']
+            >= 0.8 * (remedies['without'] - honest)), (remedies, honest)
     assert 'with BPDA and EOT the worst case at eps 8' in audit['verdict']
     # the white-box attacks make no progress on the quantised model
     cells = audited['models']['quantised']['cells']
