@@ -11,15 +11,22 @@ machine), ``slurm`` (``SlurmExecutor``: ``sbatch``, one task per GPU or
 ``tasks_per_run`` CPU tasks, every task running the function under
 ``srun``) and ``debug`` (``DebugExecutor``: in this process, one at a time).
 Without Slurm's accounting database (``sacct``) a job's state is read from
-``scontrol``.
+``scontrol``. Slurm's warning before the time limit (:data:`WARNING_SIGNAL`)
+is for submitit's task alone: the task ignores it until submitit listens
+(:func:`task_python`) and its child processes start with it blocked
+(:func:`warning_signal_blocked`); either would otherwise die of it and end
+the job as a failed run.
 """
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.machinery import PathFinder
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import cloudpickle
 import submitit
@@ -44,6 +51,8 @@ LOCAL_TIMEOUT_MIN = 60 * 24 * 365
 #: Seconds before its time limit at which Slurm signals a job (submitit's
 #: default ``--signal=USR2@90``), at most half the limit.
 SIGNAL_DELAY_S = 90
+#: The signal Slurm sends then (submitit's ``--signal=USR2@...``).
+WARNING_SIGNAL = signal.SIGUSR2
 
 
 class JobError(RuntimeError):
@@ -99,7 +108,8 @@ def executor(kind: str,
     if kind != 'slurm' or slurm is None:
         raise ValueError(f'executor {kind!r} (one of {EXECUTORS}; slurm '
                          'needs SlurmOptions)')
-    ex = submitit.SlurmExecutor(folder, max_num_timeout=slurm.max_timeouts)
+    ex = submitit.SlurmExecutor(
+        folder, max_num_timeout=slurm.max_timeouts, python=task_python())
     gpus = dict(gpus_per_node=slurm.gpus_per_run) if slurm.gpus_per_run \
         else {}
     ex.update_parameters(
@@ -121,6 +131,31 @@ def signal_delay(time_min: int) -> int:
     than the limit would signal the job as it starts, before submitit
     listens, and the signal would kill it without a result."""
     return min(SIGNAL_DELAY_S, time_min * 30)
+
+
+def task_python() -> str:
+    """The command that starts a Slurm task's Python (this interpreter):
+    under ``sh``, which ignores :data:`WARNING_SIGNAL` and execs it, so a
+    warning that comes while the task still loads its function is lost
+    rather than fatal; submitit's handler replaces the ignore once it is
+    installed. Such a job runs on to its time limit and ends ``TIMEOUT``."""
+    name = WARNING_SIGNAL.name[len('SIG'):]
+    return (f'sh -c \'trap "" {name}; exec "$0" "$@"\' '
+            f'{shlex.quote(sys.executable)}')
+
+
+@contextmanager
+def warning_signal_blocked() -> Iterator[None]:
+    """Start a job's child processes in this block: they inherit
+    :data:`WARNING_SIGNAL` blocked, so Slurm's warning reaches only
+    submitit's task, which requeues the job or lets it end at its time limit
+    (a child killed by it would end the job as a failed run). A warning
+    that comes meanwhile reaches this process as the block ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {WARNING_SIGNAL})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class Resumable(submitit.helpers.Checkpointable):

@@ -260,12 +260,19 @@ def train(config: str,
         '--resume', '--launcher', launcher, '--cfg-options',
         f'randomness.seed={seed}'
     ]
+    from mmseg_elliptical.engine import cluster
     env = pinned_env(threads=threads) if threads else dict(os.environ)
     out = osp.join(work_dir, 'train.log')
     start = time.perf_counter()
-    with open(out, 'a') as f:
-        proc = subprocess.run(
+    with open(out, 'a') as f, cluster.warning_signal_blocked():
+        proc = subprocess.Popen(
             command, stdout=f, stderr=subprocess.STDOUT, env=env)
+    with proc:
+        try:
+            proc.wait()
+        except BaseException:  # submitit ends the task: the run ends too
+            proc.kill()
+            raise
     if proc.returncode:
         with open(out) as f:
             tail = ''.join(f.readlines()[-20:])
