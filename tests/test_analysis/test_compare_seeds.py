@@ -246,11 +246,13 @@ def test_a_failed_run_stops_the_runs_not_started(compare, tmp_path,
 def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
     seen = {}
 
-    def run(command, env=None, **kwargs):
-        seen.update(command=command, env=env)
-        return subprocess.CompletedProcess(command, 0)
+    class Popen(subprocess.Popen):
 
-    monkeypatch.setattr(compare.subprocess, 'run', run)
+        def __init__(self, command, env=None, **kwargs):
+            seen.update(command=command, env=env)
+            super().__init__(['true'], **kwargs)
+
+    monkeypatch.setattr(compare.subprocess, 'Popen', Popen)
     monkeypatch.setenv('OMP_NUM_THREADS', '7')
     monkeypatch.delenv('MKL_CBWR', raising=False)
     compare.train('c.py', 4, str(tmp_path), threads=3)
