@@ -241,9 +241,11 @@ lint: setup
 	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 
 # pytest-xdist workers, each on one OpenMP thread (two threads per worker on
-# two cores spin-wait on each other); TEST_WORKERS=0: one process.
+# two cores spin-wait on each other); TEST_WORKERS=0: one process. The tests
+# of an xdist_group (a module whose module-scoped fixture takes minutes) run on
+# one worker, so that the fixture is built once.
 TEST_WORKERS ?= 2
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # make test: lint and every test not marked slow (about 4 min here);
 # make test-slow: the end-to-end ones (subprocesses, torchrun, Slurm, ONNX

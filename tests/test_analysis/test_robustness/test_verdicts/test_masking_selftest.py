@@ -29,6 +29,9 @@ OPEN = 'inconclusive: white-box beats black-box per image'
 
 ITERS = 200
 
+# One worker builds the module's fixture, once (make's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group('masking_selftest')
+
 
 @pytest.fixture(scope='module')
 def trained(demo_root, tmp_path_factory, single_thread):

@@ -36,6 +36,9 @@ ITERS = 1000
 IMAGES = 32
 SWEEP = (8., 16., 32., 64., 128., 255.)
 
+# One worker builds the module's fixture, once (make's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group('randomised_twin')
+
 
 @pytest.fixture(scope='module')
 def twins(tmp_path_factory, single_thread):
