@@ -25,14 +25,21 @@ and, partial or subtler masking (issue 54):
 
 Importing this module registers them in mmseg's ``MODELS``; a config takes
 one with ``model.data_preprocessor.type`` (``model.type``: the hot model).
+The self-tests read a model's own cells with :func:`correct_pixels` and
+audit them with :func:`audit_of_counts`.
 """
 import math
 import zlib
-from typing import Dict
+from typing import Dict, Optional, Sequence
 
+import numpy as np
 import torch
 from mmseg.models import EncoderDecoder, SegDataPreProcessor
 from mmseg.registry import MODELS
+
+from mmseg_elliptical.analysis.robustness.attacks.pgd import seg_logits
+from mmseg_elliptical.analysis.robustness.verdicts.audit import \
+    gradient_masking_audit
 
 
 @MODELS.register_module(force=True)
@@ -225,3 +232,38 @@ class HotEncoderDecoder(EncoderDecoder):
     def encode_decode(self, inputs, batch_img_metas):
         return self.temperature * super().encode_decode(
             inputs, batch_img_metas)
+
+
+def correct_pixels(model,
+                   xs,
+                   samples,
+                   labels: Optional[Sequence] = None) -> np.ndarray:
+    """Correctly labelled pixels per image of ``model`` at ``xs`` (one draw
+    of a random model); ``labels`` default to the samples' own, 255 is
+    unlabelled."""
+    with torch.no_grad():
+        logits = seg_logits(model, xs, samples)
+    if labels is None:
+        labels = [s.gt_sem_seg.data[0] for s in samples]
+    return np.array([
+        int(((lg.argmax(0) == y) & (y != 255)).sum())
+        for lg, y in zip(logits, labels)
+    ])
+
+
+def audit_of_counts(right: Dict[str, np.ndarray], labelled: np.ndarray,
+                    epsilons: Sequence[float], **kwargs) -> Dict:
+    """The audit of a model's own cells (no budget cells) from their
+    correct pixels per image, ``{cell key: counts}``, and each image's
+    ``labelled`` pixels; ``kwargs`` go to ``gradient_masking_audit``."""
+    cells = {
+        k: dict(aAcc=100 * v.sum() / labelled.sum())
+        for k, v in right.items()
+    }
+    return gradient_masking_audit(
+        cells,
+        lambda k: (right[k], labelled),
+        epsilons,
+        False,
+        budget=[],
+        **kwargs)

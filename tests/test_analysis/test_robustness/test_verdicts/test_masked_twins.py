@@ -13,15 +13,13 @@ import numpy as np
 import pytest
 import torch
 from builders import DEMO_ELLIPTICAL, seg_samples
-from masking import masked_path
+from masking import audit_of_counts, correct_pixels, masked_path
 
 from mmseg_elliptical.analysis.robustness.attacks import remedies
 from mmseg_elliptical.analysis.robustness.attacks.pgd import (Attack,
                                                               image_loss,
                                                               perturb,
                                                               seg_logits)
-from mmseg_elliptical.analysis.robustness.verdicts.audit import \
-    gradient_masking_audit
 
 TWINS = dict(
     quantised=dict(data_preprocessor=dict(type='QuantisingPreProcessor')),
@@ -37,7 +35,6 @@ TWINS = dict(
 @pytest.fixture(scope='module')
 def twins(single_thread):
     """The honest demo model and its masked twins (the same weights)."""
-    import masking  # noqa: F401  (registers the helpers)
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -79,21 +76,13 @@ def labelled(honest, images, samples):
     return [s.gt_sem_seg.data[0] for s in samples]
 
 
-def correct(model, xs, samples, labels) -> np.ndarray:
-    """Correct pixels per image of ``model`` at ``xs``."""
-    with torch.no_grad():
-        logits = seg_logits(model, xs, samples)
-    return np.array(
-        [int((lg.argmax(0) == y).sum()) for lg, y in zip(logits, labels)])
-
-
 def attacked(model, images, samples, labels, **kwargs) -> np.ndarray:
     name = kwargs.pop('name', 'pgd')
     steps = kwargs.pop('steps', 10)
     step = kwargs.pop('step_size', 2.)
     xs = perturb(model, images, samples,
                  Attack(name, 'linf', 8, steps, step, **kwargs))
-    return correct(model, xs, samples, labels)
+    return correct_pixels(model, xs, samples, labels)
 
 
 def test_bpda_differentiates_the_honest_model_at_the_transformed_image(twins):
@@ -135,7 +124,7 @@ def test_shattered_gradients_are_nonzero_but_lead_nowhere(twins):
     (lg, ) = seg_logits(twins['shattered'], [x], samples[:1])
     (grad, ) = torch.autograd.grad(lg.logsumexp(0).sum(), x)
     assert (grad != 0).float().mean() > 0.9  # not a zero gradient
-    clean = correct(twins['shattered'], images, samples, labels).sum()
+    clean = correct_pixels(twins['shattered'], images, samples, labels).sum()
     plain = attacked(twins['shattered'], images, samples, labels).sum()
     honest = attacked(twins['honest'], images, samples, labels).sum()
     bpda = attacked(
@@ -166,7 +155,7 @@ def test_the_remedy_brings_the_twin_to_the_honest_worst_case(
     images, samples = batch(4)
     labels = labelled(twins['honest'], images, samples)
     pixels = 4 * 64 * 64
-    clean = correct(twins[name], images, samples, labels).sum()
+    clean = correct_pixels(twins[name], images, samples, labels).sum()
     right = {
         f'{a}/linf/8/10':
         attacked(twins[name], images, samples, labels, name=a)
@@ -177,7 +166,8 @@ def test_the_remedy_brings_the_twin_to_the_honest_worst_case(
     for eps in (32, 255):  # the sweep, the step scaled with eps
         xs = perturb(twins[name], images, samples,
                      Attack('pgd', 'linf', eps, 10, eps / 4))
-        right[f'pgd/linf/{eps}/10'] = correct(twins[name], xs, samples, labels)
+        right[f'pgd/linf/{eps}/10'] = correct_pixels(twins[name], xs, samples,
+                                                     labels)
     # its own cells fail the audit (no transfer): the square attack beats
     # the white-box cells, or the sweep stops above the floor
     right[f'square/linf/8/{queries}'] = attacked(
@@ -188,15 +178,7 @@ def test_the_remedy_brings_the_twin_to_the_honest_worst_case(
         name='square',
         steps=queries,
         step_size=1.)
-    px = np.full(4, 64 * 64)
-    got = gradient_masking_audit(
-        {
-            k: dict(aAcc=100 * v.sum() / px.sum())
-            for k, v in right.items()
-        },
-        lambda k: (right[k], px), [8.],
-        False,
-        budget=[])
+    got = audit_of_counts(right, np.full(4, 64 * 64), [8.])
     failed = [c['check'] for c in got['checks'] if c['passed'] is False]
     assert failed and set(failed) <= {
         'eps sweep', 'white-box beats black-box'
@@ -306,30 +288,25 @@ def test_a_masked_subset_fails_the_audit_per_image_without_transfer(twins):
     model = twins['subset']
     masked = np.array([masked_path(s.img_path, 0.3) for s in samples])
     assert 5 <= masked.sum() <= 16
-    right = dict(
-        clean=correct(model, images, samples, labels),
-        pgd=attacked(model, images, samples, labels),
-        square=attacked(
+    right = {
+        'clean':
+        correct_pixels(model, images, samples, labels),
+        'pgd/linf/8/10':
+        attacked(model, images, samples, labels),
+        'square/linf/8/50':
+        attacked(
             model,
             images,
             samples,
             labels,
             name='square',
             steps=50,
-            step_size=1.))
-    assert (right['pgd'][masked] >= right['clean'][masked] - 200).all()
-    keys = dict(clean='clean', pgd='pgd/linf/8/10', square='square/linf/8/50')
-    px = np.full(30, 64 * 64)
-    cells = {
-        keys[k]: dict(aAcc=100 * v.sum() / px.sum())
-        for k, v in right.items()
+            step_size=1.)
     }
-    got = gradient_masking_audit(
-        cells,
-        lambda k: next((right[n], px) for n, key in keys.items() if key == k),
-        [8.],
-        False,
-        budget=[])
+    assert (right['pgd/linf/8/10'][masked]
+            >= right['clean'][masked] - 200).all()
+    px = np.full(30, 64 * 64)
+    got = audit_of_counts(right, px, [8.])
     checks = {c['check']: c for c in got['checks']}
     per_image = checks['white-box beats black-box per image']
     assert per_image['passed'] is False, per_image['detail']

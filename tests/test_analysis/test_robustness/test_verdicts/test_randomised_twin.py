@@ -24,11 +24,9 @@ import numpy as np
 import pytest
 import torch
 from builders import DEMO_ELLIPTICAL
+from masking import audit_of_counts, correct_pixels
 
-from mmseg_elliptical.analysis.robustness.attacks.pgd import (Attack, perturb,
-                                                              seg_logits)
-from mmseg_elliptical.analysis.robustness.verdicts.audit import \
-    gradient_masking_audit
+from mmseg_elliptical.analysis.robustness.attacks.pgd import Attack, perturb
 from mmseg_elliptical.analysis.robustness.verdicts.audit_sweep import \
     sweep_check
 
@@ -44,7 +42,6 @@ pytestmark = pytest.mark.xdist_group('randomised_twin')
 def twins(tmp_path_factory, single_thread):
     """The trained honest model, its rolled twin (the same weights) and
     ``IMAGES`` test scenes: ``(honest, rolled, images, samples)``."""
-    import masking  # noqa: F401  (registers the twin)
     from mmengine.config import Config
     from mmengine.runner import Runner
     from mmseg.registry import MODELS
@@ -78,16 +75,6 @@ def twins(tmp_path_factory, single_thread):
             [it['data_samples'] for it in items])
 
 
-def correct(model, images, samples) -> np.ndarray:
-    """Correctly labelled pixels per image (one draw of a random model)."""
-    with torch.no_grad():
-        logits = seg_logits(model, images, samples)
-    return np.array([
-        int(((lg.argmax(0) == y) & (y != 255)).sum())
-        for lg, y in zip(logits, (s.gt_sem_seg.data[0] for s in samples))
-    ])
-
-
 def seed(model) -> None:
     """Seed torch (the attacks' random draws) and a random twin's shifts:
     each attack's numbers independent of the tests run before it."""
@@ -100,23 +87,18 @@ def own_cells(model, images, samples):
     """``{key: correct pixels per image}``: clean, PGD (10 steps of eps / 4)
     at 4 levels and swept to 255, the square attack at 4 levels."""
     seed(model)
-    right = dict(clean=correct(model, images, samples))
+    right = dict(clean=correct_pixels(model, images, samples))
     for eps in (4., ) + SWEEP:
         xs = perturb(model, images, samples,
                      Attack('pgd', 'linf', eps, 10, eps / 4))
-        right[f'pgd/linf/{eps:g}/10'] = correct(model, xs, samples)
+        right[f'pgd/linf/{eps:g}/10'] = correct_pixels(model, xs, samples)
     xs = perturb(model, images, samples, Attack('square', 'linf', 4, 100, 1.))
-    right['square/linf/4/100'] = correct(model, xs, samples)
+    right['square/linf/4/100'] = correct_pixels(model, xs, samples)
     return right
 
 
 def audit(right, labelled):
-    cells = {
-        k: dict(aAcc=100 * v.sum() / labelled.sum())
-        for k, v in right.items()
-    }
-    return gradient_masking_audit(
-        cells, lambda k: (right[k], labelled), [4.], False, SWEEP, budget=[])
+    return audit_of_counts(right, labelled, [4.], sweep=SWEEP)
 
 
 def labelled_of(samples) -> np.ndarray:
@@ -154,7 +136,7 @@ def test_eot_takes_it_to_the_honest_twins_worst_case_at_the_top(twins):
         seed(rolled)
         xs = perturb(model, images, samples,
                      Attack('apgd-mce', 'linf', 255, 25, 64., eot=eot))
-        acc[name] = correct(model, xs, samples)
+        acc[name] = correct_pixels(model, xs, samples)
     floor = {}
     for name, right in acc.items():  # the audit's floor row for each
         key = 'apgd-mce/linf/255/25'
