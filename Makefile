@@ -265,9 +265,9 @@ test-all: test test-slow
 # their oracles, adversarial training), under each ATen capability the CPU
 # has beside the one make test ran them under (issue 52; CI runs it after
 # make test): they must hold on any x86-64 host.
-KERNEL_TESTS ?= tests/test_analysis/test_robustness/test_attacks \
+KERNEL_TESTS ?= tests/test_robustness/test_attacks \
 	tests/test_engine/test_adversarial_training.py \
-	tests/test_analysis/test_robustness/test_grid/test_attack_grid.py
+	tests/test_robustness/test_grid/test_attack_grid.py
 CAPABILITY = $(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability().lower())'
 
 test-kernels: setup

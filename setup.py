@@ -50,7 +50,7 @@ setup(
         # Mask2Former, MaskFormer and KNet (mmdet asserts mmcv < 2.2.0)
         'mmdet': ['mmdet==3.3.0'],
         # the seeds' runs as jobs, local or on Slurm (compare_seeds.py,
-        # mmseg_elliptical/engine/cluster.py)
+        # mmseg_elliptical/utils/cluster.py)
         'cluster': ['submitit==1.5.4'],
         # TensorboardVisBackend (the evidence hook's scalars; make demo-tb)
         'tensorboard': ['tensorboard>=2.21,<2.22'],

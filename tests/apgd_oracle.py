@@ -1,5 +1,5 @@
 """APGD with SEA's losses written out again, independently of
-``mmseg_elliptical.analysis.robustness.attacks.apgd`` and ``losses``: one
+``mmseg_elliptical.robustness.attacks.apgd`` and ``losses``: one
 image at a time (SEA's ``apgd_largereps`` / ``apgd_train`` at batch size
 1, where its early stop is per image), in SEA's order of operations, with
 the losses from log-softmax and one-hot labels, and the class weights

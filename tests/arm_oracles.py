@@ -1,4 +1,4 @@
-"""Independent re-computations for the arms (``analysis/robustness/arms``
+"""Independent re-computations for the arms (``robustness/arms``
 and the hierarchical bootstrap), one resample and one run at a time, with
 mmseg's own ``IoUMetric.total_area_to_metrics`` for mIoU, and synthetic
 stores of several runs per arm."""
@@ -8,7 +8,8 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
-from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.robustness.grid.areas import ImageAreas, miou
+from mmseg_elliptical.robustness.grid.store import ResultStore
 
 
 def miou_by_hand(cells, idx) -> float:
@@ -53,22 +54,22 @@ def hierarchical_by_hand(a: Sequence, b: Sequence, resamples: int,
         values=values)
 
 
-def areas(rng, images: int, classes: int, quality: float) -> rb.ImageAreas:
+def areas(rng, images: int, classes: int, quality: float) -> ImageAreas:
     """Per-image areas of a model whose IoU per class is about
     ``quality`` (0-1), with noise."""
     union = rng.integers(20, 60, size=(images, classes))
     share = np.clip(quality + 0.1 * rng.standard_normal((images, classes)), 0,
                     1)
-    return rb.ImageAreas((union * share).astype(np.int64), union)
+    return ImageAreas((union * share).astype(np.int64), union)
 
 
 def synthetic_store(tmp_path,
-                    runs: Dict[str, List[Dict[str, rb.ImageAreas]]],
-                    settings: Dict = None) -> rb.ResultStore:
+                    runs: Dict[str, List[Dict[str, ImageAreas]]],
+                    settings: Dict = None) -> ResultStore:
     """A store of ``{arm: [{cell_key: areas} per run]}``: runs named as the
     tools name them (``ARM#I`` in arms of two or more), each cell's mIoU
     from its areas, a dummy checkpoint per run."""
-    store = rb.ResultStore(str(tmp_path / 'grid.json'), settings or {})
+    store = ResultStore(str(tmp_path / 'grid.json'), settings or {})
     for arm, cells_of_runs in runs.items():
         for i, cells in enumerate(cells_of_runs):
             name = arm if len(cells_of_runs) == 1 else f'{arm}#{i}'
@@ -77,7 +78,7 @@ def synthetic_store(tmp_path,
             store.add_model(name, 'config.py', ckpt)
             for key, x in cells.items():
                 value = float(
-                    rb.miou(
+                    miou(
                         x.intersect.sum(0).astype(float),
                         x.union.sum(0).astype(float)))
                 store.put(name, key, dict(mIoU=value), (x.intersect, x.union))

@@ -1,5 +1,5 @@
 """The attacks written out by hand, independently of
-``mmseg_elliptical.analysis.robustness.attacks.pgd``: normalisation by the
+``mmseg_elliptical.robustness.attacks.pgd``: normalisation by the
 config's mean and std, mmseg's ``inference`` (whole or slide), the resize to
 the label's size, the per-pixel losses from log-softmax, and the ascent and
 projection steps with textbook formulas, one image at a time."""

@@ -6,7 +6,8 @@ import itertools
 import numpy as np
 from matplotlib.transforms import Bbox
 
-from mmseg_elliptical.analysis import robustness as rb
+from mmseg_elliptical.robustness.corruption import verdicts
+from mmseg_elliptical.robustness.grid.store import ResultStore, cell_key
 
 
 def drawn(fig):
@@ -46,13 +47,13 @@ def assert_legends_outside_data(fig):
 def grid_summary(names, corruptions, severities, tmp_path):
     """The summary of a grid whose cells are drawn at random."""
     rng = np.random.default_rng(0)
-    store = rb.ResultStore(str(tmp_path / 'r.json'), {}, write=False)
+    store = ResultStore(str(tmp_path / 'r.json'), {}, write=False)
     for k, name in enumerate(names):
         store.add_model(name, __file__, __file__)
         store.put(name, 'clean', dict(mIoU=75.0 - 4 * k))
         for c in corruptions:
             for s in severities:
-                store.put(name, rb.cell_key(c, s),
+                store.put(name, cell_key(c, s),
                           dict(mIoU=float(70 - 10 * s + rng.normal(0, 4))))
-    return rb.grid_summary(store, list(names), corruptions, severities, 'mIoU',
-                           names[1])
+    return verdicts.grid_summary(store, list(names), corruptions, severities,
+                                 'mIoU', names[1])

@@ -37,9 +37,8 @@ import torch
 from mmseg.models import EncoderDecoder, SegDataPreProcessor
 from mmseg.registry import MODELS
 
-from mmseg_elliptical.analysis.robustness.attacks.pgd import seg_logits
-from mmseg_elliptical.analysis.robustness.verdicts.audit import \
-    gradient_masking_audit
+from mmseg_elliptical.robustness.attacks.pgd import seg_logits
+from mmseg_elliptical.robustness.audit.verdict import gradient_masking_audit
 
 
 @MODELS.register_module(force=True)

@@ -1,7 +1,7 @@
 """SEA's worst-case mIoU search transcribed from its released code
 (``evalSEA.worst_case_miou`` and its helpers in ``tools/worse_only.py`` of
 nmndeep/Robust-Segmentation, torch and Python lists as there), for the tests
-of :mod:`mmseg_elliptical.analysis.robustness.verdicts.sea`. Only the
+of :mod:`mmseg_elliptical.robustness.statistics.sea`. Only the
 loading, printing and saving are left out."""
 import random
 import statistics

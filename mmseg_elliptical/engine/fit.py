@@ -1,12 +1,6 @@
 """Whether a checkpoint's weights fit a config's model, checked before the
-plugin's tools run anything.
-
-mmengine's runner (``load_from``) and mmseg's ``init_model`` load with
-``strict=False``: weights that do not fit are logged and left randomly
-initialised, and the tool goes on measuring a random model. The plugin's
-tools refuse such a pair instead (:func:`check_weights_fit`), unless the
-user asks for a partial load.
-"""
+plugin's tools run anything (mmengine and mmseg load with ``strict=False``;
+the tools refuse a misfit unless the user asks for a partial load)."""
 import argparse
 import copy
 import logging

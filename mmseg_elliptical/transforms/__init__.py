@@ -1,6 +1,6 @@
 """Data transforms registered in mmseg's ``TRANSFORMS``."""
-from ..utils.corruption_cells import (COMMON_CORRUPTIONS, CORRUPTIONS,
-                                      EXTRA_CORRUPTIONS, SEVERITIES)
+from ..utils.choices import (COMMON_CORRUPTIONS, CORRUPTIONS,
+                             EXTRA_CORRUPTIONS, SEVERITIES)
 from .image_corruption import ImageCorruption, corrupt_image, corruption_seed
 
 __all__ = [

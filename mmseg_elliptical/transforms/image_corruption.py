@@ -7,7 +7,7 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
 
-from ..utils.corruption_cells import CORRUPTIONS, SEVERITIES
+from ..utils.choices import CORRUPTIONS, SEVERITIES
 
 # Corruptions that draw from their own generator unless given a seed.
 _SEEDED = ('glass_blur', 'impulse_noise')

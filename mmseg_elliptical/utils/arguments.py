@@ -12,9 +12,9 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import (INPUT_ERRORS, CheckpointError, ExportError,
                       GridInterrupted)
-from .arm_names import arms_of, check_arms, run_names
 from .choices import CLOCKS
-from .config import load_config, model_names, model_specs
+from .config import (arms_of, check_arms, load_config, model_names,
+                     model_specs, run_names)
 from .files import check_checkpoint, check_onnx_file
 from .registry import unknown_types_as_config_errors
 

@@ -15,7 +15,8 @@ from builders import (DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE,
 from mmengine.config import Config
 from processes import load_tool
 
-from mmseg_elliptical.analysis.seed_runs import read_history, seed_statistics
+from mmseg_elliptical.robustness.seeds.runs import (read_history,
+                                                    seed_statistics)
 from mmseg_elliptical.utils import load_config
 
 TESTS = osp.dirname(osp.dirname(osp.abspath(__file__)))

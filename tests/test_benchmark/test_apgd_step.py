@@ -9,8 +9,7 @@ from bench_builders import tiny_family_variants
 from builders import BACKBONES, TINY_MODELS
 from processes import load_tool, refused
 
-from mmseg_elliptical.analysis.robustness.attacks import apgd as grid_apgd
-from mmseg_elliptical.analysis.robustness.attacks import bench_step
+from mmseg_elliptical.benchmark import apgd_step as bench_step
 from mmseg_elliptical.benchmark import runner as runner_module
 from mmseg_elliptical.benchmark.apgd_step import (APGD_MODE, MID, SCALE,
                                                   attacked_logits,
@@ -20,6 +19,7 @@ from mmseg_elliptical.benchmark.runner import BenchmarkOptions, run_benchmark
 from mmseg_elliptical.benchmark.timing import paired_ratio
 from mmseg_elliptical.benchmark.variants import (ATTACK_MODES, build_model,
                                                  make_step)
+from mmseg_elliptical.robustness.attacks import apgd as grid_apgd
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 

@@ -29,10 +29,10 @@ from processes import cpu_bound_process, run_command
 from saved_models import family_config
 
 from mmseg_elliptical.engine.hooks import AdversarialTrainingHook
-from mmseg_elliptical.engine.hooks import adversarial_training as hooks_module
-from mmseg_elliptical.engine.hooks.adversarial_training import image_key
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.models import adaptive_relevance
+from mmseg_elliptical.robustness.attacks import training as hooks_module
+from mmseg_elliptical.robustness.attacks.keys import image_key
 
 pytestmark = pytest.mark.usefixtures('single_thread')
 
@@ -108,7 +108,7 @@ def logits_by_hand(model, x, size):
 def attack_by_hand(model, image, gt, key, attack: dict, ignore=255):
     """One image's adversarial version against the training-time logits,
     textbook steps, the random start of the grid's seeded ball."""
-    from mmseg_elliptical.analysis.robustness.attacks import pgd as attacks
+    from mmseg_elliptical.robustness.attacks import pgd as attacks
     size = gt.shape
     label = F.pad(
         gt, (0, size[1] - gt.shape[1], 0, size[0] - gt.shape[0]),
@@ -209,7 +209,7 @@ def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
     flipped), from the seeded start of (its path, the iteration) in the eps
     ball; 3 iterations are one stage (the grid's cells refuse them). In
     float64 (``float64``), where the two agree on every kernel path."""
-    from mmseg_elliptical.analysis.robustness.attacks import pgd as attacks
+    from mmseg_elliptical.robustness.attacks import pgd as attacks
     cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
     model = model64(build(cfg))
     model.train()

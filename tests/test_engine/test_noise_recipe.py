@@ -87,7 +87,7 @@ def batch(paths, size=8):
 
 
 def test_draws_per_image_and_iteration_as_certify_draws():
-    from mmseg_elliptical.analysis.robustness.attacks import smoothing
+    from mmseg_elliptical.robustness.certification import smoothing
     hook = NoiseTrainingHook(sigma=0.5, seed=3)
     hook.data_root = '/data'
     data = batch(['/data/a.png', '/data/b.png'])

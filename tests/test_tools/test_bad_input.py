@@ -425,8 +425,8 @@ def test_a_grid_file_of_another_model_is_refused_at_the_door(
     """A grid file that holds model 'ell' from another config: refused
     before any model is built (under torchrun: before the processes start,
     as ``tools/check_args.py``), in the grid's own words."""
-    from mmseg_elliptical.analysis.robustness import ResultStore
     from mmseg_elliptical.errors import GridError
+    from mmseg_elliptical.robustness.grid.store import ResultStore
     from mmseg_elliptical.utils.preflight import model_identity
     grid = tmp_path / store
     grid.write_text(

@@ -19,7 +19,7 @@ import pytest
 from builders import DEMO_DOT, DEMO_ELLIPTICAL, ROOT, demo_data_options
 from processes import run_command
 
-from mmseg_elliptical.analysis.robustness.grid.audit_cells import SWEEP
+from mmseg_elliptical.robustness.audit.cells import SWEEP
 
 pytestmark = [pytest.mark.usefixtures('single_thread'), pytest.mark.slow]
 

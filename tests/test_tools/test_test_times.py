@@ -4,10 +4,10 @@ import pytest
 from processes import load_tool
 
 CASES = [
-    ('tests.test_analysis.test_robustness.test_grid.test_attack_grid', 3.5),
-    ('tests.test_analysis.test_robustness.test_grid.test_attack_grid', 1.5),
+    ('tests.test_robustness.test_grid.test_attack_grid', 3.5),
+    ('tests.test_robustness.test_grid.test_attack_grid', 1.5),
     ('tests.test_analysis.test_evidence.test_collapse', 2.0),
-    ('tests.test_floors', 0.25),
+    ('tests.test_import_layers', 0.25),
 ]
 
 
@@ -23,15 +23,15 @@ def test_time_per_folder(tmp_path, capsys):
     write_report(tmp_path / 'r.xml')
     times = tool.folder_times(str(tmp_path / 'r.xml'), depth=2)
     assert times == {
-        'test_analysis/test_robustness': (2, 5.0),
+        'test_robustness/test_grid': (2, 5.0),
         'test_analysis/test_evidence': (1, 2.0),
-        'test_floors': (1, 0.25)
+        'test_import_layers': (1, 0.25)
     }
     deeper = tool.folder_times(str(tmp_path / 'r.xml'), depth=3)
-    assert deeper['test_analysis/test_robustness/test_grid'] == (2, 5.0)
+    assert deeper['test_robustness/test_grid/test_attack_grid'] == (2, 5.0)
     tool.main([str(tmp_path / 'r.xml')])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2] == '| tests/test_analysis/test_robustness | 2 | 5 | 69 % |'
+    assert lines[2] == '| tests/test_robustness/test_grid | 2 | 5 | 69 % |'
     assert lines[-1] == '| all | 4 | 7 | 100 % |'
 
 

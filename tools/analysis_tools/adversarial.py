@@ -38,9 +38,9 @@ from functools import partial
 from typing import Dict, List, Optional, Sequence
 
 from mmseg_elliptical.errors import ConfigError
+from mmseg_elliptical.robustness.attacks import cells as attacks
+from mmseg_elliptical.robustness.attacks.eps import parse_eps
 from mmseg_elliptical.utils import arguments as cli
-from mmseg_elliptical.utils import attack_cells as attacks
-from mmseg_elliptical.utils.eps import parse_eps
 from mmseg_elliptical.utils.preflight import check_run
 
 
@@ -188,10 +188,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'the models {names}, or there is no other model to '
                      'evaluate on its adversarial images.')
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.analysis import robustness as rb
     from mmseg_elliptical.engine import fitting_models
-    args.elliptical = rb.elliptical_models(args.specs, args.cfg_options)
-    args.class_weights = rb.class_weights_of(
+    from mmseg_elliptical.robustness.attacks.class_weights import \
+        class_weights_of
+    from mmseg_elliptical.robustness.attacks.elliptical import \
+        elliptical_models
+    args.elliptical = elliptical_models(args.specs, args.cfg_options)
+    args.class_weights = class_weights_of(
         args.attacks + ([audit.sweep_attack] if args.audit else []),
         args.specs, args.cfg_options, args.work_dir)
     if args.adaptive and not any(args.elliptical.values()):
@@ -206,7 +209,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def attack_cells(args: argparse.Namespace,
                  adaptive: bool) -> List[attacks.Attack]:
     """The attack cells of the command line
-    (:func:`~mmseg_elliptical.utils.attack_cells.attack_cells`); the
+    (:func:`~mmseg_elliptical.robustness.attacks.cells.attack_cells`); the
     square attack's steps are its queries, and it has no adaptive form (it
     reads outputs only)."""
     gradient = [a for a in args.attacks if a != 'square']
@@ -227,13 +230,14 @@ def remedies(args: argparse.Namespace, store, cells: Dict,
     (decided on the main process, shared with the others)."""
     from mmengine.dist import broadcast_object_list, is_main_process
 
-    from mmseg_elliptical.analysis import robustness as rb
-    from mmseg_elliptical.analysis.robustness.verdicts.attacks import \
-        correct_pixels
+    from mmseg_elliptical.robustness.attacks.verdicts import correct_pixels
+    from mmseg_elliptical.robustness.audit.cells import remedy_cells
+    from mmseg_elliptical.robustness.audit.verdict import \
+        gradient_masking_audit
     failed = [None]
     if is_main_process():
         failed[0] = [
-            s.name for s in args.specs if rb.gradient_masking_audit(
+            s.name for s in args.specs if gradient_masking_audit(
                 store.data['models'][s.name]['cells'],
                 partial(correct_pixels, store, s.name, read=store.areas),
                 args.epsilons,
@@ -242,7 +246,7 @@ def remedies(args: argparse.Namespace, store, cells: Dict,
         ]
     broadcast_object_list(failed)
     return {
-        name: rb.remedy_cells(cells[name], max(args.epsilons), preset)
+        name: remedy_cells(cells[name], max(args.epsilons), preset)
         for name in failed[0]
     }
 
@@ -255,26 +259,36 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
 
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.analysis import robustness as rb
     from mmseg_elliptical.engine import note_partial_loads, process_group
+    from mmseg_elliptical.robustness.attacks.cells import (AUDIT_PRESET,
+                                                           Attack,
+                                                           attack_settings)
+    from mmseg_elliptical.robustness.attacks.class_weights import \
+        weighted_cells
+    from mmseg_elliptical.robustness.attacks.report import write_attack_report
+    from mmseg_elliptical.robustness.attacks.transfer import transfer_cells
+    from mmseg_elliptical.robustness.attacks.verdicts import attack_verdicts
+    from mmseg_elliptical.robustness.audit.cells import audit_cells
+    from mmseg_elliptical.robustness.grid.protocols import model_cells
+    from mmseg_elliptical.robustness.grid.run import run_cells
     with process_group(cli.launcher_of(args)) as launch:
-        cells = rb.weighted_cells(
-            rb.model_cells(args.elliptical, args.cells,
-                           attack_cells(args, True) if args.adaptive else []),
+        cells = weighted_cells(
+            model_cells(args.elliptical, args.cells,
+                        attack_cells(args, True) if args.adaptive else []),
             args.class_weights)
         if args.transfer is not None:
             source = next(s for s in args.specs if s.name == args.transfer)
-            crafted = rb.transfer_cells(
-                [c for c in cells[source.name] if isinstance(c, rb.Attack)],
+            crafted = transfer_cells(
+                [c for c in cells[source.name] if isinstance(c, Attack)],
                 source, args.cfg_options)
             for name in cells:
                 if name != source.name:
                     cells[name] += crafted
         if args.audit:
-            preset = rb.AUDIT_PRESET._replace(
+            preset = AUDIT_PRESET._replace(
                 sweep_steps=args.audit_sweep_steps,
-                queries=args.queries or rb.AUDIT_PRESET.queries)
-            cells = rb.audit_cells(
+                queries=args.queries or AUDIT_PRESET.queries)
+            cells = audit_cells(
                 cells,
                 args.specs,
                 args.epsilons,
@@ -285,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                 preset=preset,
                 class_weights=args.class_weights)
         run = partial(
-            rb.run_cells,
+            run_cells,
             args.specs,
             path=osp.join(args.work_dir, 'adversarial.json'),
             work_dir=args.work_dir,
@@ -296,20 +310,21 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             per_class=True,
             launch_options=launch,
             batch_size=args.batch_size,
-            settings=rb.attack_settings(args.norm, args.step_size,
-                                        args.step_ratio, args.random_start,
-                                        args.labels))
+            settings=attack_settings(args.norm, args.step_size,
+                                     args.step_ratio, args.random_start,
+                                     args.labels))
         store = run(cells)
         if args.audit:
             extra = remedies(args, store, cells, preset)
             if extra:  # BPDA and EOT on the models that failed the audit
                 store = run({n: cells[n] + extra.get(n, []) for n in cells})
         if is_main_process():
-            verdicts = rb.attack_verdicts(
-                store, [s.name for s in args.specs], args.baseline,
-                args.resamples, args.bootstrap_seed, args.epsilons,
-                args.elliptical if args.audit else None, args.arms)
-            text = rb.write_attack_report(verdicts, args.work_dir)
+            verdicts = attack_verdicts(store, [s.name for s in args.specs],
+                                       args.baseline, args.resamples,
+                                       args.bootstrap_seed, args.epsilons,
+                                       args.elliptical if args.audit else None,
+                                       args.arms)
+            text = write_attack_report(verdicts, args.work_dir)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

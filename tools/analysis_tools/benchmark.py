@@ -22,12 +22,12 @@ import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
 
+from mmseg_elliptical.robustness.attacks.cells import check_apgd_steps
 from mmseg_elliptical.utils import model_names, write_report
 from mmseg_elliptical.utils.arguments import (add_cfg_options, add_timing,
                                               add_work_dir, config_file,
                                               non_negative_int, positive_int,
                                               tool_main)
-from mmseg_elliptical.utils.attack_cells import check_apgd_steps
 from mmseg_elliptical.utils.choices import DEFAULT_ROLES, MEMORY, ROLES
 from mmseg_elliptical.utils.files import require_deploy
 
@@ -196,7 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical import benchmark as bench
     from mmseg_elliptical.benchmark import reporting
-    from mmseg_elliptical.engine import training_benchmark as at
+    from mmseg_elliptical.benchmark import training as at
     specs = bench.config_variants(args.configs, args.names, args.roles,
                                   args.whole_model, args.cfg_options)
     options = bench.BenchmarkOptions.from_args(args)

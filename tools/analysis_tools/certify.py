@@ -35,9 +35,9 @@ import argparse
 from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.errors import AnalysisError
+from mmseg_elliptical.robustness.certification.cells import (
+    CORRECTIONS, certification_cells)
 from mmseg_elliptical.utils import arguments as cli
-from mmseg_elliptical.utils.certify_cells import (CORRECTIONS,
-                                                  certification_cells)
 from mmseg_elliptical.utils.preflight import check_run
 
 #: Presets: ``(n0, n, taus, alpha)``; ``paper``: Fischer et al.'s
@@ -149,11 +149,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
 
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.analysis import robustness as rb
     from mmseg_elliptical.engine import note_partial_loads, process_group
+    from mmseg_elliptical.robustness.certification.report import \
+        write_certify_report
+    from mmseg_elliptical.robustness.certification.verdicts import \
+        certify_verdicts
+    from mmseg_elliptical.robustness.grid.run import run_cells
     settings = dict(threat='certify', n0=args.n0, n=args.n, alpha=args.alpha)
     with process_group(cli.launcher_of(args)) as launch:
-        store = rb.run_cells(
+        store = run_cells(
             args.specs, [(None, None), *args.cells],
             osp.join(args.work_dir, 'certify.json'),
             args.work_dir,
@@ -164,11 +168,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             launch_options=launch,
             settings=settings)
         if is_main_process():
-            verdicts = rb.certify_verdicts(store, [s.name for s in args.specs],
-                                           args.cells, args.arms,
-                                           args.baseline, args.resamples,
-                                           args.bootstrap_seed)
-            text = rb.write_certify_report(verdicts, settings, args.work_dir)
+            verdicts = certify_verdicts(store, [s.name for s in args.specs],
+                                        args.cells, args.arms, args.baseline,
+                                        args.resamples, args.bootstrap_seed)
+            text = write_certify_report(verdicts, settings, args.work_dir)
             print(
                 text +
                 note_partial_loads(f'{args.work_dir}/certify.md', args.notes))

@@ -28,17 +28,17 @@ import argparse
 from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.errors import GridError
+from mmseg_elliptical.robustness.attacks.cells import ATTACK_PROTOCOLS
+from mmseg_elliptical.robustness.corruption.cells import (DEFAULT_CORRUPTIONS,
+                                                          resolve_corruptions,
+                                                          resolve_severities)
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_models, add_paired_test,
                                               device, image_file, launcher_of,
                                               models_of, non_negative_int,
                                               positive_int, tool_main)
-from mmseg_elliptical.utils.attack_cells import ATTACK_PROTOCOLS
 from mmseg_elliptical.utils.choices import PARTS
-from mmseg_elliptical.utils.corruption_cells import (DEFAULT_CORRUPTIONS,
-                                                     resolve_corruptions,
-                                                     resolve_severities)
 from mmseg_elliptical.utils.preflight import check_run
 
 

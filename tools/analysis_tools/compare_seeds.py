@@ -7,7 +7,7 @@
          --gpus-per-run G --tasks-per-run T --cpus-per-task C [--no-wait]]
 
 Every (config, seed) run is mmseg's ``tools/train.py`` in a submitit job
-(``mmseg_elliptical/engine/cluster.py``), in its own work dir
+(``mmseg_elliptical/utils/cluster.py``), in its own work dir
 ``WORK_DIR/NAME/seedSEED``, on the config as resolved here (its bases and
 ``--cfg-options`` merged, dumped there as ``config.py``) with
 ``--cfg-options randomness.seed=SEED``. ``--executor local`` (default) runs
@@ -38,7 +38,7 @@ generate the same data (the demo's) do not race to write it.
 
 Outputs in ``WORK_DIR``: ``compare.json`` (every run's history),
 ``compare.md`` (mean and standard deviation of the final metrics per model,
-:func:`~mmseg_elliptical.analysis.seed_runs.seed_statistics`) and
+:func:`~mmseg_elliptical.robustness.seeds.runs.seed_statistics`) and
 ``compare.png`` (validation mIoU over iterations).
 """
 __check_arguments_first__ = True  # the plugin registers once they pass
@@ -67,7 +67,7 @@ from mmseg_elliptical.utils.pinned_env import pinned_env
 if TYPE_CHECKING:  # the heavy imports come once the arguments passed
     from mmengine.config import Config
 
-    from mmseg_elliptical.engine import cluster
+    from mmseg_elliptical.utils import cluster
 
 TRAIN = ('from mmseg_elliptical.engine import run_mmseg_tool; '
          'run_mmseg_tool("train.py")')
@@ -157,7 +157,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.no_wait and args.executor != 'slurm':
         parser.error('argument --no-wait: only Slurm jobs outlive this '
                      'command: add --executor slurm')
-    from mmseg_elliptical.engine import cluster
+    from mmseg_elliptical.utils import cluster
     args.slurm = cluster.SlurmOptions(
         args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
         args.cpus_per_task,
@@ -260,7 +260,7 @@ def train(config: str,
         '--resume', '--launcher', launcher, '--cfg-options',
         f'randomness.seed={seed}'
     ]
-    from mmseg_elliptical.engine import cluster
+    from mmseg_elliptical.utils import cluster
     env = pinned_env(threads=threads) if threads else dict(os.environ)
     out = osp.join(work_dir, 'train.log')
     start = time.perf_counter()
@@ -323,7 +323,7 @@ def _finish(cfg: 'Config', settings: Dict, run_dir: str, seconds: float,
             cfg_options: Optional[dict], job: Dict) -> Dict:
     """Check a trained run's history and write its ``result.json``; return
     the result."""
-    from mmseg_elliptical.analysis.seed_runs import read_history
+    from mmseg_elliptical.robustness.seeds.runs import read_history
     history = read_history(run_dir)
     last_iter = int(cfg.train_cfg.max_iters)
     if max(history, default=None) != last_iter:
@@ -368,7 +368,7 @@ def run_all(configs: Sequence[str],
             slurm: Optional['cluster.SlurmOptions'] = None,
             wait: bool = True) -> List[Optional[Dict]]:
     """Train what has no ``result.json`` yet, up to ``jobs`` runs at once,
-    each as a submitit job (:mod:`mmseg_elliptical.engine.cluster`).
+    each as a submitit job (:mod:`mmseg_elliptical.utils.cluster`).
 
     Every finished run's settings are checked before any training starts.
     A failed run stops the runs not started yet; those already training
@@ -387,7 +387,7 @@ def run_all(configs: Sequence[str],
         executor (str): ``'local'``, ``'slurm'`` or ``'debug'``.
         slurm (SlurmOptions, optional): The resources of a Slurm run.
         wait (bool): False: start every run's job at once, write their
-            :func:`~mmseg_elliptical.engine.cluster.dependency` flag to
+            :func:`~mmseg_elliptical.utils.cluster.dependency` flag to
             ``WORK_DIR/dependency`` and return without waiting (Slurm).
 
     Returns:
@@ -397,7 +397,7 @@ def run_all(configs: Sequence[str],
         None for a run not waited for.
     """
     from mmseg_elliptical.analysis.comparison.plan import Countdown
-    from mmseg_elliptical.engine import cluster
+    from mmseg_elliptical.utils import cluster
     resolved = {c: load_config(c, cfg_options) for c in configs}
     todo = [(c, n, s) for c, n in zip(configs, names) for s in seeds]
     results, pending = [None] * len(todo), []
@@ -569,7 +569,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
     ``--no-wait``: submit, write the dependency flag; return {})."""
     args = parse_args(argv)
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.analysis.seed_runs import seed_statistics
+    from mmseg_elliptical.robustness.seeds.runs import seed_statistics
     start = time.perf_counter()
     try:
         results = run_all(

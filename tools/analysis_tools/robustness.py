@@ -28,15 +28,15 @@ import argparse
 from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.errors import GridError
+from mmseg_elliptical.robustness.corruption.cells import (CORRUPTION_SETS,
+                                                          PROTOCOLS,
+                                                          resolve_corruptions,
+                                                          resolve_severities)
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_models, add_paired_test,
                                               launcher_of, models_of,
                                               positive_int, tool_main)
-from mmseg_elliptical.utils.corruption_cells import (CORRUPTION_SETS,
-                                                     PROTOCOLS,
-                                                     resolve_corruptions,
-                                                     resolve_severities)
 from mmseg_elliptical.utils.preflight import check_run
 
 
@@ -120,10 +120,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     args = parse_args(argv)
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.analysis import robustness as rb
     from mmseg_elliptical.engine import note_partial_loads, process_group
+    from mmseg_elliptical.robustness.corruption.report import \
+        write_robustness_report
+    from mmseg_elliptical.robustness.corruption.verdicts import \
+        corruption_verdicts
+    from mmseg_elliptical.robustness.grid.run import run_grid
     with process_group(launcher_of(args)) as launch:
-        store = rb.run_grid(
+        store = run_grid(
             args.specs,
             args.corruptions,
             args.severities,
@@ -136,12 +140,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             launch_options=launch)
         if is_main_process():
             metrics = args.protocol.metrics
-            verdicts = rb.corruption_verdicts(
-                store, [s.name for s in args.specs], args.corruptions,
-                args.severities, args.metric, args.baseline,
-                metrics if len(metrics) > 1 else (), args.resamples,
-                args.bootstrap_seed, args.arms)
-            text = rb.write_robustness_report(verdicts, args.work_dir)
+            verdicts = corruption_verdicts(store, [s.name for s in args.specs],
+                                           args.corruptions, args.severities,
+                                           args.metric, args.baseline,
+                                           metrics if len(metrics) > 1 else (),
+                                           args.resamples, args.bootstrap_seed,
+                                           args.arms)
+            text = write_robustness_report(verdicts, args.work_dir)
             print(text + note_partial_loads(f'{args.work_dir}/robustness.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/robustness.{{json,md,csv,png}}')

@@ -9,20 +9,27 @@ from typing import Dict, List, Optional, Sequence
 import cv2
 
 from ...benchmark.timing import paired_ratio
+from ...robustness.attacks.cells import ATTACK_PROTOCOLS
+from ...robustness.attacks.elliptical import elliptical_models
+from ...robustness.attacks.report import attack_markdown, write_attack_report
+from ...robustness.attacks.verdicts import attack_verdicts
+from ...robustness.corruption.cells import resolve_corruptions
+from ...robustness.corruption.report import write_robustness_report
+from ...robustness.corruption.verdicts import corruption_verdicts
+from ...robustness.grid.store import ResultStore
+from ...robustness.seeds.report import RUN_BY_RUN, arms_markdown, verdict_lines
 from ...utils.config import ModelSpec
 from ...utils.output import markdown_table
-from .. import robustness as rb
 from ..evidence.attention_figures import (plot_attention, plot_relevance,
                                           shown_heads, shown_layers)
 from ..evidence.collapse import write_collapse_report
 from ..evidence.layers import AnalysisError
-from ..robustness.reports.arms import RUN_BY_RUN, arms_markdown, verdict_lines
 from . import sections
 from .plan import SECTION_SECONDS, Countdown
 from .sections import ReportOptions
 
 
-def accuracy_table(store: rb.ResultStore, names: Sequence[str]) -> str:
+def accuracy_table(store: ResultStore, names: Sequence[str]) -> str:
     """Clean mIoU, aAcc, mAcc and the IoU of every class (rows), models
     side by side (columns)."""
     cells = {n: store.data['models'][n]['cells']['clean'] for n in names}
@@ -93,11 +100,11 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
     """``report.md`` of the measured sections; returns its text."""
     names = [s.name for s in specs]
     arms = arms_of(specs, options)
-    corruptions = rb.resolve_corruptions(options.corruptions)
+    corruptions = resolve_corruptions(options.corruptions)
     severities = sorted(set(options.severities))
     store = parts['robustness']
-    robustness = rb.write_robustness_report(
-        rb.corruption_verdicts(
+    robustness = write_robustness_report(
+        corruption_verdicts(
             store,
             names,
             corruptions,
@@ -111,19 +118,19 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
                                      arms)
     several = any(len(r) > 1 for r in arms.values())
     attacked = parts['adversarial']
-    rb.write_attack_report(
-        rb.attack_verdicts(
+    write_attack_report(
+        attack_verdicts(
             attacked,
             names,
             baseline_of(specs, options),
             resamples=options.resamples,
             seed=options.bootstrap_seed,
-            epsilons=rb.ATTACK_PROTOCOLS[options.attack_protocol].epsilons,
-            audit=rb.elliptical_models(specs, options.cfg_options)
+            epsilons=ATTACK_PROTOCOLS[options.attack_protocol].epsilons,
+            audit=elliptical_models(specs, options.cfg_options)
             if options.audit else None,
             arms=arms), work_dir)
-    adversarial = rb.attack_markdown(attacked.data['summary'],
-                                     attacked.data['settings'])
+    adversarial = attack_markdown(attacked.data['summary'],
+                                  attacked.data['settings'])
     verdicts: List[str] = []
     if several:
         adversarial = arms_markdown(attacked.data['arms']) + RUN_BY_RUN + \
@@ -136,7 +143,7 @@ def write_markdown(specs: Sequence[ModelSpec], options: ReportOptions,
             *verdict_lines(store.data['arms']),
             *verdict_lines(attacked.data['arms']), ''
         ]
-    preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
+    preset = ATTACK_PROTOCOLS[options.attack_protocol]
     speed = parts['speed']
     meta = next(iter(speed.values()))['meta']
     image, point = parts['query']

@@ -11,9 +11,16 @@ import cv2
 from mmengine.logging import print_log
 
 from ... import benchmark
+from ...robustness.attacks.cells import ATTACK_PROTOCOLS, AuditPreset
+from ...robustness.attacks.class_weights import class_weights_of
+from ...robustness.attacks.elliptical import elliptical_models
+from ...robustness.audit.cells import audit_cells
+from ...robustness.corruption.cells import (DEFAULT_CORRUPTIONS,
+                                            resolve_corruptions)
+from ...robustness.grid.protocols import model_cells
+from ...robustness.grid.run import open_store, run_cells, run_grid
+from ...robustness.grid.store import ResultStore
 from ...utils.config import ModelSpec, load_config
-from ...utils.corruption_cells import DEFAULT_CORRUPTIONS
-from .. import robustness as rb
 from ..evidence.attention_maps import from_json, model_attention, to_json
 from ..evidence.collapse import measure_collapse
 from ..evidence.layers import AnalysisError
@@ -95,19 +102,19 @@ def store_of(work_dir: str,
              section: str,
              settings: Dict,
              specs: Sequence[ModelSpec],
-             every_process: bool = False) -> rb.ResultStore:
+             every_process: bool = False) -> ResultStore:
     """The section's store under ``<work_dir>/cells/``, models declared;
     opened by every process or by rank 0 alone."""
     path = osp.join(work_dir, 'cells', f'{section}.json')
     if every_process:
-        return rb.open_store(path, settings, specs)
-    store = rb.ResultStore(path, settings)
+        return open_store(path, settings, specs)
+    store = ResultStore(path, settings)
     for spec in specs:
         store.add_model(*spec)
     return store
 
 
-def stored(store: rb.ResultStore, specs: Sequence[ModelSpec], key: str,
+def stored(store: ResultStore, specs: Sequence[ModelSpec], key: str,
            compute: Callable[[ModelSpec], Optional[Dict]]) -> Dict:
     """``{name: result}`` of every model, computed and stored when missing
     (None results are not stored)."""
@@ -123,12 +130,12 @@ def stored(store: rb.ResultStore, specs: Sequence[ModelSpec], key: str,
 def accuracy_and_robustness(specs: Sequence[ModelSpec],
                             options: ReportOptions,
                             work_dir: str,
-                            quiet: bool = True) -> rb.ResultStore:
+                            quiet: bool = True) -> ResultStore:
     """Clean mIoU (per class too) and the corrupted cells of every model
     (:func:`~..robustness.grid.run_grid`)."""
-    return rb.run_grid(
+    return run_grid(
         specs,
-        rb.resolve_corruptions(options.corruptions),
+        resolve_corruptions(options.corruptions),
         sorted(set(options.severities)),
         osp.join(work_dir, 'cells'),
         'mIoU',
@@ -143,23 +150,23 @@ def accuracy_and_robustness(specs: Sequence[ModelSpec],
 #: The report's reduced audit: the preset's attack swept with 20
 #: iterations to the whole range only (an honest demo twin reaches the
 #: floor there; 5 PGD steps did not, and every run "failed" the sweep).
-REPORT_AUDIT = rb.AuditPreset(sweep_steps=20)
+REPORT_AUDIT = AuditPreset(sweep_steps=20)
 REPORT_SWEEP = (255., )
 
 
 def adversarial(specs: Sequence[ModelSpec],
                 options: ReportOptions,
                 work_dir: str,
-                quiet: bool = True) -> rb.ResultStore:
+                quiet: bool = True) -> ResultStore:
     """Every model under the preset's attacks and, with ``adaptive``, the
     elliptical ones under the same attacks through ``m``
     (:func:`~..robustness.grid.run_cells`)."""
-    preset = rb.ATTACK_PROTOCOLS[options.attack_protocol]
-    cells = rb.model_cells(
-        rb.elliptical_models(specs, options.cfg_options), preset.cells(),
+    preset = ATTACK_PROTOCOLS[options.attack_protocol]
+    cells = model_cells(
+        elliptical_models(specs, options.cfg_options), preset.cells(),
         preset.cells(adaptive=True) if options.adaptive else [])
     if options.audit:
-        cells = rb.audit_cells(
+        cells = audit_cells(
             cells,
             specs,
             preset.epsilons,
@@ -170,12 +177,11 @@ def adversarial(specs: Sequence[ModelSpec],
             doubled_attacks=preset.attacks[-1:],
             arms=options.arms,
             preset=REPORT_AUDIT,
-            class_weights=rb.class_weights_of([REPORT_AUDIT.sweep_attack],
-                                              specs, options.cfg_options,
-                                              work_dir))
+            class_weights=class_weights_of([REPORT_AUDIT.sweep_attack], specs,
+                                           options.cfg_options, work_dir))
     folder = osp.join(work_dir, 'cells', 'adversarial')
     move_old_attack_store(work_dir, folder)
-    return rb.run_cells(
+    return run_cells(
         specs,
         cells,
         osp.join(folder, 'adversarial.json'),

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from ...utils.config import ModelSpec, load_config
-from ..loaders import dataset_pipelines
+from ...utils.loaders import dataset_pipelines
 from .layers import AnalysisError, TransformerLayers, transformer_layers
 from .recorder import LayerRecord, LayerRecorder
 from .tokens import (attention_row, grid_to_image, input_point, query_token,

@@ -7,12 +7,12 @@ from mmengine.runner import Runner
 from mmengine.utils import ProgressBar
 
 from ...models import EllipticalAttentionMixin
+from ...robustness.seeds.arms import collapse_arms
+from ...robustness.seeds.means import arm_label, mean_tree, several
+from ...robustness.seeds.report import arms_markdown, arms_rows
 from ...utils.config import ModelSpec, load_config, split_loader
+from ...utils.loaders import subset_loader_cfg
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
-from ..loaders import subset_loader_cfg
-from ..robustness.reports.arms import arms_markdown, arms_rows
-from ..robustness.verdicts.arm_means import arm_label, mean_tree, several
-from ..robustness.verdicts.arms import collapse_arms
 from .layers import TransformerLayers, transformer_layers
 from .measures import (mean_pairwise_cosine, relevance_spread,
                        relevance_statistics)

@@ -10,11 +10,10 @@ from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 from torch import Tensor
 
-from ...analysis.robustness.attacks.keys import image_key
-from ...analysis.robustness.attacks.smoothing import (draw_generator,
-                                                      noisy_copies)
 from ...errors import ConfigError
-from .adversarial_training import check_model, draw
+from ...robustness.attacks.keys import image_key
+from ...robustness.attacks.training import check_model, draw
+from ...robustness.certification.smoothing import draw_generator, noisy_copies
 
 
 def _fail(problem: str) -> None:

@@ -197,7 +197,7 @@ def test_the_attack_section_takes_the_fewer_images(demo_models, tmp_path,
     assert sections.attack_images(options) == 2
     options.attack_batch_size = 3
     seen = {}
-    monkeypatch.setattr(sections.rb, 'run_cells',
+    monkeypatch.setattr(sections, 'run_cells',
                         lambda *a, **kw: seen.update(kw))
     specs = [
         sections.ModelSpec(n, *demo_models[2 * i:2 * i + 2])
