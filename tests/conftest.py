@@ -18,6 +18,7 @@ pytest.register_assert_rewrite('attack_oracles', 'bench_builders', 'builders',
                                'demo_losses')
 
 import builders  # noqa: E402
+import processes  # noqa: E402
 import saved_models  # noqa: E402
 import slurm_cluster  # noqa: E402
 
@@ -138,6 +139,37 @@ def loggers_on_this_tests_output():
             if getattr(getattr(handler, 'stream', None), 'closed', False):
                 handler.stream = sys.stdout
     yield
+
+
+@pytest.fixture(autouse=True)
+def no_launch_variables_left():
+    """A test that leaves torchrun's variables (``processes.LAUNCH_VARIABLES``)
+    changed in this process's environment fails at its teardown, and they are
+    put back (they would reach the launch scripts of later tests: issue 61).
+    Torn down after ``monkeypatch``, so what it undoes does not count.
+
+    Not counted: ``LOCAL_RANK=0`` where it was unset, which mmseg's tools and
+    ``utils.arguments.launcher_of`` set in a tool run in this process (the
+    default, which torchrun replaces in each worker)."""
+    before = {k: os.environ.get(k) for k in processes.LAUNCH_VARIABLES}
+    yield
+    left = {
+        k: os.environ.get(k)
+        for k in processes.LAUNCH_VARIABLES if os.environ.get(k) != before[k]
+    }
+    if before['LOCAL_RANK'] is None and left.get('LOCAL_RANK') == '0':
+        del left['LOCAL_RANK']
+    was = {k: before[k] for k in left}
+    for key, value in was.items():
+        if value is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = value
+    if left:
+        pytest.fail(
+            f'the test left {left} in os.environ (before it: {was}); '
+            'set them through monkeypatch',
+            pytrace=False)
 
 
 @pytest.fixture

@@ -29,6 +29,15 @@ def cpu_bound_process() -> Iterator[subprocess.Popen]:
         proc.wait()
 
 
+#: The variables torchrun sets in its workers (and
+#: ``engine.launch.slurm_environment`` in a task of srun): left in the tests'
+#: own environment they reach every later subprocess, e.g. a stray
+#: ``MASTER_ADDR`` sends the torchrun of ``tools/dist_launch.sh`` to another
+#: host (tests/conftest.py, ``no_launch_variables_left``).
+LAUNCH_VARIABLES = ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
+                    'LOCAL_RANK')
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for torchrun and gloo)."""
     with socket.socket() as s:

@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from builders import SEGMENTOR_NO_DROPOUT, build_segmentor, seg_samples
 from mmengine.logging import MMLogger
 from mmengine.model import MMDistributedDataParallel
-from processes import free_port, run_command
+from processes import LAUNCH_VARIABLES, free_port, run_command
 from torch import Tensor
 
 from mmseg_elliptical.engine.launch import end_process_group
@@ -186,9 +186,15 @@ def test_prepare_cpu_launch_options(monkeypatch) -> None:
 
 def test_slurm_environment_becomes_torchruns(monkeypatch) -> None:
     from mmseg_elliptical.engine import launch
-    for key in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
-                'LOCAL_RANK', 'SLURM_STEP_NODELIST'):
-        monkeypatch.delenv(key, raising=False)
+
+    # slurm_environment writes os.environ itself: each variable is set
+    # through monkeypatch first, so that what it writes is undone after the
+    # test (delenv of an unset variable records nothing to undo: its
+    # MASTER_ADDR=node07 stayed and sent the torchrun of later tests'
+    # tools/dist_test.sh there, issue 61).
+    for key in (*LAUNCH_VARIABLES, 'SLURM_STEP_NODELIST'):
+        monkeypatch.setenv(key, '')
+        monkeypatch.delenv(key)
     monkeypatch.setenv('SLURM_PROCID', '3')
     monkeypatch.setenv('SLURM_NTASKS', '4')
     monkeypatch.setenv('SLURM_LOCALID', '1')
@@ -203,11 +209,7 @@ def test_slurm_environment_becomes_torchruns(monkeypatch) -> None:
     monkeypatch.setattr(launch.subprocess, 'run', scontrol)
     launch.slurm_environment()
     assert asked == [['scontrol', 'show', 'hostnames', 'node[07-08]']]
-    env = {
-        k: os.environ[k]
-        for k in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
-                  'LOCAL_RANK')
-    }
+    env = {k: os.environ[k] for k in LAUNCH_VARIABLES}
     assert env == dict(
         MASTER_ADDR='node07',
         MASTER_PORT=str(20000 + 123456 % 20000),
