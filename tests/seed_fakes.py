@@ -1,7 +1,7 @@
-"""A stand-in for ``compare_seeds.train`` that runs in the runs' jobs
-(submitit's processes, or this process with the debug executor): it records
-each call in a control folder, fails the runs named there, can wait at a
-barrier of files, and writes a validation history instead of training.
+"""A stand-in for ``robustness/seeds/training.train`` that runs in the runs'
+jobs (submitit's processes, or this process with the debug executor): it
+records each call in a control folder, fails the runs named there, can wait
+at a barrier of files, and writes a validation history instead of training.
 
 Light imports only: a local job's interpreter imports this module.
 """
@@ -89,7 +89,7 @@ def train(folder: str,
           work_dir: str,
           threads: Optional[int] = None,
           launcher: str = 'none') -> float:
-    """``compare_seeds.train``'s stand-in (bound to a control ``folder``
+    """``training.train``'s stand-in (bound to a control ``folder``
     with ``functools.partial``)."""
     control = Control(folder)
     settings = control.settings()

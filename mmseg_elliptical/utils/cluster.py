@@ -12,10 +12,8 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.machinery import PathFinder
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-import cloudpickle
 import submitit
 
 from .choices import EXECUTORS
@@ -163,14 +161,8 @@ class Resumable(submitit.helpers.Checkpointable):
 
 
 def submit(ex: submitit.Executor, fn: Callable, *args: Any) -> submitit.Job:
-    """``ex.submit(Resumable(fn), *args)``; a function of a module that a
-    job's interpreter cannot import by name (a tool loaded from its path)
-    travels by value."""
-    module = sys.modules.get(getattr(fn, '__module__', None) or '')
-    if module is not None and module.__name__ != '__main__' and \
-            '.' not in module.__name__ and \
-            PathFinder.find_spec(module.__name__) is None:
-        cloudpickle.register_pickle_by_value(module)
+    """``ex.submit(Resumable(fn), *args)``: ``fn`` travels by reference, so
+    a job's interpreter must import it by name (a package module's)."""
     return ex.submit(Resumable(fn), *args)
 
 

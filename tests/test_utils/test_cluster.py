@@ -1,4 +1,4 @@
-"""The Slurm job script that ``engine/cluster.py``'s executor writes: Slurm
+"""The Slurm job script that ``utils/cluster.py``'s executor writes: Slurm
 signals a job before its time limit, never as it starts, and the signal
 reaches only submitit's task, once it listens."""
 import shlex

@@ -1,4 +1,4 @@
-"""``engine/cluster.py``'s jobs on a real single-node Slurm
+"""``utils/cluster.py``'s jobs on a real single-node Slurm
 (``tests/slurm_cluster.py``): Slurm's warning signal that comes while a
 task still loads its function (before submitit listens) is lost, not fatal,
 and the job ends with its function's result."""

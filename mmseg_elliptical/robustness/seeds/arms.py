@@ -6,7 +6,6 @@ paired test against the baseline arm
 summaries and the stored per-image areas and never re-run a model;
 :mod:`.arms_report` renders them. The result is the store's top-level
 ``"arms"`` entry."""
-import re
 import statistics
 from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence
@@ -14,6 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..grid.store import CLEAN, ResultStore, cell_key
 from ..statistics.bootstrap import hierarchical_bootstrap
 from ..statistics.summary import attack_model_summary
+from .layout import seed_in_path
 
 #: The corruption grid's headline numbers (keys of a run's summary).
 CORRUPTION_FIGURES = ('P', 'mPC', 'rPC', 'mCE', 'rmCE')
@@ -184,22 +184,18 @@ def attack_arms(store: ResultStore,
                     _arms(arms, baseline, numbers, tests, resamples, seed))
 
 
-#: A training seed in a checkpoint's path: a folder or name part
-#: ``seed3``, ``seed_3``, ``seed-3`` (compare_seeds.py's ``NAME/seedS/``).
-SEED_IN_PATH = re.compile(r'(?:^|[/_.-])seed[_-]?(\d+)(?=$|[/_.-])')
-
-
 def seeds_of(store: ResultStore, arms: Dict[str, List[str]],
              by_arm: Dict[str, Dict]) -> Dict[str, Dict]:
     """Add ``seeds`` (``{run: seed}``, where a run's checkpoint path names
-    its training seed) to each arm of ``by_arm``; return it."""
+    its training seed, :func:`.layout.seed_in_path`) to each arm of
+    ``by_arm``; return it."""
     for arm, runs in arms.items():
         found = {}
         for run in runs:
             path = store.data['models'].get(run, {}).get('checkpoint') or ''
-            match = SEED_IN_PATH.findall(path)
-            if match:
-                found[run] = int(match[-1])
+            seed = seed_in_path(path)
+            if seed is not None:
+                found[run] = seed
         by_arm[arm]['seeds'] = found
     return by_arm
 

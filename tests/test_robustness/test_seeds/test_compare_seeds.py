@@ -1,29 +1,34 @@
-"""``tools/analysis_tools/compare_seeds.py``: each seed trained once,
-resumable, mean ± std; ``analysis/seed_runs.py``: the history it reads
-and the statistics over seeds."""
+"""compare_seeds.py's runs (``robustness/seeds/compare.py``,
+``training.py``, ``layout.py``): each seed trained once, resumable, its job's
+function pickled by reference; ``runs.py``: the history they read, the
+statistics over seeds, the table; the tool end to end."""
 import functools
 import json
 import os
 import os.path as osp
+import pickletools
 import subprocess
+from glob import glob
 
 import numpy as np
 import pytest
 import seed_fakes
+import submitit
 from builders import (DEMO_DOT, DEMO_ELLIPTICAL, TINY_GENERATE,
                       demo_data_options)
 from mmengine.config import Config
 from processes import load_tool
 
-from mmseg_elliptical.robustness.seeds.runs import (read_history,
+from mmseg_elliptical.robustness.seeds import compare, layout, training
+from mmseg_elliptical.robustness.seeds.runs import (markdown, read_history,
                                                     seed_statistics)
-from mmseg_elliptical.utils import load_config
+from mmseg_elliptical.utils import cluster, load_config
 
-TESTS = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TESTS = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 @pytest.fixture(scope='module')
-def compare():
+def tool():
     return load_tool('analysis_tools/compare_seeds.py')
 
 
@@ -91,7 +96,7 @@ def _result(name, seed, finals, earlier=1.0):
         })
 
 
-def test_summary_and_table_use_the_last_validation(compare):
+def test_summary_and_table_use_the_last_validation():
     rng = np.random.default_rng(0)
     results, finals = [], {}
     for name in ('ell', 'dot'):
@@ -106,7 +111,7 @@ def test_summary_and_table_use_the_last_validation(compare):
             results.append(_result(name, seed, values))
     summary = seed_statistics(results)
     assert list(summary) == ['ell', 'dot']
-    table = compare.markdown(summary, results)
+    table = markdown(summary, results)
     lines = [[c.strip() for c in line.strip('|').split('|')]
              for line in table.splitlines()]
     assert lines[0] == ['model', 'seeds', 'mIoU', 'disc', 'ring', 'min/run']
@@ -123,14 +128,9 @@ def test_summary_and_table_use_the_last_validation(compare):
         assert row == cells + ['2.0']  # minutes: (1 + 2 + 3) / 3
 
 
-@pytest.fixture
-def fake_training(compare, monkeypatch, tmp_path):
-    """``compare.train`` replaced by :func:`seed_fakes.train` (it runs in
-    the jobs: its calls, failures and barrier go through a control folder);
-    the configs (``load_config``) by 4-iteration configs whose content
-    (``edits``) the test changes."""
-    control = seed_fakes.Control(str(tmp_path / 'control'))
-    edits = {}
+def fake_configs(edits):
+    """``load_config``'s stand-in: a 4-iteration config per file, its
+    content ``edits[config]``."""
 
     def load_config(config, options=None):
         cfg = Config(
@@ -141,9 +141,20 @@ def fake_training(compare, monkeypatch, tmp_path):
         cfg.merge_from_dict(options or {})
         return cfg
 
+    return load_config
+
+
+@pytest.fixture
+def fake_training(monkeypatch, tmp_path):
+    """``compare.train`` replaced by :func:`seed_fakes.train` (it runs in
+    the jobs: its calls, failures and barrier go through a control folder);
+    the configs (``load_config``) by :func:`fake_configs` whose content
+    (``edits``) the test changes."""
+    control = seed_fakes.Control(str(tmp_path / 'control'))
+    edits = {}
     monkeypatch.setattr(compare, 'train',
                         functools.partial(seed_fakes.train, control.folder))
-    monkeypatch.setattr(compare, 'load_config', load_config)
+    monkeypatch.setattr(compare, 'load_config', fake_configs(edits))
     # a local job's interpreter imports seed_fakes
     monkeypatch.setenv(
         'PYTHONPATH',
@@ -158,7 +169,7 @@ def _calls(control):
 @pytest.mark.parametrize(
     'executor',
     ['debug', pytest.param('local', marks=pytest.mark.slow)])
-def test_runs_are_trained_once(compare, tmp_path, fake_training, executor):
+def test_runs_are_trained_once(tmp_path, fake_training, executor):
     control, fingerprints = fake_training
     work = str(tmp_path / 'cmp')
     args = (['a.py', 'b.py'], ['x', 'y'], [0, 1], work, {'k': 1})
@@ -185,17 +196,17 @@ def test_runs_are_trained_once(compare, tmp_path, fake_training, executor):
     assert compare.run_all(*args, **options) == first
     assert _calls(control) == []
     # a run without its result (interrupted) is trained again, alone
-    os.remove(osp.join(work, 'y', 'seed0', compare.RESULT))
+    os.remove(osp.join(work, 'y', 'seed0', layout.RESULT))
     compare.run_all(*args, **options)
     assert _calls(control) == [('b.py', 0)]
     # a failed run leaves no result; the next command retries it
     control.clear()
-    os.remove(osp.join(work, 'x', 'seed1', compare.RESULT))
+    os.remove(osp.join(work, 'x', 'seed1', layout.RESULT))
     control.set(fail=[('a.py', 1)])
     with pytest.raises(RuntimeError, match='training failed') as failed:
         compare.run_all(*args, **options)
     assert 'x seed 1: job ' in str(failed.value)
-    assert not osp.exists(osp.join(work, 'x', 'seed1', compare.RESULT))
+    assert not osp.exists(osp.join(work, 'x', 'seed1', layout.RESULT))
     # other settings in the same folder are refused: options, config content
     with pytest.raises(ValueError, match='another --work-dir'):
         compare.run_all(*args[:4], {'k': 2}, **options)
@@ -205,8 +216,7 @@ def test_runs_are_trained_once(compare, tmp_path, fake_training, executor):
 
 
 @pytest.mark.slow  # local jobs: processes
-def test_jobs_train_runs_at_once_and_keep_their_order(compare, tmp_path,
-                                                      fake_training):
+def test_jobs_train_runs_at_once_and_keep_their_order(tmp_path, fake_training):
     control = fake_training[0]
     # Both runs of a pair must be in their jobs at once: the fake fails
     # after 60 s unless 2 runs have arrived.
@@ -232,8 +242,7 @@ def test_jobs_train_runs_at_once_and_keep_their_order(compare, tmp_path,
 
 
 @pytest.mark.slow  # local jobs: processes
-def test_a_failed_run_stops_the_runs_not_started(compare, tmp_path,
-                                                 fake_training):
+def test_a_failed_run_stops_the_runs_not_started(tmp_path, fake_training):
     control = fake_training[0]
     control.set(fail=[('a.py', 0)])
     with pytest.raises(RuntimeError, match='training failed'):
@@ -244,7 +253,7 @@ def test_a_failed_run_stops_the_runs_not_started(compare, tmp_path,
     assert _calls(control) == [('a.py', 0)]
 
 
-def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
+def test_train_passes_the_thread_count(tmp_path, monkeypatch):
     seen = {}
 
     class Popen(subprocess.Popen):
@@ -253,10 +262,10 @@ def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
             seen.update(command=command, env=env)
             super().__init__(['true'], **kwargs)
 
-    monkeypatch.setattr(compare.subprocess, 'Popen', Popen)
+    monkeypatch.setattr(training.subprocess, 'Popen', Popen)
     monkeypatch.setenv('OMP_NUM_THREADS', '7')
     monkeypatch.delenv('MKL_CBWR', raising=False)
-    compare.train('c.py', 4, str(tmp_path), threads=3)
+    training.train('c.py', 4, str(tmp_path), threads=3)
     assert seen['env']['OMP_NUM_THREADS'] == '3'
     # the CPU kernels pinned as make demo pins them (one number per host)
     assert {
@@ -270,14 +279,14 @@ def test_train_passes_the_thread_count(compare, tmp_path, monkeypatch):
         ONEDNN_MAX_CPU_ISA='AVX2')
     assert seen['command'][-1] == 'randomness.seed=4'
     assert seen['command'][-4:-2] == ['--launcher', 'none']
-    compare.train('c.py', 4, str(tmp_path), launcher='slurm')
+    training.train('c.py', 4, str(tmp_path), launcher='slurm')
     assert seen['env']['OMP_NUM_THREADS'] == '7'
     assert 'MKL_CBWR' not in seen['env']  # the environment as it is
     assert seen['command'][-4:-2] == ['--launcher', 'slurm']
 
 
 @pytest.mark.slow  # local jobs: processes
-def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch,
+def test_data_is_generated_before_any_run(tmp_path, monkeypatch,
                                           fake_training):
     control = fake_training[0]
     control.set(history=[2])
@@ -311,7 +320,7 @@ def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch,
     for loader in loaders:
         missing[f'{loader}.dataset.generate'] = None
         missing[f'{loader}.dataset.data_root'] = str(tmp_path / 'none')
-    with pytest.raises(compare.DataError, match='train_dataloader dataset'):
+    with pytest.raises(training.DataError, match='train_dataloader dataset'):
         compare.run_all([DEMO_DOT], ['dot'], [0],
                         str(tmp_path / 'work2'),
                         missing,
@@ -319,50 +328,173 @@ def test_data_is_generated_before_any_run(compare, tmp_path, monkeypatch,
     assert len(control.calls()) == 2
 
 
-def test_a_run_must_validate_at_its_last_iteration(compare, tmp_path,
-                                                   fake_training):
+def test_a_run_must_validate_at_its_last_iteration(tmp_path, fake_training):
     with pytest.raises(RuntimeError, match='last iteration'):
         compare.run_all(['a.py'], ['x'], [0],
                         str(tmp_path / 'work'), {'train_cfg.max_iters': 6},
                         log=lambda s: None,
                         executor='debug')
     assert not osp.exists(
-        osp.join(str(tmp_path / 'work'), 'x', 'seed0', compare.RESULT))
+        osp.join(str(tmp_path / 'work'), 'x', 'seed0', layout.RESULT))
 
 
-def test_fingerprint_of_the_config_and_options(compare):
-    cfg = compare.load_config(DEMO_DOT)
-    digest = compare.fingerprint(cfg)
+def test_the_runs_folder_names_its_seed_for_the_arms(tmp_path, fake_training):
+    """The folder run_all writes a run in is the one the arms read a
+    checkpoint's training seed from."""
+    compare.run_all(['a.py'], ['ell'], [3, 12],
+                    str(tmp_path / 'w'),
+                    log=lambda s: None,
+                    executor='debug')
+    for seed in (3, 12):
+        folder = layout.run_dir(str(tmp_path / 'w'), 'ell', seed)
+        assert folder == str(tmp_path / 'w' / 'ell' / f'seed{seed}')
+        assert osp.isfile(osp.join(folder, layout.RESULT))
+        assert layout.seed_in_path(osp.join(folder, 'iter_4.pth')) == seed
+    assert layout.seed_in_path(str(tmp_path / 'w' / 'ell' / 'x.pth')) is None
+
+
+def pickled_globals(path):
+    """The ``(module, name)`` of every global that a pickle refers to."""
+    with open(path, 'rb') as f:
+        data = f.read()
+    strings, found = [], []
+    for op, arg, _ in pickletools.genops(data):
+        if 'UNICODE' in op.name:
+            strings.append(arg)
+        elif op.name == 'STACK_GLOBAL':
+            found.append(tuple(strings[-2:]))
+        elif op.name == 'GLOBAL':
+            found.append(tuple(arg.split(' ', 1)))
+    return found
+
+
+#: What a run's job pickle refers to: nothing travels by value.
+JOB_GLOBALS = [('submitit.core.utils', 'DelayedSubmission'),
+               ('mmseg_elliptical.utils.cluster', 'Resumable'),
+               ('mmseg_elliptical.robustness.seeds.training', 'train')]
+
+
+def test_the_jobs_function_travels_by_reference(tmp_path, monkeypatch):
+    """run_all submits :func:`training.train`, pickled as submitit pickles
+    a job: by its module and name, which a job's interpreter imports."""
+
+    class Submitted(Exception):
+        pass
+
+    class Executor:
+
+        def submit(self, fn, *args):  # as submitit's executors write it
+            delayed = submitit.core.utils.DelayedSubmission(fn, *args)
+            delayed.dump(tmp_path / 'job.pkl')
+            raise Submitted
+
+    monkeypatch.setattr(compare, 'load_config', fake_configs({}))
+    monkeypatch.setattr(cluster, 'executor', lambda *a, **k: Executor())
+    with pytest.raises(Submitted):
+        compare.run_all(['a.py'], ['x'], [0],
+                        str(tmp_path / 'w'),
+                        log=lambda s: None)
+    assert pickled_globals(tmp_path / 'job.pkl') == JOB_GLOBALS
+
+
+@pytest.fixture
+def two_configs(tmp_path):
+    """Two config files for the tool's argument check (the fake training
+    reads neither)."""
+    paths = [str(tmp_path / name) for name in ('a.py', 'b.py')]
+    for path in paths:
+        open(path, 'w').close()
+    return paths
+
+
+def test_the_tool_writes_its_outputs(tool, tmp_path, fake_training,
+                                     two_configs, capsys):
+    control = fake_training[0]
+    work = str(tmp_path / 'cmp')
+    argv = [
+        *two_configs, '--names', 'x', 'y', '--seeds', '0', '1', '--work-dir',
+        work, '--executor', 'debug', '--jobs', '2', '--threads', '1'
+    ]
+    summary = tool.main(argv)
+    out = capsys.readouterr().out
+    assert 'trainings: 4 steps, about ' in out  # the plan, then each run
+    assert out.count(' left (') == 3 and '; all done' in out
+    with open(osp.join(work, 'compare.json')) as f:
+        report = json.load(f)
+    assert report['summary'] == summary
+    assert summary['x']['mIoU']['mean'] == pytest.approx(2.0)  # 1.5, 2.5
+    runs = [(r['name'], r['seed']) for r in report['runs']]
+    assert runs == [('x', 0), ('x', 1), ('y', 0), ('y', 1)]
+    assert report['command'] == dict(
+        report['command'], jobs=2, threads=1, executor='debug')
+    with open(osp.join(work, 'compare.md')) as f:
+        rows = [[c.strip() for c in line.strip('|').split('|')]
+                for line in f.read().splitlines()]
+    assert rows[0] == ['model', 'seeds', 'mIoU', 'min/run']
+    assert rows[2][:3] == ['x', '2', '2.00 ± 0.71']
+    assert osp.isfile(osp.join(work, 'compare.png'))
+    assert 'Final validation metrics' in out and 'compare.md' in out
+    control.clear()
+    assert tool.main(argv) == summary
+    assert 'done before, kept' in capsys.readouterr().out
+    assert _calls(control) == []
+
+
+def test_the_tools_exit_status_of_a_failed_or_stale_run(
+        tool, tmp_path, fake_training, two_configs, capsys):
+    control, edits = fake_training
+    argv = [
+        two_configs[0], '--seeds', '0', '--work-dir',
+        str(tmp_path / 'cmp'), '--executor', 'debug'
+    ]
+    control.set(fail=[('a.py', 0)])
+    with pytest.raises(SystemExit) as failed:  # the run's error, status 1
+        tool.main(argv)
+    assert isinstance(failed.value.code, str), failed.value.code
+    assert 'a seed 0: job ' in failed.value.code
+    assert failed.value.code.endswith('training failed')
+    control.set()
+    tool.main(argv)
+    edits[two_configs[0]] = 'edited'
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stale:  # refused as an input error
+        tool.main(argv)
+    assert stale.value.code == 2
+    assert 'another --work-dir' in capsys.readouterr().err
+
+
+def test_fingerprint_of_the_config_and_options():
+    cfg = load_config(DEMO_DOT)
+    digest = training.fingerprint(cfg)
     assert cfg.train_cfg.max_iters == 3000
-    seven = compare.load_config(DEMO_DOT, {'train_cfg.max_iters': 7})
+    seven = load_config(DEMO_DOT, {'train_cfg.max_iters': 7})
     assert seven.train_cfg.max_iters == 7
-    assert compare.fingerprint(seven) != digest
+    assert training.fingerprint(seven) != digest
     # the twins differ in the backbone type only: other content
-    assert compare.fingerprint(compare.load_config(DEMO_ELLIPTICAL)) != digest
-    assert compare.fingerprint(compare.load_config(DEMO_DOT)) == digest
+    assert training.fingerprint(load_config(DEMO_ELLIPTICAL)) != digest
+    assert training.fingerprint(load_config(DEMO_DOT)) == digest
 
 
-def test_arguments_are_checked(compare, monkeypatch, capsys, srun_on_path):
+def test_arguments_are_checked(tool, monkeypatch, capsys, srun_on_path):
     monkeypatch.setattr(compare, 'run_all', None)  # nothing may start
-    monkeypatch.setattr(compare, 'cores', lambda: 4)
-    args = compare.parse_args([DEMO_DOT])
+    monkeypatch.setattr(tool, 'cores', lambda: 4)
+    args = tool.parse_args([DEMO_DOT])
     assert (args.jobs, args.threads) == (4, 1)
-    args = compare.parse_args([DEMO_DOT, '--jobs', '2'])
+    args = tool.parse_args([DEMO_DOT, '--jobs', '2'])
     assert (args.jobs, args.threads) == (2, 2)
-    args = compare.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
+    args = tool.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
     assert (args.jobs, args.threads) == (8, 3)
     # On Slurm (srun found): every run at once, each on its task's CPUs.
-    args = compare.parse_args([
+    args = tool.parse_args([
         DEMO_DOT, DEMO_DOT, '--names', 'a', 'b', '--executor', 'slurm',
         '--partition', 'p', '--cpus-per-task', '5', '--tasks-per-run', '2'
     ])
     assert (args.jobs, args.threads, args.slurm.tasks) == (6, 5, 2)
     assert args.slurm.partition == 'p' and args.slurm.gpus_per_run == 0
-    assert compare.parse_args([DEMO_DOT]).slurm is None
-    monkeypatch.setattr(compare.shutil, 'which', lambda name: None)
+    assert tool.parse_args([DEMO_DOT]).slurm is None
+    monkeypatch.setattr(tool.shutil, 'which', lambda name: None)
     with pytest.raises(SystemExit) as exc:  # no Slurm here
-        compare.parse_args(
-            [DEMO_DOT, '--executor', 'slurm', '--partition', 'p'])
+        tool.parse_args([DEMO_DOT, '--executor', 'slurm', '--partition', 'p'])
     assert exc.value.code == 2
     assert 'srun is not on the PATH' in capsys.readouterr().err
     for argv in ([DEMO_DOT, '--names', 'a', 'b'], [DEMO_DOT, 'missing.py'],
@@ -373,7 +505,7 @@ def test_arguments_are_checked(compare, monkeypatch, capsys, srun_on_path):
                                        '0'], [DEMO_DOT, '--executor', 'slurm'],
                  [DEMO_DOT, '--executor', 'cloud'], [DEMO_DOT, '--no-wait']):
         with pytest.raises(SystemExit) as exc:
-            compare.main(argv)
+            tool.main(argv)
         assert exc.value.code == 2
 
 
@@ -389,7 +521,7 @@ def _tiny_options(demo_root):
 
 
 @pytest.mark.slow  # trains end to end, in subprocesses
-def test_end_to_end_on_tiny_runs(compare, demo_root, tmp_path, monkeypatch,
+def test_end_to_end_on_tiny_runs(tool, demo_root, tmp_path, monkeypatch,
                                  capsys):
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     work = str(tmp_path / 'cmp')
@@ -397,10 +529,10 @@ def test_end_to_end_on_tiny_runs(compare, demo_root, tmp_path, monkeypatch,
         DEMO_ELLIPTICAL, '--names', 'ell', '--seeds', '0', '3', '--work-dir',
         work, '--cfg-options', *_tiny_options(demo_root)
     ]
-    summary = compare.main(argv)
+    summary = tool.main(argv)
     for seed in (0, 3):
         run = osp.join(work, 'ell', f'seed{seed}')
-        with open(osp.join(run, compare.RESULT)) as f:
+        with open(osp.join(run, layout.RESULT)) as f:
             result = json.load(f)
         assert sorted(result['history'], key=int) == ['1', '2']
         dumped = [p for p in os.listdir(run) if p.endswith('.py')]
@@ -409,9 +541,12 @@ def test_end_to_end_on_tiny_runs(compare, demo_root, tmp_path, monkeypatch,
     with open(osp.join(work, 'compare.json')) as f:
         runs = json.load(f)['runs']
     finals = [r['history']['2']['mIoU'] for r in runs]
-    for run in runs:  # each run's job: its id and its log
+    for run in runs:  # each run's job: its id, its log, its pickle
         assert run['job']['executor'] == 'local', run['job']
         assert osp.isfile(run['job']['log']), run['job']
+        folder = osp.join(work, 'ell', f'seed{run["seed"]}', 'submitit')
+        pickles = glob(osp.join(folder, '*_submitted.pkl'))
+        assert [pickled_globals(p) for p in pickles] == [JOB_GLOBALS]
     assert summary['ell']['mIoU']['mean'] == pytest.approx(np.mean(finals))
     with open(osp.join(work, 'compare.md')) as f:
         row = f.read().splitlines()[2]
@@ -424,5 +559,5 @@ def test_end_to_end_on_tiny_runs(compare, demo_root, tmp_path, monkeypatch,
         raise AssertionError('a finished run was trained again')
 
     monkeypatch.setattr(subprocess, 'run', no_training)
-    again = compare.main(argv)
+    again = tool.main(argv)
     assert again['ell']['mIoU'] == summary['ell']['mIoU']
