@@ -241,3 +241,35 @@ def test_the_plugin_import_leaves_scipy_stats_out() -> None:
                           text=True,
                           timeout=300)
     assert proc.stdout.splitlines()[-1] == 'False', proc.stderr[-2000:]
+
+
+def test_the_plugin_import_registers_every_component() -> None:
+    """``import mmseg_elliptical`` alone registers every class the package
+    registers (``@REGISTRY.register_module()``), the grid's test loops
+    included, whichever module a caller imports next; but the deploy
+    extra's ONNXRuntimeSegmentor, registered where ``deploy`` is imported
+    (it needs onnxruntime)."""
+    import subprocess
+    import sys
+    names = sorted({
+        node.name
+        for path in ROOT.rglob('*.py') if 'deploy' not in path.parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+            and d.func.attr == 'register_module' for d in node.decorator_list)
+    })
+    code = ('import sys, mmseg_elliptical\n'
+            'from mmengine.registry import DefaultScope\n'
+            'from mmseg import registry as r\n'
+            'found = set()\n'
+            'for reg in (r.MODELS, r.LOOPS, r.HOOKS, r.METRICS, r.DATASETS,\n'
+            '            r.TRANSFORMS, r.RUNNERS):\n'
+            '    found |= set(reg.module_dict)\n'
+            'print(" ".join(n for n in sys.argv[1:] if n not in found))')
+    proc = subprocess.run([sys.executable, '-c', code, *names],
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(names) > 20 and proc.stdout.split() == []

@@ -3,8 +3,7 @@
 (no torch: the tools check these before the heavy imports; the attacks
 live in :mod:`mmseg_elliptical.robustness.attacks`)."""
 from dataclasses import asdict, dataclass
-from typing import (Callable, ClassVar, Dict, List, NamedTuple, Optional,
-                    Sequence, Tuple)
+from typing import ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...errors import AnalysisError
 
@@ -15,14 +14,9 @@ PGD_ATTACKS = ('pgd', 'segpgd', 'cospgd', 'fgsm')
 SEA_ATTACKS = ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
 APGD_ATTACKS = SEA_ATTACKS + ('apgd-ce', 'apgd-dlr')
 ATTACKS = PGD_ATTACKS + APGD_ATTACKS
-#: Attacks that read outputs only, each run by its own module, which
-#: registers it in :data:`PERTURBERS` (``attacks.square``).
+#: Attacks that read outputs only, each run by its own module (``square``),
+#: which :func:`.pgd.perturb` calls.
 QUERY_ATTACKS = ('square', )
-#: Attacks of their own modules (e.g. ``square``): name -> a function with
-#: ``attacks.pgd.perturb``'s arguments, which ``perturb`` hands them to with
-#: the images on the model's device as floats and the attacked function,
-#: labels and start keys resolved.
-PERTURBERS: Dict[str, Callable] = {}
 NORMS = ('linf', 'l2')
 LABELS = ('gt', 'prediction')
 #: The fraction of the iterations in each of APGD's first red-eps stages.
@@ -122,7 +116,7 @@ def apgd_problems(attack: Attack) -> List[str]:
 def check_attack(attack: Attack) -> None:
     """Raise :class:`AnalysisError` for an attack that cannot run."""
     problems = []
-    names = tuple(dict.fromkeys(ATTACKS + QUERY_ATTACKS + tuple(PERTURBERS)))
+    names = ATTACKS + QUERY_ATTACKS
     if attack.name not in names:
         problems.append(f'attack {attack.name!r} is none of {names}')
     if attack.norm not in NORMS:

@@ -24,15 +24,18 @@ from ...errors import AnalysisError
 from ...models.attention import adaptive_relevance
 from . import cells as cells
 from .apgd import apgd_images
-from .cells import APGD_ATTACKS, PERTURBERS, Attack
+from .cells import APGD_ATTACKS, Attack
 from .keys import sample_keys
 from .remedies import bpda_logits, eot_forward, eot_labels, is_random
+from .square import square_perturb
 
 # The names of utils/attack_cells.py (the tools' checks) kept here too.
 PGD_ATTACKS, ATTACKS = cells.PGD_ATTACKS, cells.ATTACKS
 NORMS, LABELS, check_attack = cells.NORMS, cells.LABELS, cells.check_attack
 #: Pixels per unit of eps and step: L-inf in 0-255 levels, L2 on 0-1.
 UNIT = dict(linf=1., l2=255.)
+#: The query attacks (:data:`.cells.QUERY_ATTACKS`), each run by its module.
+QUERY: Dict[str, Callable] = dict(square=square_perturb)
 
 
 def pixel_weights(attack: Attack, logits: Tensor, labels: Tensor,
@@ -182,10 +185,9 @@ def perturb(model,
         start_keys = [
             s.metainfo.get('img_path', i) for i, s in enumerate(samples)
         ]
-    if attack.name in PERTURBERS:  # given what they attack, resolved here
-        return PERTURBERS[attack.name](model, x0, samples, attack,
-                                       ignore_index, forward, labels,
-                                       start_keys)
+    if attack.name in QUERY:  # given what they attack, resolved here
+        return QUERY[attack.name](model, x0, samples, attack, ignore_index,
+                                  forward, labels, start_keys)
     if attack.name in APGD_ATTACKS:
         return apgd_images(attack, forward, x0, labels, ignore_index,
                            partial(random_start, attack), start_keys,

@@ -10,13 +10,13 @@ from ..audit.report import audit_markdown
 from ..seeds.report import RUN_BY_RUN, arms_markdown, arms_rows
 from ..statistics.paired import interval
 from ..statistics.record import Verdicts
-from .cells import ATTACKS, PERTURBERS
+from .cells import ATTACKS, QUERY_ATTACKS
 from .eps import eps_units
 
 #: How far right an adaptive curve is drawn, as a fraction of the largest
 #: headline eps (its points keep their eps in the table and the CSV).
 ADAPTIVE_SHIFT = 0.012
-#: An attack's colour, by its place in ATTACKS + PERTURBERS (grey and
+#: An attack's colour, by its place in ATTACKS + QUERY_ATTACKS (grey and
 #: black left out: those are the transfers' and the worst case's).
 PALETTE = ('C0', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C8', 'C9', 'navy',
            'goldenrod', 'teal')
@@ -117,7 +117,7 @@ def series_style(series: str, steps: Optional[int]) -> Dict:
     (the audit's doubled steps)."""
     attack, *rest = series.split('/')
     base = re.sub(r'-adaptive|-bpda|-eot\d+', '', attack.split('@')[0])
-    order = [*ATTACKS, *PERTURBERS]
+    order = [*ATTACKS, *QUERY_ATTACKS]
     style = dict(
         color='black' if series == WORST else
         PALETTE[order.index(base) % len(PALETTE)] if base in order else '0.5',

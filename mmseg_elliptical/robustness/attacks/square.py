@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import AnalysisError
-from .pgd import PERTURBERS, Attack
+from .cells import Attack
 
 #: The original code's ``p_init`` for L-inf: the first windows cover 5 %.
 P_INIT = 0.05
@@ -85,7 +85,7 @@ def square_perturb(model,
                    labels: Optional[List[Tensor]] = None,
                    start_keys: Optional[Sequence[str]] = None) -> List[Tensor]:
     """The Square Attack's images of a batch (arguments as
-    :func:`~.attacks.perturb` hands them to :data:`~.attacks.PERTURBERS`:
+    :func:`~.pgd.perturb` hands them over:
     float images on the model's device, ``forward``, ``labels`` and
     ``start_keys`` given; ``attack.steps`` queries, L-inf only, no
     gradient).
@@ -135,6 +135,3 @@ def square_perturb(model,
             if better(score, scores[i]):
                 scores[i], deltas[i], xs[i] = score, trial[i], cand[i]
     return xs
-
-
-PERTURBERS['square'] = square_perturb

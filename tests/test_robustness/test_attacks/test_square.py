@@ -2,9 +2,13 @@
 gradient; at the ball's vertices; it never raises the pixel accuracy it
 tracks; seeded per image; the original's window schedule."""
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
+from builders import ROOT
 from processes import load_tool, refused
 from saved_models import first_images, load_model
 
@@ -177,3 +181,40 @@ def test_draws_do_not_depend_on_where_the_data_lies(demo_models, demo_root,
     assert image_key(f'{moved}/images/validation/a.jpg',
                      str(moved)) == 'images/validation/a.jpg'
     assert image_key('/other/a.jpg', str(moved)) == '/other/a.jpg'
+
+
+#: The square check of :func:`test_square_reads_outputs_only`, in a fresh
+#: interpreter that imports the white-box attacks only.
+FRESH = '''
+import sys
+import torch
+sys.path.insert(0, "tests")
+import mmseg_elliptical  # noqa: F401
+from saved_models import first_images, load_model
+from mmseg_elliptical.robustness.attacks import pgd
+paths = sys.argv[1:3]
+model = load_model(paths)
+model.eval()
+batch = next(iter(first_images(paths[0], 2)))
+xs = pgd.perturb(model, batch["inputs"], batch["data_samples"],
+                 pgd.Attack("square", "linf", 8, 20, 1.))
+moved = [(x - i.float()).abs()[(x > 0) & (x < 255)] for x, i in
+         zip(xs, batch["inputs"])]
+print(all(bool(((m == 0) | (m == 8)).all()) for m in moved))
+'''
+
+
+@pytest.mark.slow
+def test_perturb_runs_square_with_nothing_imported_before(demo_models):
+    """A ``square`` cell is the Square Attack wherever ``perturb`` is
+    called from: once a registry filled when ``square`` was imported
+    sent it, where nothing had imported that module (the adversarial
+    tool), to PGD's loop of 1000 steps, silently."""
+    proc = subprocess.run([sys.executable, '-c', FRESH, *demo_models[:2]],
+                          cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.stdout.strip().splitlines()[-1:] == ['True'
+                                                     ], proc.stderr[-3000:]
