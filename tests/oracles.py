@@ -11,6 +11,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from mmseg.models.backbones import MAE
 from mmseg.models.utils import nchw_to_nlc, nlc_to_nchw
 from torch import Tensor
 
@@ -339,7 +340,6 @@ def naive_beit_attention(attn, x, grid, v_prev=None, scale=None):
 
 def naive_beit_forward(model, x):
     """BEiT / MAE written out layer by layer (layer scale included)."""
-    from mmseg.models.backbones import MAE
     tokens, hw = model.patch_embed(x)
     cls_token = model.cls_token.expand(x.shape[0], -1, -1)
     tokens = torch.cat((cls_token, tokens), 1)

@@ -2,8 +2,9 @@
 (docs/models.md, "How it works")."""
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
+import torch
 import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
@@ -19,19 +20,52 @@ class ChainCall:
         keep (bool): Whether the next layer reads this layer's values.
         owned (bool): ``v_prev`` may be released once read and, without
             gradient, overwritten by ``|v - v_prev|``.
-        values (Tensor, optional): This layer's values (detached; without
-            gradient a copy, so the qkv projection is freed).
+        values (Tensor, optional): This layer's values (:meth:`hand_on`).
     """
     v_prev: Optional[Tensor] = None
     keep: bool = False
     owned: bool = False
     values: Optional[Tensor] = None
 
+    def hand_on(self,
+                values: Tensor,
+                own_tensor: bool,
+                detach: bool = True) -> None:
+        """Keep this layer's values for the next layer (if it reads them):
+        detached, or without gradient copied off the qkv projection.
+
+        Args:
+            values (Tensor): In the layout the next layer compares.
+            own_tensor (bool): ``values`` is no view of the projection.
+            detach (bool): False: keep their graph (adaptive attacks).
+        """
+        if not self.keep:
+            return
+        if values.requires_grad:
+            values = values.detach() if detach else values
+        elif not (own_tensor or torch.is_grad_enabled()):
+            values = values.clone()
+        self.values = values
+
+    def take_previous(self) -> Tuple[Tensor, bool]:
+        """The previous values, released once read if owned (not kept
+        through the MLP), and whether the estimator may overwrite them
+        (owned, without gradient)."""
+        v_prev = self.v_prev
+        if self.owned:
+            self.v_prev = None
+        return v_prev, self.owned and not torch.is_grad_enabled()
+
 
 class ChainCallMixin:
     """How an attention receives the previous layer's values for one call
     and hands its own on."""
     _chain_call: Optional[ChainCall] = None
+
+    @property
+    def chain_call(self) -> Optional[ChainCall]:
+        """The call in progress (None: outside a value chain)."""
+        return self._chain_call
 
     @contextmanager
     def chained(self,

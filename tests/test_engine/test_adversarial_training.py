@@ -8,6 +8,7 @@ one, and a SIGKILLed run resumed against the uninterrupted one."""
 import copy
 import os.path as osp
 import random
+import subprocess
 import sys
 import zlib
 from types import SimpleNamespace
@@ -25,12 +26,14 @@ from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
+from mmseg.registry import DATASETS, HOOKS, MODELS
 from processes import cpu_bound_process, run_command
 from saved_models import family_config
 
 from mmseg_elliptical.engine.hooks import AdversarialTrainingHook
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.models import adaptive_relevance
+from mmseg_elliptical.robustness.attacks import pgd as attacks
 from mmseg_elliptical.robustness.attacks import training as hooks_module
 from mmseg_elliptical.robustness.attacks.keys import image_key
 
@@ -66,7 +69,6 @@ def family_cfg(family: str, demo_root: str, work_dir: str):
 def train_batch(cfg, crop) -> dict:
     """Two training images: the first flipped, the second not (random
     crops for BEiT / MAE)."""
-    from mmseg.registry import DATASETS
     init_default_scope('mmseg')
     items = []
     for index, prob in ((0, 1.), (1, 0.)):
@@ -108,7 +110,6 @@ def logits_by_hand(model, x, size):
 def attack_by_hand(model, image, gt, key, attack: dict, ignore=255):
     """One image's adversarial version against the training-time logits,
     textbook steps, the random start of the grid's seeded ball."""
-    from mmseg_elliptical.robustness.attacks import pgd as attacks
     size = gt.shape
     label = F.pad(
         gt, (0, size[1] - gt.shape[1], 0, size[0] - gt.shape[0]),
@@ -137,7 +138,6 @@ def attack_by_hand(model, image, gt, key, attack: dict, ignore=255):
 
 
 def build(cfg):
-    from mmseg.registry import MODELS
     init_default_scope('mmseg')
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
@@ -209,7 +209,6 @@ def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
     flipped), from the seeded start of (its path, the iteration) in the eps
     ball; 3 iterations are one stage (the grid's cells refuse them). In
     float64 (``float64``), where the two agree on every kernel path."""
-    from mmseg_elliptical.robustness.attacks import pgd as attacks
     cfg, crop = family_cfg('segmenter', demo_root, str(tmp_path))
     model = model64(build(cfg))
     model.train()
@@ -233,7 +232,7 @@ def test_apgd_trains_on_sea_apgd_train_of_the_training_forward(
         x0 = img
         key = image_key(sample.img_path, demo_root)
         start = attacks.random_start(cell, x0, f'{key}@{ITER}')
-        with adaptive_relevance(adaptive):
+        with adaptive_relevance(model, adaptive):
             want = per_image(
                 lambda j: lambda z: logits_by_hand(model, z[0], label.shape)[
                     None], [x0], [label], [start], norm, eps * UNIT[norm],
@@ -455,7 +454,6 @@ def test_ratio_zero_trains_bitwise_as_without_the_hook(demo_root, tmp_path):
      'which the hook does not count: give attack.class_weights'),
 ])
 def test_bad_arguments_when_the_hook_is_built(args, words) -> None:
-    from mmseg.registry import HOOKS
     init_default_scope('mmseg')
     with pytest.raises(ConfigError) as err:
         HOOKS.build(dict(type='AdversarialTrainingHook', **args))
@@ -597,7 +595,6 @@ class KillAfter(Hook):
 @pytest.mark.slow  # trains in subprocesses
 def test_a_killed_run_resumed_is_bitwise_the_uninterrupted_one(
         demo_root, tmp_path) -> None:
-    import subprocess
     whole = final_weights(at_config(demo_root, str(tmp_path / 'a'), 'whole'))
     (tmp_path / 'killer.py').write_text(KILLER)
     cut = at_config(demo_root, str(tmp_path / 'b'), 'cut')

@@ -6,13 +6,17 @@ import pytest
 import torch
 import torch.nn as nn
 from mmcv.cnn.bricks.transformer import MultiheadAttention
+from mmseg.models.backbones import VisionTransformer
 from mmseg.models.backbones.mit import EfficientMultiheadAttention
 from mmseg.models.backbones.swin import ShiftWindowMSA, WindowMSA
 from mmseg.models.backbones.twins import GlobalSubsampledAttention
+from mmseg.models.backbones.vit import TransformerEncoderLayer
 
 from mmseg_elliptical.models import (ConversionError, EllipticalAttention,
                                      EllipticalEfficientMultiheadAttention,
                                      EllipticalGlobalSubsampledAttention,
+                                     EllipticalTransformerMixin,
+                                     EllipticalVisionTransformer,
                                      elliptical_version, to_elliptical)
 from mmseg_elliptical.models.conversion import (ELLIPTICAL_VERSIONS,
                                                 register_elliptical_version)
@@ -137,11 +141,6 @@ def test_elliptical_version():
 def test_elliptical_version_of_a_kind():
     """``kind`` keeps the backbones and heads (what the benchmark and the
     analysis read), not the layers and attentions."""
-    from mmseg.models.backbones import VisionTransformer
-    from mmseg.models.backbones.vit import TransformerEncoderLayer
-
-    from mmseg_elliptical.models import (EllipticalTransformerMixin,
-                                         EllipticalVisionTransformer)
     kind = EllipticalTransformerMixin
     assert elliptical_version(VisionTransformer, kind) is \
         EllipticalVisionTransformer

@@ -4,19 +4,20 @@
     m   = m / max_d m_d                           (delta of the paper cancels)
     out = softmax((q * m) k^T / sqrt(d) + bias) v
 
-``m`` is a constant for autograd (not inside :func:`adaptive_relevance`).
+``m`` is constant for autograd, unless ``adaptive`` (adaptive attacks).
 Memory and kernels: :mod:`.policy`; the estimator as one op: :mod:`.fused`.
 """
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Tuple
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..chain import ChainCallMixin
 from .fused import fused
-from .policy import KernelPolicy, hand_on, scaling, take_previous
+from .policy import KernelPolicy, scaling
 from .utils import AttentionOptions, split_heads
 
 
@@ -50,30 +51,16 @@ def differentiable_relevance(v: Tensor,
 
 #: The relevance the forward uses (one op, :mod:`.fused`): ``m`` constant.
 relevance = torch.no_grad()(fused(differentiable_relevance))
-#: What the value chain hands on of this layer's values: detached.
-chained = Tensor.detach
-
-
-@contextmanager
-def adaptive_relevance(on: bool = True) -> Iterator[None]:
-    """Let the gradient flow through ``m`` and the chained values while open
-    (adaptive attacks) by swapping :func:`relevance` and :func:`chained`;
-    ``on=False`` changes nothing."""
-    global relevance, chained
-    if not on:
-        yield
-        return
-    saved = relevance, chained
-    relevance, chained = differentiable_relevance, lambda v: v
-    try:
-        yield
-    finally:
-        relevance, chained = saved
 
 
 class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
     """The method of every elliptical attention kind: :meth:`project` gives
     q, k, v and ``m``, :meth:`attend` the output (fused or explicit)."""
+    adaptive: bool = False  # AttentionOptions' docstring
+
+    def chain_values(self, v: Tensor) -> Tensor:
+        """``v`` as the chain hands it on: detached unless ``adaptive``."""
+        return v if self.adaptive else v.detach()
 
     def project(
         self,
@@ -90,7 +77,7 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
             weight, bias (Tensor): Packed ``[3C, C]`` weight, ``[3C]`` bias.
             to_image (callable, optional): v to the value chain's layout.
         """
-        H, C, call = self.num_heads, weight.shape[0] // 3, self._chain_call
+        H, C, call = self.num_heads, weight.shape[0] // 3, self.chain_call
         elliptical = self.elliptical and call is not None \
             and call.v_prev is not None
         own_gemm = elliptical and scaling(x_q.shape[1], x_kv.shape[1]).own_gemm
@@ -105,12 +92,12 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
         if call is None or not (call.keep or elliptical):
             return q, k, v, None
         v_image = v if to_image is None else to_image(v)
-        if call.keep:
-            hand_on(call, v_image, to_image is not None, chained)
+        call.hand_on(v_image, to_image is not None, not self.adaptive)
         if not elliptical:
             return q, k, v, None
-        v_prev, overwrite = take_previous(call)
-        m = relevance(v_image, v_prev, self.relevance_reduction,
+        v_prev, overwrite = call.take_previous()
+        estimator = differentiable_relevance if self.adaptive else relevance
+        m = estimator(v_image, v_prev, self.relevance_reduction,
                       self.relevance_eps, overwrite)
         self.record('relevance', m)
         return q, k, v, m
@@ -148,3 +135,32 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
         probs = scores.softmax(dim=-1)
         self.record('probs', probs)
         return F.dropout(probs, dropout_p, self.training) @ v
+
+
+@contextmanager
+def adaptive_relevance(model: nn.Module,
+                       on: bool = True) -> Iterator[nn.Module]:
+    """Set ``adaptive`` to ``on`` on ``model``'s elliptical attentions while
+    open, then restore each; other models (threads, workers) keep theirs.
+
+    Args:
+        model (nn.Module): The model, or a part of it.
+        on (bool): The mode inside.
+
+    Yields:
+        nn.Module: ``model``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f'adaptive_relevance(model, on=True) takes the model '
+                        f'whose attentions it switches, not {model!r}')
+    found = [
+        a for a in model.modules() if isinstance(a, EllipticalAttentionMixin)
+    ]
+    saved = [a.adaptive for a in found]
+    for a in found:
+        a.adaptive = bool(on)
+    try:
+        yield model
+    finally:
+        for a, mode in zip(found, saved):
+            a.adaptive = mode

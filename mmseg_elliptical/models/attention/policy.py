@@ -1,16 +1,15 @@
 """How :mod:`.core`'s maths meets memory and kernels: where ``m`` scales q or
-k, which path runs, and what the value chain copies, overwrites or releases.
+k and which path runs (what the value chain copies, overwrites or releases:
+:class:`~..chain.ChainCall`).
 
 Each rule is there because a CPU measurement showed that it pays
 (docs/benchmark.md: "Which kernel", "The inference path and the per-layer
 micro-benchmark").
 """
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
-
-from ..chain import ChainCall
 
 # On the CPU, SDPA has no fused kernel for a mask that needs a gradient or
 # for dropout; its math kernel is then slower than the explicit path up to
@@ -82,38 +81,3 @@ class KernelPolicy:
         math = (self.training and dropout_p > 0) or (bias is not None
                                                      and bias.requires_grad)
         return not (math and k.shape[-2] <= EXPLICIT_MAX_KEYS)
-
-
-def hand_on(call: ChainCall,
-            values: Tensor,
-            own_tensor: bool,
-            detach: Callable[[Tensor], Tensor] = Tensor.detach) -> None:
-    """Keep this layer's values for the next layer.
-
-    Without gradient a view of the qkv projection is copied, so that the
-    projection is freed; values that need a gradient are detached.
-
-    Args:
-        call (ChainCall): The current call.
-        values (Tensor): The values in the layout the next layer compares.
-        own_tensor (bool): ``values`` is already a tensor of its own.
-        detach (callable): How values that need a gradient are handed on.
-    """
-    if values.requires_grad:
-        values = detach(values)
-    elif not (own_tensor or torch.is_grad_enabled()):
-        values = values.clone()
-    call.values = values
-
-
-def take_previous(call: ChainCall) -> Tuple[Tensor, bool]:
-    """The previous layer's values, and whether the estimator may overwrite
-    them (an owned ``v_prev`` without gradient).
-
-    An owned ``v_prev`` is released from the call once read, so it is not
-    kept through the MLP.
-    """
-    v_prev = call.v_prev
-    if call.owned:
-        call.v_prev = None
-    return v_prev, call.owned and not torch.is_grad_enabled()

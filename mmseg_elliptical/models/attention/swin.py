@@ -14,7 +14,6 @@ from torch import Tensor
 
 from ..conversion import (ConversionError, qualname,
                           register_elliptical_version, to_elliptical)
-from . import core
 from .core import EllipticalAttentionMixin
 from .utils import relative_position_bias
 
@@ -126,12 +125,11 @@ class EllipticalShiftWindowMSA(EllipticalAttentionMixin, ShiftWindowMSA):
 
     def to_image(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Window-layout values ``[B * nW, H, Wt, d]`` to ``[B, H, h * w, d]``
-        (real tokens in image order, detached)."""
+        (real tokens in image order, :meth:`chain_values`)."""
         rows, heads, T, d = v.shape
         gh, gw = self.window_grid(hw_shape)
-        tokens = core.chained(v).transpose(1,
-                                           2).reshape(rows // (gh * gw),
-                                                      gh * gw * T, heads * d)
+        tokens = self.chain_values(v).transpose(1, 2).reshape(
+            rows // (gh * gw), gh * gw * T, heads * d)
         tokens = tokens.index_select(1, self.image_slots(hw_shape, v.device))
         return tokens.view(*tokens.shape[:2], heads, d).transpose(1, 2)
 

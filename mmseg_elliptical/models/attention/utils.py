@@ -63,6 +63,8 @@ class AttentionOptions:
 
     Attributes:
         fused_attn (bool): False: always the explicit path.
+        adaptive (bool): True: the gradient flows through ``m`` and the
+            values handed on (adaptive attacks: ``adaptive_relevance``).
         attention_record (AttentionRecord, optional): When set, each call
             keeps ``m`` and (explicit path) the probabilities in it through
             ``self.record``.
@@ -89,8 +91,8 @@ class AttentionOptions:
         self.relevance_reduction = relevance_reduction
         self.elliptical = bool(elliptical)
         self.fused_attn = True
+        self.adaptive = False
         self.attention_record = None
-        self._chain_call = None
 
     def record(self, what: str, tensor: Tensor) -> None:
         """Keep ``tensor`` in :attr:`attention_record`'s list ``what``, when

@@ -270,19 +270,20 @@ def apgd(forward: Callable[[List[Tensor]], List[Tensor]],
     return [x.detach() for x in xs], trace
 
 
-def apgd_images(attack, forward: Callable, x0: Sequence[Tensor],
+def apgd_images(attack, model, forward: Callable, x0: Sequence[Tensor],
                 labels: Sequence[Tensor], ignore_index: int, start: Callable,
                 keys: Sequence[str], unit: float) -> List[Tensor]:
     """:func:`apgd` of an :class:`~.attacks.Attack` cell, as
     :func:`~.attacks.perturb` runs it (``train``: the cell's).
 
     Args:
+        model (nn.Module): What ``forward`` runs (adaptive: its attentions).
         start (callable): ``(image, key, eps)`` to the image's random start
             in the ball of radius ``eps`` (in eps's unit).
         keys (Sequence[str]): What seeds each image's random start.
         unit (float): Pixels per unit of eps.
     """
-    with adaptive_relevance(attack.adaptive):
+    with adaptive_relevance(model, attack.adaptive):
         return apgd(forward, x0, labels,
                     lambda j, r: start(x0[j], keys[j], r / unit), attack.name,
                     attack.norm, attack.eps * unit, attack.steps, ignore_index,

@@ -12,6 +12,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmseg.registry import DATASETS
 
 from ...errors import AnalysisError
 from ...utils.config import ModelSpec, load_config
@@ -35,8 +37,6 @@ def leaf_datasets(cfg: Dict) -> List[Dict]:
 def count_pixels(dataset_cfg: Dict) -> List[int]:
     """Pixels of each class over one dataset's annotations, loaded by its
     own ``LoadAnnotations`` (mmseg's, when the pipeline has none)."""
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import DATASETS
     init_default_scope('mmseg')
     cfg = copy.deepcopy(dataset_cfg)
     loads = [

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from mmengine.dist import all_reduce
 from mmengine.model import is_model_wrapper
 from mmengine.runner import TestLoop, autocast
 from mmseg.registry import LOOPS
@@ -189,7 +190,7 @@ def perturb(model,
         return QUERY[attack.name](model, x0, samples, attack, ignore_index,
                                   forward, labels, start_keys)
     if attack.name in APGD_ATTACKS:
-        return apgd_images(attack, forward, x0, labels, ignore_index,
+        return apgd_images(attack, model, forward, x0, labels, ignore_index,
                            partial(random_start, attack), start_keys,
                            UNIT[attack.norm])
     xs = x0
@@ -197,7 +198,7 @@ def perturb(model,
         xs = [random_start(attack, x, k) for x, k in zip(x0, start_keys)]
     for t in range(attack.steps):
         xs = [x.detach().requires_grad_(True) for x in xs]
-        with torch.enable_grad(), adaptive_relevance(attack.adaptive):
+        with torch.enable_grad(), adaptive_relevance(model, attack.adaptive):
             logits = forward(xs)
             loss = sum(
                 image_loss(attack, lg, lb, ignore_index, t)
@@ -275,7 +276,6 @@ class AdversarialTestLoop(TestLoop):
 
     def perturbation_norms(self) -> Dict[str, float]:
         """``max_linf`` and ``max_l2`` over every process (call on all)."""
-        from mmengine.dist import all_reduce
         found = torch.tensor([self.max_linf, self.max_l2], dtype=torch.float64)
         all_reduce(found, op='max')
         return dict(max_linf=found[0].item(), max_l2=found[1].item())

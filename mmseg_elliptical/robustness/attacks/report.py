@@ -5,6 +5,8 @@ import re
 from collections import Counter
 from typing import Dict, List, Optional
 
+from matplotlib.lines import Line2D
+
 from ...utils.output import markdown_table, pyplot, wrap_label, write_report
 from ..audit.report import audit_markdown
 from ..seeds.report import RUN_BY_RUN, arms_markdown, arms_rows
@@ -152,7 +154,6 @@ def attack_curves(summary: Dict[str, Dict],
     ``runs``: for an entry of ``summary`` that is an arm's mean, its runs'
     summaries, whose worst cases are drawn as thin unlabelled lines. The
     legend names each attack, model and style once."""
-    from matplotlib.lines import Line2D
     plt = pyplot()
     headline = max((float(e) for s in summary.values() for e in s['worst']),
                    default=0.)

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from mmseg.apis import init_model
 from mmseg.registry import LOOPS
 
 from ...utils.config import ModelSpec, load_config
@@ -60,7 +61,6 @@ def transfer_cells(attacks: Sequence[Attack],
 
 def build_source(attack: TransferAttack, device):
     """The source segmentor in eval mode on ``device``."""
-    from mmseg.apis import init_model
     cfg = load_config(attack.source_config, json.loads(attack.source_options))
     return init_model(cfg, attack.source_checkpoint, device=str(device))
 

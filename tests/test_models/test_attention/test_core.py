@@ -2,15 +2,21 @@
 (``relevance``), where ``m`` meets q or k (``scaling``), which path runs
 (``fused_kernel``) and the attention itself (``attend``), against
 ``oracles``."""
+import threading
 from contextlib import nullcontext
 
 import pytest
 import torch
 import torch.nn.functional as F
+from builders import TINY_MODELS, VIT_ARCH, images, tiny_family
+from checks import outputs_loss
 from oracles import naive_masked_attention, naive_relevance
 
-from mmseg_elliptical.models import EllipticalAttention
-from mmseg_elliptical.models.attention import core, policy
+from mmseg_elliptical.models import (EllipticalAttention,
+                                     EllipticalAttentionMixin,
+                                     EllipticalVisionTransformer,
+                                     adaptive_relevance)
+from mmseg_elliptical.models.attention import policy
 from mmseg_elliptical.models.attention.core import relevance
 from mmseg_elliptical.models.attention.policy import (EXPLICIT_MAX_KEYS,
                                                       Scaling, scaling)
@@ -55,9 +61,10 @@ def test_relevance_overwrite_and_median():
 
 
 def test_adaptive_relevance_differentiates_through_m():
-    """Inside ``adaptive_relevance`` the gradient reaches the previous values
-    through ``m`` (as the oracle's) and the handed-on values keep their
-    graph; outside, ``m`` is a constant and the values are detached."""
+    """With ``adaptive`` (``adaptive_relevance``) the gradient reaches the
+    previous values through ``m`` (as the oracle's) and the handed-on values
+    keep their graph; without, ``m`` is a constant and the values are
+    detached."""
     attn = elliptical_vit_attention()
     x = torch.randn(B, N, C)
     v_prev = torch.randn(B, H, N, D, requires_grad=True)
@@ -68,7 +75,7 @@ def test_adaptive_relevance_differentiates_through_m():
             out = attn.attend(*attn.project(x, x, w, b))
         return out, call.values
 
-    with core.adaptive_relevance():
+    with adaptive_relevance(attn):
         out, values = run()
     assert values.requires_grad
     got, = torch.autograd.grad(out.square().sum(), v_prev)
@@ -78,13 +85,119 @@ def test_adaptive_relevance_differentiates_through_m():
     want, = torch.autograd.grad(ref.square().sum(), v_prev)
     assert want.abs().sum() > 0
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-    assert core.relevance is not core.differentiable_relevance
-    for switched_off in (nullcontext(), core.adaptive_relevance(on=False)):
+    assert attn.adaptive is False
+    for switched_off in (nullcontext(), adaptive_relevance(attn, on=False)):
         with switched_off:
             out, values = run()
         assert not values.requires_grad
         assert torch.autograd.grad(
             out.square().sum(), v_prev, allow_unused=True) == (None, )
+
+
+def vit():
+    """A tiny elliptical ViT from seed 0, in eval mode (no random draws)."""
+    torch.manual_seed(0)
+    model = EllipticalVisionTransformer(**VIT_ARCH)
+    model.init_weights()
+    return model.eval()
+
+
+def attentions(model):
+    return [
+        m for m in model.modules() if isinstance(m, EllipticalAttentionMixin)
+    ]
+
+
+def test_adaptive_relevance_switches_one_model_and_restores_it():
+    """Only the given model's attentions switch, nested switches restore
+    the outer mode, and an error inside restores the mode before."""
+    model, other = vit(), vit()
+    assert len(attentions(model)) == 4
+    with pytest.raises(RuntimeError, match='inside'):
+        with adaptive_relevance(model) as switched:
+            assert switched is model
+            assert all(a.adaptive for a in attentions(model))
+            assert not any(a.adaptive for a in attentions(other))
+            with adaptive_relevance(model, on=False):
+                assert not any(a.adaptive for a in attentions(model))
+            assert all(a.adaptive for a in attentions(model))
+            raise RuntimeError('inside')
+    assert not any(a.adaptive for a in attentions(model))
+    with pytest.raises(TypeError, match='takes the model'):
+        with adaptive_relevance(True):
+            pass
+
+
+def input_gradient(model, x, wrapped=False):
+    """The gradient of ``model``'s loss (``wrapped``: ``model`` gives it)
+    w.r.t. ``x``."""
+    leaf = x.clone().requires_grad_(True)
+    (model(leaf) if wrapped else outputs_loss(model(leaf))).backward()
+    return leaf.grad
+
+
+def test_adaptive_is_per_model_in_threads_at_once():
+    """A plain and an adaptive forward + backward of two copies, in two
+    threads that both switch before either runs and switch back after both
+    are done: each gets the input gradient it gets alone."""
+    x = images(0)
+    plain, adaptive = vit(), vit()
+    alone = {False: input_gradient(plain, x)}
+    with adaptive_relevance(adaptive):
+        alone[True] = input_gradient(adaptive, x)
+    assert not torch.allclose(alone[True], alone[False])
+    barrier, got, errors = threading.Barrier(2, timeout=120), {}, []
+
+    def run(model, on):
+        try:
+            with adaptive_relevance(model, on):
+                barrier.wait()  # both switched
+                got[on] = input_gradient(model, x)
+                barrier.wait()  # both done
+        except BaseException as e:  # raised again below
+            errors.append(e)
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=run, args=(m, on))
+        for m, on in ((plain, False), (adaptive, True))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    for on in (False, True):
+        torch.testing.assert_close(got[on], alone[on], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize('family', list(TINY_MODELS))
+def test_adaptive_input_gradient_is_the_forwards_slope(family):
+    """In float64, through every family's value chain, the adaptive input
+    gradient gives the forward's slope along a random direction (a central
+    difference; ``m``'s mean accumulates in fp32, hence the tolerance);
+    the plain one (``m`` constant) misses it by several times more."""
+    model, x = tiny_family(family, dropout=False)
+    model, wrapped = model.double().eval(), isinstance(x, list)
+    x = (x[0] if wrapped else x).double()
+    d = torch.randn(x.shape, generator=torch.Generator().manual_seed(2))
+    d, h = d.double(), 1e-3
+
+    def loss(z):
+        return outputs_loss(model([z] if wrapped else z))
+
+    with torch.no_grad():
+        slope = ((loss(x + h * d) - loss(x - h * d)) / (2 * h)).item()
+    plain = input_gradient(loss, x, wrapped=True)
+    with adaptive_relevance(model):
+        adaptive = input_gradient(loss, x, wrapped=True)
+    miss = {
+        name: abs((g * d).sum().item() / slope - 1)
+        for name, g in (('plain', plain), ('adaptive', adaptive))
+    }
+    assert miss['adaptive'] < 1e-4, miss
+    assert miss['plain'] > 4 * miss['adaptive'], miss
 
 
 # ------------------------------------------------------------------ scaling

@@ -2,23 +2,32 @@
 re-implementation of ``apgd_oracle``, on the tiny demo model; the
 comparisons in float64 (``float64``: they hold on every kernel path, issue
 52)."""
+import glob
 import json
 from functools import partial
 
+import numpy as np
 import pytest
 import torch
 from apgd_oracle import (apgd_by_hand, class_weights_by_hand, loss_by_hand,
                          records_equal)
 from attack_oracles import logits_by_hand
-from builders import BACKBONES
+from builders import (BACKBONES, DEMO_ELLIPTICAL, ROOT, build_segmentor,
+                      seg_samples)
 from float64 import ATOL, batch64, model64
+from PIL import Image
+from processes import launch_env, load_tool, refused, run_command
 from saved_models import first_images, load_model
 
 import mmseg_elliptical  # noqa: F401
 from mmseg_elliptical.errors import AnalysisError
 from mmseg_elliptical.models import adaptive_relevance
-from mmseg_elliptical.robustness.attacks import apgd, losses
+from mmseg_elliptical.robustness.attacks import apgd
+from mmseg_elliptical.robustness.attacks import class_weights as cw
+from mmseg_elliptical.robustness.attacks import losses
 from mmseg_elliptical.robustness.attacks import pgd as attacks
+from mmseg_elliptical.robustness.attacks.cells import ATTACK_PROTOCOLS
+from mmseg_elliptical.utils.config import ModelSpec
 
 #: Class weights of the 5 demo classes for ``apgd-mce-bal``.
 WEIGHTS = (0.05, 0.4, 0.1, 0.25, 0.2)
@@ -62,7 +71,7 @@ def run_package(model, batch, attack):
     labels = [s.gt_sem_seg.data[0].long() for s in samples]
     keys = [s.img_path for s in samples]
     unit = attacks.UNIT[attack.norm]
-    with adaptive_relevance(attack.adaptive):
+    with adaptive_relevance(model, attack.adaptive):
         return apgd.apgd(
             partial(attacks.seg_logits, model, samples=samples),
             x0, labels, lambda j, r: attacks.random_start(
@@ -79,7 +88,7 @@ def run_by_hand(model, batch, attack, forward=logits_by_hand):
     for img, sample in zip(batch['inputs'], batch['data_samples']):
         x0 = floating(img)
         start = attacks.random_start(attack, x0, sample.img_path, first)
-        with adaptive_relevance(attack.adaptive):
+        with adaptive_relevance(model, attack.adaptive):
             out.append(
                 apgd_by_hand(
                     partial(forward, model, meta=sample.metainfo), x0,
@@ -187,7 +196,6 @@ def test_losses_against_the_hand_written_ones():
 
 
 def test_inverse_frequency_against_a_hand_count():
-    import numpy as np
     maps = [np.array([[0, 0, 1], [255, 3, 0]]), np.array([[1, 0, 255]])]
     counts = [4, 2, 0, 1]
     assert losses.inverse_frequency(counts) == pytest.approx(
@@ -245,14 +253,6 @@ def test_class_weights_count_the_training_set_once(demo_models, demo_root,
     """The weights are the inverse pixel counts of the training annotations
     (counted here from the PNG files), cached beside the store and read
     back from there."""
-    import glob
-    import json
-
-    import numpy as np
-    from PIL import Image
-
-    from mmseg_elliptical.robustness.attacks import class_weights as cw
-    from mmseg_elliptical.utils.config import ModelSpec
     maps = [
         np.array(Image.open(p))
         for p in sorted(glob.glob(f'{demo_root}/annotations/training/*.png'))
@@ -291,7 +291,6 @@ def test_class_weights_count_the_training_set_once(demo_models, demo_root,
 
 def test_the_tool_refuses_bad_apgd_lines(demo_models, tmp_path, monkeypatch,
                                          capsys):
-    from processes import load_tool, refused
     tool = load_tool('analysis_tools/adversarial.py')
 
     def forbidden(*args, **kwargs):
@@ -325,7 +324,6 @@ APGD_GRID = [
 
 @pytest.fixture(scope='module')
 def apgd_run(demo_models, tmp_path_factory):
-    from processes import load_tool
     tool = load_tool('analysis_tools/adversarial.py')
     work = tmp_path_factory.mktemp('apgd_grid')
     data = tool.main(demo_models[:2] + APGD_GRID + ['--work-dir', str(work)])
@@ -354,7 +352,6 @@ def test_grid_with_apgd_cells(apgd_run):
 
 
 def test_apgd_presets():
-    from mmseg_elliptical.robustness.attacks.cells import ATTACK_PROTOCOLS
     sea = ATTACK_PROTOCOLS['sea']
     assert sea.attacks == ('apgd-mce', 'apgd-mce-bal', 'apgd-js')
     assert (sea.norm, sea.epsilons, sea.steps) == ('linf', (0.25, 0.5, 1, 2),
@@ -377,8 +374,6 @@ def test_apgd_on_ignored_labels_and_images_near_0_and_255():
     (right) whose top quarter and every 7th pixel are ignored: APGD equals
     the hand-written one and stays in [0, 255]; the class weights given
     to every cell weigh only apgd-mce-bal's loss."""
-
-    from builders import DEMO_ELLIPTICAL, build_segmentor, seg_samples
     model = model64(build_segmentor(DEMO_ELLIPTICAL).eval())
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 4, (3, 64, 64), generator=g).double()
@@ -405,9 +400,6 @@ def test_two_processes_give_the_single_process_apgd_cells(
     """tools/dist_adversarial.sh on 2 gloo processes: the same APGD cells
     and per-image areas (each process counts the class weights, and the
     cache survives both writing it)."""
-    import numpy as np
-    from builders import ROOT
-    from processes import launch_env, run_command
     work = tmp_path / 'dist'
     run_command([
         'bash', f'{ROOT}/tools/dist_adversarial.sh', '2', *demo_models[:2],

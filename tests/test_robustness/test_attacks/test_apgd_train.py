@@ -67,7 +67,7 @@ def run_package(model, batch, attack, train=True) -> tuple:
     starts = starts_of(attack, batch)
     forward = partial(attacks.seg_logits, model, samples=samples)
     eps = attack.eps * attacks.UNIT[attack.norm]
-    with adaptive_relevance(attack.adaptive):
+    with adaptive_relevance(model, attack.adaptive):
         return apgd.apgd(forward, x0, labels, lambda j, r: starts[j],
                          attack.name, attack.norm, eps, attack.steps, 255,
                          attack.class_weights, train)
@@ -80,7 +80,7 @@ def run_oracle(model, batch, attack) -> dict:
     def model_of(j):
         return lambda z: logits_by_hand(model, z[0], samples[j].metainfo)[None]
 
-    with adaptive_relevance(attack.adaptive):
+    with adaptive_relevance(model, attack.adaptive):
         return per_image(model_of, floats(batch),
                          [s.gt_sem_seg.data[0].long() for s in samples],
                          starts_of(attack, batch), attack.norm,

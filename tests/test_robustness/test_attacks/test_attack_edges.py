@@ -9,6 +9,7 @@ import torch
 from attack_oracles import attack_by_hand, loss_by_hand
 from builders import DEMO_DOT, DEMO_ELLIPTICAL, build_segmentor, seg_samples
 from float64 import ATOL, model64
+from mmengine.config import Config
 from processes import load_tool
 
 from mmseg_elliptical.robustness.attacks import pgd as attacks
@@ -200,6 +201,5 @@ def test_adaptive_cells_go_to_elliptical_models_only(demo_models, tmp_path,
 
 
 def test_the_configs_say_which_model_has_elliptical_layers():
-    from mmengine.config import Config
     assert has_elliptical_layers(Config.fromfile(DEMO_ELLIPTICAL).model)
     assert not has_elliptical_layers(Config.fromfile(DEMO_DOT).model)

@@ -1,11 +1,15 @@
 """Transfer cells: the target model evaluated on the adversarial images
 crafted on the source, against the hand-written attack and evaluation; bad
 ``--transfer`` names in one line."""
+import json
+import os.path as osp
+
 import numpy as np
 import pytest
 import torch
 from attack_oracles import attack_by_hand, logits_by_hand
-from processes import load_tool, refused
+from builders import ROOT
+from processes import launch_env, load_tool, refused, run_command
 from saved_models import first_images, load_model
 
 import mmseg_elliptical  # noqa: F401
@@ -53,7 +57,7 @@ def test_transfer_cell_equals_the_target_on_the_source_images(
         for batch in first_images(demo_models[0], 2):
             img, sample = batch['inputs'][0], batch['data_samples'][0]
             gt = sample.gt_sem_seg.data[0]
-            with adaptive_relevance(adaptive):
+            with adaptive_relevance(source, adaptive):
                 x = attack_by_hand(source, img, sample.metainfo, gt, 'pgd',
                                    'linf', 4, 1, 2.)
             with torch.no_grad():
@@ -111,11 +115,6 @@ def test_bad_transfer_is_refused(extra, words, demo_models, capsys):
 def test_two_processes_give_the_single_process_cells(demo_models, tmp_path):
     """Transfer and square cells on 2 processes (each crafts its share of
     the images on the source) equal one process's."""
-    import json
-    import os.path as osp
-
-    from builders import ROOT
-    from processes import launch_env, run_command
     argv = ARGS + [
         '--attacks', 'pgd', 'square', '--queries', '3', '--transfer', 'ell'
     ]
