@@ -300,7 +300,7 @@ def make_step(model: BenchForward,
 
     def attack() -> torch.Tensor:
         with torch.enable_grad(), adaptive_relevance(
-                mode == 'attack-adaptive'), autocast:
+                model, mode == 'attack-adaptive'), autocast:
             loss = output_sum(runner(image))
         return torch.autograd.grad(loss, image)[0]
 

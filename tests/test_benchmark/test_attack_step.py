@@ -29,7 +29,7 @@ def input_gradient(model, x, adaptive):
     of its own, the model in eval mode."""
     leaf = x.clone().requires_grad_(True)
     model.eval()
-    with adaptive_relevance() if adaptive else torch.enable_grad():
+    with adaptive_relevance(model) if adaptive else torch.enable_grad():
         output_sum(model(leaf)).backward()
     model.zero_grad(set_to_none=True)
     return leaf.grad

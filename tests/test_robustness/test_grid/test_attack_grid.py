@@ -66,7 +66,7 @@ def check_against_hand(model, batch, attack: attacks.Attack):
     for x, img, sample in zip(got, batch['inputs'], batch['data_samples']):
         start = attacks.random_start(attack, img, sample.img_path) \
             if attack.random_start else None
-        with adaptive_relevance(attack.adaptive):
+        with adaptive_relevance(model, attack.adaptive):
             want = attack_by_hand(model, img, sample.metainfo,
                                   sample.gt_sem_seg.data[0], attack.name,
                                   attack.norm, attack.eps, attack.steps,
@@ -143,17 +143,17 @@ def test_adaptive_changes_the_gradient_of_elliptical_models_only(demo_models):
     x = batch['inputs'][0].float()
     sample = batch['data_samples'][0]
 
-    def grad(paths):
+    def grad(paths, through_m=False):
         model = load_model(paths)
         model.eval()
         y = x.clone().requires_grad_(True)
-        loss = logits_by_hand(model, y, sample.metainfo).square().mean()
-        return torch.autograd.grad(loss, [y])[0]
+        with adaptive_relevance(model, through_m):
+            loss = logits_by_hand(model, y, sample.metainfo).square().mean()
+            return torch.autograd.grad(loss, [y])[0]
 
     for paths, changes in ((demo_models[:2], True), (demo_models[2:], False)):
         plain = grad(paths)
-        with adaptive_relevance():
-            adaptive = grad(paths)
+        adaptive = grad(paths, True)
         again = grad(paths)
         assert torch.equal(plain, again)
         assert (not torch.allclose(plain, adaptive, atol=1e-7)) == changes
