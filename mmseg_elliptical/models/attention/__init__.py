@@ -1,5 +1,6 @@
+from .adaptive import adaptive_relevance
 from .beit import EllipticalBEiTAttention, EllipticalMAEAttention
-from .core import EllipticalAttentionMixin, adaptive_relevance, relevance
+from .core import EllipticalAttentionMixin, relevance
 from .multihead import (EllipticalAttention,
                         EllipticalEfficientMultiheadAttention,
                         EllipticalGlobalSubsampledAttention)

@@ -7,11 +7,9 @@
 ``m`` is constant for autograd, unless ``adaptive`` (adaptive attacks).
 Memory and kernels: :mod:`.policy`; the estimator as one op: :mod:`.fused`.
 """
-from contextlib import contextmanager
-from typing import Callable, Iterator, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -135,32 +133,3 @@ class EllipticalAttentionMixin(AttentionOptions, KernelPolicy, ChainCallMixin):
         probs = scores.softmax(dim=-1)
         self.record('probs', probs)
         return F.dropout(probs, dropout_p, self.training) @ v
-
-
-@contextmanager
-def adaptive_relevance(model: nn.Module,
-                       on: bool = True) -> Iterator[nn.Module]:
-    """Set ``adaptive`` to ``on`` on ``model``'s elliptical attentions while
-    open, then restore each; other models (threads, workers) keep theirs.
-
-    Args:
-        model (nn.Module): The model, or a part of it.
-        on (bool): The mode inside.
-
-    Yields:
-        nn.Module: ``model``.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f'adaptive_relevance(model, on=True) takes the model '
-                        f'whose attentions it switches, not {model!r}')
-    found = [
-        a for a in model.modules() if isinstance(a, EllipticalAttentionMixin)
-    ]
-    saved = [a.adaptive for a in found]
-    for a in found:
-        a.adaptive = bool(on)
-    try:
-        yield model
-    finally:
-        for a, mode in zip(found, saved):
-            a.adaptive = mode
