@@ -1,9 +1,11 @@
 """mmseg-elliptical: Elliptical Attention for MMSegmentation 1.x.
 
-Importing the package registers the plugin (:mod:`.plugin`), except under a
-script that sets ``__check_arguments_first__ = True`` before its imports
-(the tools): it checks its command line without torch and mmseg, then
-imports :mod:`.plugin` itself (docs/reliability.md, "The tools").
+Importing the package registers the plugin (:mod:`.plugin`), except in the
+process of a script that declares ``__check_arguments_first__ = True``
+before its imports (every tool): read here, once, from ``__main__``; the
+tool checks its command line without torch and mmseg, then imports
+:mod:`.plugin` in its ``main``. A child process (``__mp_main__``, a
+subprocess) registers on import (docs/reliability.md, "The tools").
 """
 import sys
 

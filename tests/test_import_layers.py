@@ -3,7 +3,7 @@ no circle among modules, function-level imports included."""
 import ast
 import os.path as osp
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import mmseg_elliptical
 
@@ -24,9 +24,21 @@ LAYERS = (
 LAYER = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 TOP = len(LAYERS)  # the package's __init__ sits above all
 #: What a function-level import may load: an optional dependency (an
-#: extra of setup.py; docs/install.md), never the package's own code.
+#: extra of setup.py; docs/install.md; google.protobuf: onnx's), never the
+#: package's own code (but a module that imports one at its top).
 OPTIONAL = ('mmdet', 'onnx', 'onnxruntime', 'onnxscript', 'triton', 'submitit',
-            'tensorboard', 'imagecorruptions')
+            'tensorboard', 'imagecorruptions', 'google.protobuf')
+#: Imported where a registered component first runs, not on its import:
+#: kept out of ``import mmseg_elliptical`` (the evidence hook draws,
+#: ``utils/output.py``'s ``pyplot``; the certification loop's p-values).
+LAZY = ('matplotlib', 'scipy.stats')
+#: The one import of the package's own code under an ``if``: the deferral
+#: of the registration (docs/reliability.md, "The tools").
+DEFERRED = ('mmseg_elliptical', 'mmseg_elliptical.plugin')
+#: The tools, each argparse and a ``main``; only ``main`` imports inside.
+TOOLS = ROOT.parent / 'tools'
+#: Imported at call time: the hook runs at every interpreter's start.
+STARTUP = ('misc/mmcv_ext_standin.py', 'mmseg_elliptical.errors')
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -132,6 +144,104 @@ def cycles(edges: Dict[str, Set[str]]) -> List[List[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def outside(name: str, roots: Sequence[str]) -> bool:
+    return not any(name == r or name.startswith(f'{r}.') for r in roots)
+
+
+def names_of(node: ast.AST) -> List[str]:
+    """What an import statement names (``.`` and ``..`` for relative)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return ['.' * node.level + (node.module or '')]
+
+
+def nested_imports(path: Path) -> Iterator[Tuple[ast.AST, List[str]]]:
+    """Each import not in the module's top-level body, with the names of
+    the functions around it (outermost first)."""
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+
+    def walk(node: ast.AST, functions: List[str]):
+        for child in ast.iter_child_nodes(node):
+            inner = functions + [child.name] if isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef)) else functions
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and \
+                    id(child) not in top:
+                yield child, inner
+            yield from walk(child, inner)
+
+    yield from walk(tree, [])
+
+
+def misplaced_imports(root: Path = ROOT, tools: Path = TOOLS) -> List[str]:
+    """The imports that are not at a module's top: in the package, all but
+    those of :data:`OPTIONAL` and :data:`LAZY` modules (or of the package's
+    modules that import an optional one at their top) and
+    :data:`DEFERRED`; in ``tools``, all but those inside a top-level
+    ``main`` (and :data:`STARTUP`)."""
+    modules = package_modules(root)
+    needs_optional = {
+        module
+        for module, path in modules.items()
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not all(
+            outside(n, OPTIONAL) for n in names_of(node))
+    }
+    bad = []
+    for module, path in modules.items():
+        for node, _ in nested_imports(path):
+            names = names_of(node)
+            if all(outside(n, [PACKAGE]) and n[0] != '.' for n in names):
+                allowed = not all(outside(n, OPTIONAL + LAZY) for n in names)
+            else:
+                allowed = all(
+                    t in needs_optional or (module, t) == DEFERRED
+                    for t in imported(node, module, path.name == '__init__.py',
+                                      modules))
+            if not allowed:
+                bad.append(f'{module}:{node.lineno} imports '
+                           f'{", ".join(names)}')
+    for path in sorted(tools.rglob('*.py')):
+        tool = str(path.relative_to(tools))
+        for node, functions in nested_imports(path):
+            names = names_of(node)
+            if functions != ['main'] and (tool, *names) != STARTUP:
+                where = '/'.join(functions) or 'the module, nested'
+                bad.append(f'tools/{tool}:{node.lineno} ({where}) imports '
+                           f'{", ".join(names)}')
+    return bad
+
+
+def test_imports_sit_at_the_top() -> None:
+    """Imports at the top of modules, as mmseg's: what a tool needs after
+    its checks comes in its ``main``, what a function needs at the top of
+    its module."""
+    assert misplaced_imports() == []
+
+
+def test_the_import_check_sees_misplaced_imports(tmp_path) -> None:
+    pkg, tools = tmp_path / PACKAGE, tmp_path / 'tools'
+    (pkg / 'utils').mkdir(parents=True)
+    tools.mkdir()
+    (pkg / '__init__.py').write_text('if True:\n    from . import plugin\n')
+    (pkg / 'plugin.py').write_text('')
+    (pkg / 'utils' / '__init__.py').write_text('')
+    (pkg / 'utils' / 'a.py').write_text(
+        'def f():\n    import onnx\n    import matplotlib.pyplot\n'
+        '    import torch\n    from . import b\n    from . import c\n')
+    (pkg / 'utils' / 'b.py').write_text('import mmdet\n')
+    (pkg / 'utils' / 'c.py').write_text('import os\n')
+    (tools / 't.py').write_text(
+        'def parse_args():\n    import torch\n\n\ndef main():\n'
+        '    import torch\n    def inner():\n        import os\n')
+    assert misplaced_imports(pkg, tools) == [
+        f'{PACKAGE}.utils.a:4 imports torch',
+        f'{PACKAGE}.utils.a:6 imports .',
+        'tools/t.py:2 (parse_args) imports torch',
+        'tools/t.py:8 (main/inner) imports os',
+    ]
 
 
 def test_every_module_has_a_layer() -> None:
@@ -273,3 +383,17 @@ def test_the_plugin_import_registers_every_component() -> None:
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(names) > 20 and proc.stdout.split() == []
+
+
+def test_the_plugin_import_leaves_pyplot_out() -> None:
+    """Nor matplotlib's pyplot (~0.5 s): the first figure imports it. Run
+    without mmdet, the optional extra, which imports pyplot itself."""
+    import subprocess
+    import sys
+    code = ('import sys; sys.modules["mmdet"] = None; import mmseg_elliptical'
+            '; print("matplotlib.pyplot" in sys.modules)')
+    proc = subprocess.run([sys.executable, '-c', code],
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.stdout.splitlines()[-1] == 'False', proc.stderr[-2000:]

@@ -9,15 +9,19 @@ error and status 2, not with one error per process and torchrun's
     python tools/check_args.py TOOL [TOOL args...]
 
 TOOL is a path under ``tools/`` (``train.py``, ``test.py``,
-``analysis_tools/robustness.py``, ...). Nothing is built or loaded beyond
-what the tool's own checks read; as the tools, it refuses a bad argument
-before torch and mmseg are imported.
+``analysis_tools/robustness.py``, ...): its ``main(argv, check_only=True)``
+runs its checks and stops. Nothing is built or loaded beyond what they
+read; as the tools, it refuses a bad argument before torch and mmseg are
+imported.
 """
 __check_arguments_first__ = True  # the tools' checks import the plugin
 
+import inspect
 import os.path as osp
 import runpy
 import sys
+
+from mmseg_elliptical.utils import preflight
 
 TOOLS = osp.dirname(osp.abspath(__file__))
 
@@ -32,20 +36,15 @@ def main(argv) -> None:
                          f'{TOOLS}\n')
         raise SystemExit(2)
     sys.argv = [path, *argv[1:]]
+    tool = runpy.run_path(path, run_name='check_args')
+    if 'main' not in tool:
+        raise SystemExit(f'{argv[0]} has no main to check')
     # torchrun starts the tool next: its environment is not there yet.
-    from mmseg_elliptical.utils import preflight
-    preflight.LAUNCHING = True
-    if argv[0] in ('train.py', 'test.py'):
-        from mmseg_elliptical.utils import mmseg_tools
-        mmseg_tools.check_mmseg_tool_command(argv[0], sys.argv)
-        import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-        from mmseg_elliptical.engine.launch import check_mmseg_tool_args
-        check_mmseg_tool_args(argv[0], sys.argv)
-        return
-    parse_args = runpy.run_path(path, run_name='check_args').get('parse_args')
-    if parse_args is None:
-        raise SystemExit(f'{argv[0]} has no parse_args to check')
-    parse_args(argv[1:])
+    with preflight.launching():
+        if 'check_only' in inspect.signature(tool['main']).parameters:
+            tool['main'](argv[1:], check_only=True)
+        else:  # compare_seeds.py, until its main takes check_only
+            tool['parse_args'](argv[1:])
 
 
 if __name__ == '__main__':

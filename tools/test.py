@@ -6,11 +6,26 @@ A bad command line is refused before torch and mmseg are imported.
 __check_arguments_first__ = True  # the plugin registers once they pass
 
 import sys
+from typing import Optional, Sequence
 
 from mmseg_elliptical.utils.mmseg_tools import check_mmseg_tool_command
 
-if __name__ == '__main__':
+
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> None:
+    """Run mmseg's test.py on ``argv`` (default: ``sys.argv[1:]``);
+    ``check_only``: stop after the checks (``tools/check_args.py``)."""
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
     check_mmseg_tool_command('test.py', sys.argv)
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import run_mmseg_tool
-    run_mmseg_tool('test.py')
+    from mmseg_elliptical.engine.launch import (check_mmseg_tool_args,
+                                                run_mmseg_tool)
+    if check_only:
+        check_mmseg_tool_args('test.py', sys.argv)
+    else:
+        run_mmseg_tool('test.py')
+
+
+if __name__ == '__main__':
+    main()

@@ -4,6 +4,7 @@ from typing import Callable, Dict, Tuple
 
 import torch
 import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile
 
 MB = 2**20
 
@@ -15,7 +16,6 @@ def tensor_peak_mb(step: Callable[[], None]) -> float:
     The ``[memory]`` events of ``kineto_results`` are torch's only record of
     them (the public function events carry net memory per operator).
     """
-    from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
         step()
     events = sorted(

@@ -1,11 +1,21 @@
 """The benchmarked models: variants derived from a config (:data:`ROLES`,
 docs/benchmark.md), built and stepped."""
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
+from mmengine.config import ConfigDict
+from mmengine.logging import print_log
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import DefaultScope
+from mmseg.models.backbones import __all__ as backbones
+from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
+from mmseg.registry import MODELS
+from mmseg.structures import SegDataSample
+from mmseg.utils import register_all_modules
 
 from ..models import (EllipticalAttentionMixin, EllipticalTransformerMixin,
                       adaptive_relevance, elliptical_version)
@@ -44,8 +54,6 @@ class BenchModel:
 
 
 def _registry():
-    from mmseg.registry import MODELS
-    from mmseg.utils import register_all_modules
     register_all_modules(init_default_scope=False)
     return MODELS
 
@@ -68,8 +76,6 @@ def _transformer_version(type_) -> Optional[type]:
 
 def supported_backbones() -> List[str]:
     """Names of the mmseg backbones the plugin has an elliptical version of."""
-    from mmseg.models.backbones import __all__ as backbones
-
     return sorted(
         src.__name__ for src in ELLIPTICAL_VERSIONS
         if _transformer_version(src) is not None and src.__name__ in backbones)
@@ -151,10 +157,6 @@ def config_variants(configs: Sequence[str],
         list[BenchModel]: In config order; with several configs named
         ``CONFIG_NAME/ROLE``.
     """
-    import dataclasses
-
-    from mmengine.logging import print_log
-
     specs = []
     names = model_names(configs, names)
     for name, config in zip(names, configs):
@@ -188,7 +190,6 @@ class BenchForward(nn.Module):
 
     def __init__(self, model: nn.Module, whole_model: bool = False) -> None:
         super().__init__()
-        from mmseg.models.decode_heads import Mask2FormerHead, MaskFormerHead
         self.model = model
         self.whole_model = whole_model
         self.head_needs_samples = whole_model and isinstance(
@@ -200,7 +201,6 @@ class BenchForward(nn.Module):
             return self.model(inputs)
         if not self.head_needs_samples:
             return self.model(inputs, mode='tensor')
-        from mmseg.structures import SegDataSample
         hw = tuple(inputs.shape[-2:])
         meta = dict(
             img_shape=hw, pad_shape=hw, batch_input_shape=hw, ori_shape=hw)
@@ -220,10 +220,6 @@ def build_model(spec: BenchModel,
         device (str): Device.
         seed (int): Seed of the initial weights.
     """
-    from mmengine.config import ConfigDict
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import DefaultScope
-
     models = _registry()
     torch.manual_seed(seed)
     with DefaultScope.overwrite_default_scope('mmseg'):

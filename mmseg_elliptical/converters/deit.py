@@ -5,6 +5,8 @@ import runpy
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, Tuple
 
+import torch
+from mmengine.runner import CheckpointLoader
 from torch import Tensor
 
 from ..errors import SourceError  # noqa: F401
@@ -87,8 +89,6 @@ def load_source(src: str, unsafe_pickle: bool = False) -> dict:
     Raises:
         SourceError: If the weights-only loader refuses the file.
     """
-    import torch
-    from mmengine.runner import CheckpointLoader
     if unsafe_pickle:
         return torch.load(src, map_location='cpu', weights_only=False)
     try:

@@ -8,6 +8,8 @@ from mmengine.config import Config, ConfigDict
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner, load_checkpoint
+from mmseg.registry import MODELS
+from mmseg.utils import register_all_modules
 
 from .runtime import onnx_model_cfg
 
@@ -21,8 +23,6 @@ def build_segmentor(cfg: Config,
         cfg (Config): A config read with ``no_pretrained=True``.
         checkpoint (str, optional): A checkpoint of the model.
     """
-    from mmseg.registry import MODELS
-    from mmseg.utils import register_all_modules
     register_all_modules(init_default_scope=False)
     model_cfg = copy.deepcopy(cfg.model)
     model_cfg.pop('train_cfg', None)

@@ -10,10 +10,12 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
+from mmseg.apis import init_model
 
 from ..errors import CheckpointError, ConfigError
 from ..utils.config import load_config
-from ..utils.registry import check_model_types, unknown_types_as_config_errors
+from ..utils.registry import check_model_types
+from ..utils.unknown_types import unknown_types_as_config_errors
 
 
 class WeightsFit(NamedTuple):
@@ -146,7 +148,6 @@ def check_weights_fit(config: str,
             False.
         ConfigError: The model cannot be built as configured.
     """
-    from mmseg.apis import init_model
     cfg = load_config(config, copy.deepcopy(cfg_options), no_pretrained=True)
     check_model_types(cfg)
     with unknown_types_as_config_errors():

@@ -3,6 +3,7 @@ deterministic per image (needs the ``[robustness]`` extra)."""
 import hashlib
 from typing import Dict, Optional
 
+import cv2
 import numpy as np
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
@@ -92,7 +93,6 @@ def corrupt_image(img: np.ndarray,
     finally:
         np.random.set_state(state)
     if out.shape[:2] != rgb.shape[:2]:  # guard against library shape bugs
-        import cv2
         out = cv2.resize(out, (rgb.shape[1], rgb.shape[0]))
     if img.ndim == 2 or img.shape[2] == 1:
         gray = np.rint(

@@ -1,14 +1,17 @@
 """What the command-line tools share to refuse bad input at the door:
 ``type=`` callables, :class:`CfgOptions`, and :func:`tool_main`, which ends
 on the plugin's input errors with one line and status 2 (docs/reliability.md).
-No torch, mmengine or mmseg here but where a check needs it (a CUDA device).
+No torch or mmseg here: the tools check before they import them.
 """
 import argparse
 import functools
+import os
 import os.path as osp
 import re
 import sys
 from typing import Callable, Optional, Sequence
+
+from mmengine.config import DictAction
 
 from ..errors import (INPUT_ERRORS, CheckpointError, ExportError,
                       GridInterrupted)
@@ -16,7 +19,7 @@ from .choices import CLOCKS
 from .config import (arms_of, check_arms, load_config, model_names,
                      model_specs, run_names)
 from .files import check_checkpoint, check_onnx_file
-from .registry import unknown_types_as_config_errors
+from .unknown_types import unknown_types_as_config_errors
 
 
 def fail(message: str) -> None:
@@ -28,14 +31,16 @@ def fail(message: str) -> None:
 
 def tool_main(main: Callable) -> Callable:
     """Decorate a tool's ``main(argv)``: the plugin's input errors and an
-    unknown config ``type`` (:func:`~.registry.registry_error`) end it with
-    :func:`fail`."""
+    unknown config ``type`` (:func:`~.unknown_types.registry_error`) end it
+    with :func:`fail`; ``check_only`` (``tools/check_args.py``) is passed
+    on."""
 
     @functools.wraps(main)
-    def run(argv: Sequence[str] = None):
+    def run(argv: Sequence[str] = None, check_only: bool = False):
         try:
             with unknown_types_as_config_errors():
-                return main(argv)
+                return main(argv, check_only=True) if check_only else \
+                    main(argv)
         except INPUT_ERRORS as error:
             fail(str(error))
         except GridInterrupted as stop:
@@ -123,42 +128,23 @@ def onnx_file(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e))
 
 
-def image_file(text: str) -> str:
-    """An existing file that OpenCV reads as an image."""
-    import cv2
-    existing_file(text)
-    if cv2.imread(text) is None:
-        raise argparse.ArgumentTypeError(
-            f'{text} cannot be read as an image (jpg, png, ...)')
-    return text
-
-
 #: The devices :func:`device` takes (torch's spelling).
 DEVICE = re.compile(r'(cpu|cuda)(:\d+)?')
 
 
 def device(text: str) -> str:
-    """``cpu``, or ``cuda`` / ``cuda:N`` when that GPU is there (torch is
-    imported for a CUDA device only)."""
-    match = DEVICE.fullmatch(text)
-    if match is None:
+    """``cpu``, ``cuda`` or ``cuda:N``; whether that GPU is there is
+    :func:`~.devices.check_device`'s, after the heavy imports."""
+    if DEVICE.fullmatch(text) is None:
         raise argparse.ArgumentTypeError(
             f'{text!r} is not a device (cpu, cuda, cuda:0, ...)')
-    if match.group(1) == 'cuda':
-        import torch
-        count = torch.cuda.device_count()
-        index = int(match.group(2)[1:]) if match.group(2) else 0
-        if not torch.cuda.is_available() or index >= count:
-            raise argparse.ArgumentTypeError(
-                f'{text} is not available here ({count} CUDA devices); '
-                'use --device cpu')
     return text
 
 
 class CfgOptions(argparse.Action):
     """mmengine's ``DictAction`` that refuses an option without ``=`` as a
     command-line error naming it (mmengine's raises a ``ValueError`` from
-    deep inside argparse), before mmengine is imported."""
+    deep inside argparse)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         bad = [v for v in values if '=' not in v]
@@ -166,7 +152,6 @@ class CfgOptions(argparse.Action):
             raise argparse.ArgumentError(
                 self, f'{bad[0]!r} is not KEY=VALUE (e.g. '
                 'train_cfg.max_iters=100)')
-        from mmengine.config import DictAction
         DictAction(self.option_strings, self.dest)(parser, namespace, values,
                                                    option_string)
 
@@ -267,7 +252,6 @@ def add_launcher(parser: argparse.ArgumentParser) -> None:
 def launcher_of(args: argparse.Namespace) -> str:
     """``args.launcher``, after giving ``--local-rank`` to the environment
     as mmseg's tools do (torchrun sets ``LOCAL_RANK`` itself)."""
-    import os
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args.launcher
 

@@ -1,14 +1,17 @@
-"""Configs and the models they describe: loading, naming, pairing
-(mmengine imported where a config is read: the tools check first)."""
+"""Configs and the models they describe: loading, naming, pairing (light:
+mmengine's config reader, no torch; the tools check with it)."""
 import importlib.util
 import os.path as osp
-from typing import (TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional,
-                    Sequence)
+from importlib.metadata import version
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+
+from mmengine.config import Config
+from mmengine.config.utils import (_get_cfg_metainfo,
+                                   _get_external_cfg_base_path,
+                                   _get_package_and_cfg_path)
+from mmengine.utils import get_installed_path
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from mmengine.config import Config
 
 #: mmengine's error for a top-level key that two bases set.
 DUPLICATE_BASE_KEYS = 'Duplicate key is not allowed among bases'
@@ -81,9 +84,28 @@ def model_specs(paths: Sequence[str],
     ]
 
 
+def package_config(path: str) -> Config:
+    """The config ``package::family/name.py`` as ``mmengine.hub.get_config``
+    reads it (its metafile's entry, else the package's ``.mim/configs``),
+    without its import of torch (``mmengine.runner``).
+
+    Raises:
+        FileNotFoundError: The package has no such config.
+    """
+    package, cfg_path = _get_package_and_cfg_path(path)
+    package_path = get_installed_path(package)
+    try:
+        cfg_path = osp.join(
+            package_path, '.mim',
+            _get_cfg_metainfo(package_path, cfg_path)['Config'])
+    except ValueError:  # no metafile entry: a base config
+        cfg_path = _get_external_cfg_base_path(package_path, cfg_path)
+    return Config.fromfile(cfg_path)
+
+
 def load_config(path: str,
                 cfg_options: Optional[dict] = None,
-                no_pretrained: bool = False) -> 'Config':
+                no_pretrained: bool = False) -> Config:
     """Read a config and merge ``--cfg-options``.
 
     Args:
@@ -97,16 +119,13 @@ def load_config(path: str,
         FileNotFoundError: The file does not exist.
         ConfigError: Two of its bases set the same key.
     """
-    from mmengine.config import Config
-    if '::' in path:  # mmengine resolves it (mmseg/.mim/configs/...)
-        from mmengine.hub import get_config  # imports torch
+    if '::' in path:  # mmseg/.mim/configs/...
         try:
-            cfg = get_config(path)
+            cfg = package_config(path)
         except FileNotFoundError as e:
-            import mmseg
             raise FileNotFoundError(
                 f'config {path} does not exist: {e} (mmseg '
-                f'{mmseg.__version__} ships its configs under '
+                f'{version("mmsegmentation")} ships its configs under '
                 'mmseg/.mim/configs).') from None
     elif not osp.isfile(path):
         raise FileNotFoundError(f'config {path} does not exist.')
@@ -137,7 +156,7 @@ def load_config(path: str,
     return cfg
 
 
-def split_loader(cfg: 'Config', split: str) -> dict:
+def split_loader(cfg: Config, split: str) -> dict:
     """The ``<split>_dataloader`` config (a :class:`ConfigError` when
     absent)."""
     loader = cfg.get(f'{split}_dataloader')
@@ -157,7 +176,6 @@ def mmseg_tool_path(name: str) -> str:
     spec = importlib.util.find_spec('mmseg')  # found, not imported
     path = osp.join(osp.dirname(spec.origin), '.mim', 'tools', name)
     if not osp.isfile(path):
-        from importlib.metadata import version
         raise FileNotFoundError(
             f'mmseg {version("mmsegmentation")} does not ship tools/{name} '
             f'at {path}; '

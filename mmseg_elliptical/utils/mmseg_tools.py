@@ -6,15 +6,14 @@ import ast
 import os
 import runpy
 import sys
-from typing import TYPE_CHECKING, Sequence, Tuple
+from typing import Sequence, Tuple
+
+from mmengine.config import Config
 
 from ..errors import ConfigError
 from .arguments import CfgOptions, checkpoint_file, config_file, fail
 from .config import load_config, mmseg_tool_path
 from .preflight import check_data, check_launcher, check_work_dir
-
-if TYPE_CHECKING:
-    from mmengine.config import Config
 
 #: The data folders each of mmseg's tools reads.
 DATA_OF = {
@@ -51,7 +50,7 @@ def config_error_line(config: str, error: ConfigError) -> str:
 
 
 def check_mmseg_tool_command(
-        name: str, argv: Sequence[str]) -> Tuple[argparse.Namespace, 'Config']:
+        name: str, argv: Sequence[str]) -> Tuple[argparse.Namespace, Config]:
     """Check the command line of mmseg's ``tools/<name>``: its parser, the
     config, checkpoint, folders and ``--launcher``; a bad one ends the tool
     with one line and status 2. Returns the parsed arguments and config."""

@@ -1,6 +1,5 @@
 """What the command-line tools write: markdown tables, figures, files
-(numpy, prettytable and matplotlib are imported by what writes them: a tool
-checks its command line before)."""
+(matplotlib's pyplot is loaded by the first figure: :func:`pyplot`)."""
 import csv
 import io
 import json
@@ -8,11 +7,11 @@ import math
 import os
 import os.path as osp
 import re
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional,
-                    Sequence, Tuple, Union)
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
+from PIL import Image
+from prettytable import PrettyTable, TableStyle
 
 Rows = Sequence[Sequence[Any]]
 
@@ -47,7 +46,6 @@ def markdown_table(header: Sequence[str],
 
         return cell
 
-    from prettytable import PrettyTable, TableStyle
     table = PrettyTable(list(header))
     table.set_style(TableStyle.MARKDOWN)
     for i, name in enumerate(table.field_names):
@@ -58,7 +56,9 @@ def markdown_table(header: Sequence[str],
 
 
 def pyplot():
-    """``matplotlib.pyplot`` on the non-interactive Agg backend."""
+    """``matplotlib.pyplot`` on the non-interactive Agg backend, imported
+    here, at the first figure: not at ``import mmseg_elliptical`` (the
+    evidence hook draws), nor before a tool's checks."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -91,10 +91,9 @@ def _png(fig, dpi: int) -> io.BytesIO:
     return buffer
 
 
-def figure_array(fig, dpi: int = 100) -> 'np.ndarray':
+def figure_array(fig, dpi: int = 100) -> np.ndarray:
     """A matplotlib figure as an RGB ``uint8`` array ``[H, W, 3]``, cut to
     its content as :func:`save_figure` saves it; closes it."""
-    import numpy as np
     rgba = pyplot().imread(_png(fig, dpi))
     return (rgba[..., :3] * 255).round().astype(np.uint8)
 
@@ -111,7 +110,6 @@ def save_figure(fig, path: str, dpi: int = 110, compact: bool = False) -> None:
     """
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     if compact:
-        from PIL import Image
         Image.open(_png(fig, dpi)).convert('RGB').quantize(256).save(
             path, optimize=True)
         return

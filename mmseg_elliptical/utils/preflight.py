@@ -8,19 +8,32 @@ import json
 import os
 import os.path as osp
 import sys
+from contextlib import contextmanager
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
 from .config import load_config
 
-#: Set by ``tools/check_args.py``: torchrun starts the tool next, so the
-#: launcher's environment is not there yet.
+#: True inside :func:`launching`.
 LAUNCHING = False
 #: The tools of a source checkout.
 TOOLS = osp.join(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'tools')
 #: The loaders a tool that tests models reads.
 TEST = ('test_dataloader', )
+
+
+@contextmanager
+def launching() -> Iterator[None]:
+    """Check a command line that torchrun runs next (``tools/check_args.py``):
+    :func:`check_launcher` takes a launcher whose environment is not there
+    yet."""
+    global LAUNCHING
+    LAUNCHING, was = True, LAUNCHING
+    try:
+        yield
+    finally:
+        LAUNCHING = was
 
 
 def check_work_dir(path: Optional[str]) -> None:

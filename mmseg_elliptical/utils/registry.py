@@ -1,23 +1,25 @@
-"""A config ``type`` that no registry holds, or a hook argument its class
-does not take, as one line with the closest names (mmengine raises a
-``KeyError`` deep inside the nested builds, without a hint, and a hook's
-``TypeError`` only once the runner is built)."""
-import difflib
-import importlib
+"""A config's model and hook types checked against mmseg's registries
+before anything is built: a type no registry holds, or a hook argument its
+class does not take, is one line with the closest names (a hook's
+``TypeError`` would come only once the runner is built)."""
 import inspect
-import re
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import Iterator, Optional
+
+from mmengine.config import Config
+from mmseg.registry import HOOKS, MODELS
 
 from ..errors import ConfigError
 from .hooks import config_hooks
 from .keywords import init_keywords, unknown_keyword_error
+# unknown_types_as_config_errors: engine/launch.py's import, until it
+# imports it from .unknown_types itself.
+from .unknown_types import unknown_type_error, unknown_types_as_config_errors
 
-if TYPE_CHECKING:  # mmengine is imported where a registry is read
-    from mmengine.config import Config
-    from mmengine.registry import Registry
+__all__ = [
+    'MODEL_PARTS', 'LAYER_CFGS', 'model_class', 'layer_types',
+    'check_model_types', 'check_hook_args', 'unknown_types_as_config_errors'
+]
 
-NOT_REGISTERED = re.compile(r'(\w+) is not in the (\w+)::(\w+) registry')
 #: The parts of an mmseg segmentor config built from ``MODELS``.
 MODEL_PARTS = ('backbone', 'neck', 'decode_head', 'auxiliary_head')
 #: Layer configs mmcv's builders look up in ``MODELS``; their ``KeyError``
@@ -25,71 +27,9 @@ MODEL_PARTS = ('backbone', 'neck', 'decode_head', 'auxiliary_head')
 LAYER_CFGS = ('norm_cfg', 'act_cfg', 'conv_cfg')
 
 
-def registry_named(scope: str, name: str) -> Optional['Registry']:
-    """The registry ``scope::name`` of mmengine or an OpenMMLab package."""
-    from mmengine.registry import Registry
-    try:
-        module = importlib.import_module(f'{scope}.registry')
-    except ImportError:
-        return None
-    for value in vars(module).values():
-        if isinstance(value, Registry) and value.name == name \
-                and value.scope == scope:
-            return value
-    return None
-
-
-def registered_names(registry: 'Registry') -> List[str]:
-    """Every name a build through ``registry`` finds: its own and its
-    parents'."""
-    registry.import_from_location()
-    names = set()
-    while registry is not None:
-        names.update(registry.module_dict)
-        registry = registry.parent
-    return sorted(names)
-
-
-def unknown_type_error(kind: str, scope: str, name: str) -> ConfigError:
-    """The error for ``type=kind`` missing from the registry
-    ``scope::name``."""
-    registry = registry_named(scope, name)
-    names = registered_names(registry) if registry is not None else []
-    close = difflib.get_close_matches(kind, names, n=3, cutoff=0.6)
-    hint = ('closest registered: ' +
-            ', '.join(close) if close else 'no registered name is close')
-    return ConfigError(
-        f"type='{kind}' is not in the {scope}::{name} registry ({hint}). "
-        'Correct the type in the config, or add the module that registers it '
-        'to custom_imports.')
-
-
-def registry_error(error: BaseException) -> Optional[ConfigError]:
-    """:func:`unknown_type_error` for mmengine's ``KeyError`` of an unknown
-    type; None for any other error."""
-    match = NOT_REGISTERED.search(str(error)) if isinstance(error,
-                                                            KeyError) else None
-    return unknown_type_error(*match.groups()) if match else None
-
-
-@contextmanager
-def unknown_types_as_config_errors() -> Iterator[None]:
-    """Raise :func:`registry_error`'s one-line :class:`ConfigError` for
-    mmengine's ``KeyError`` of an unknown type in the block; any other error
-    passes unchanged."""
-    try:
-        yield
-    except KeyError as error:
-        config_error = registry_error(error)
-        if config_error is None:
-            raise
-        raise config_error from None
-
-
 def model_class(kind) -> Optional[type]:
     """The class a model config's ``type`` names in mmseg's ``MODELS`` (a
     class given as the type is itself), or None."""
-    from mmseg.registry import MODELS
     return kind if isinstance(kind, type) else MODELS.get(kind)
 
 
@@ -105,7 +45,7 @@ def layer_types(cfg) -> Iterator[str]:
             yield from layer_types(value)
 
 
-def check_model_types(cfg: 'Config') -> None:
+def check_model_types(cfg: Config) -> None:
     """Check, without building it, that mmseg's ``MODELS`` registry (with
     its parents) holds the types of the config's model, of its backbone,
     neck and heads, and of every norm, activation and convolution layer;
@@ -115,7 +55,6 @@ def check_model_types(cfg: 'Config') -> None:
         ConfigError: One of them is not registered, or a hook's arguments
             are wrong.
     """
-    from mmseg.registry import MODELS
     model = cfg.get('model')
     if not isinstance(model, dict):
         return
@@ -128,7 +67,7 @@ def check_model_types(cfg: 'Config') -> None:
     check_hook_args(cfg)
 
 
-def check_hook_args(cfg: 'Config') -> None:
+def check_hook_args(cfg: Config) -> None:
     """Check the hooks of a config (:func:`.hooks.config_hooks`) before the
     runner builds them: each type registered in mmseg's ``HOOKS`` (with its
     parents), no keyword its class does not take, none it needs missing;
@@ -138,7 +77,6 @@ def check_hook_args(cfg: 'Config') -> None:
         ConfigError: With where the hook is set and, for a misspelt
             keyword, the closest one.
     """
-    from mmseg.registry import HOOKS
     for where, hook in config_hooks(cfg):
         kind = hook.get('type')
         cls = kind if isinstance(kind, type) else HOOKS.get(kind) \

@@ -8,6 +8,8 @@ import pytest
 from bench_builders import BENCH_MMSEG_VIT_T, BENCH_TINY_ARGS, BENCH_VIT_T
 from processes import load_tool, refused
 
+from mmseg_elliptical.benchmark.targets import judge
+
 pytestmark = pytest.mark.usefixtures('single_thread')
 
 
@@ -31,8 +33,8 @@ def ratio(role, q1, q3, memory=None):
     (ratio('mmseg-dot', 1.00, 1.00), ('< 1', 'missed', None)),
     (ratio('paper-ref', 0.5, 3.0, 9.), (None, None, None)),
 ])
-def test_targets_and_verdicts(tool, row, expected):
-    judged = tool.judge(row)
+def test_targets_and_verdicts(row, expected):
+    judged = judge(row)
     assert (judged['time_target'], judged['time_verdict'],
             judged['memory_verdict']) == expected
     assert judged['memory_target'] == ('<= 1.01' if row['role'] == 'fused-dot'
@@ -65,7 +67,7 @@ def test_cli_outputs(tool, tmp_path):
     # The explicit path keeps the probabilities for the backward.
     assert train['paper-ref'] > train['fused-dot']
     assert len(saved['ratios']) == 3 * 3
-    assert all(r == tool.judge(dict(r)) for r in saved['ratios'])
+    assert all(r == judge(dict(r)) for r in saved['ratios'])
     md = (out / 'benchmark.md').read_text()
     assert '| fused-dot | 64 | training step |' in _cells(md)
     assert '<= 1.03: ' in md and '< 1: ' in md

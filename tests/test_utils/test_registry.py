@@ -1,5 +1,6 @@
-"""``utils/registry.py``: a config ``type`` no registry holds is one line
-naming the type, the registry and the closest registered names."""
+"""``utils/registry.py`` and ``utils/unknown_types.py``: a config ``type``
+no registry holds is one line naming the type, the registry and the closest
+registered names."""
 import pytest
 from builders import DEMO_ELLIPTICAL
 from mmengine.config import Config
@@ -8,8 +9,9 @@ from mmseg.registry import MODELS
 
 import mmseg_elliptical  # noqa: F401 (registers the plugin)
 from mmseg_elliptical.errors import ConfigError
-from mmseg_elliptical.utils.registry import (check_model_types, registry_error,
-                                             unknown_type_error)
+from mmseg_elliptical.utils.registry import check_model_types
+from mmseg_elliptical.utils.unknown_types import (registry_error,
+                                                  unknown_type_error)
 
 
 def mmengine_error(cfg: dict) -> KeyError:

@@ -34,20 +34,19 @@ Example (after ``make demo`` and ``make demo-dot``; see docs/evidence.md)::
 __check_arguments_first__ = True  # the plugin registers once they pass
 
 import argparse
-from functools import partial
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.errors import ConfigError
 from mmseg_elliptical.robustness.attacks import cells as attacks
-from mmseg_elliptical.robustness.attacks.eps import parse_eps
+from mmseg_elliptical.robustness.grid.protocols import (command_cells,
+                                                        protocol_defaults)
 from mmseg_elliptical.utils import arguments as cli
 from mmseg_elliptical.utils.preflight import check_run
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    """Parse and check the command line before any work; adds ``cells``
-    (the plain attack cells), ``specs`` and ``elliptical`` (whether each
-    model has elliptical layers)."""
+    """Parse and check the command line before any work (no torch); adds
+    ``cells`` (the plain attack cells) and ``specs``."""
     presets = '; '.join(
         f'{k}: {p.description} ({p.passes()[0]} forward and {p.passes()[1]} '
         'backward passes per image and model)'
@@ -154,31 +153,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     cli.add_cfg_options(parser)
     cli.add_launcher(parser)
     args = parser.parse_args(argv)
-    preset = attacks.ATTACK_PROTOCOLS[args.protocol]
-    args.attacks = args.attacks or list(preset.attacks)
-    args.norm = args.norm or preset.norm
-    if 'square' in args.attacks and args.norm != 'linf':
-        parser.error('argument --attacks: the square attack is L-inf only; '
-                     'pass --norm linf or drop square.')
-    if args.audit and args.norm != 'linf':
-        parser.error('argument --audit: its eps sweep and square attack are '
-                     'L-inf; pass --norm linf.')
     try:
-        args.epsilons = [
-            parse_eps(e, args.norm, args.allow_small_eps, args.allow_large_eps)
-            for e in args.epsilons
-        ] if args.epsilons else list(preset.epsilons)
+        protocol_defaults(args)
     except ConfigError as e:
-        parser.error(f'argument --epsilons: {e}')
-    args.steps = args.steps or [preset.steps]
-    args.labels = args.labels or preset.labels
-    if args.norm == 'linf' and args.step_size is None:
-        args.step_size = preset.step_size
-    if args.norm == 'l2' and args.step_size is None and preset.step_size:
-        parser.error('argument --step-size: give the L2 step (0-1 scale); '
-                     f'the {args.protocol} protocol\'s is in L-inf levels')
-    args.step_ratio = preset.step_ratio if args.step_size is None else None
-    args.cells = attack_cells(args, False)  # checks them
+        parser.error(str(e))
+    args.cells = command_cells(args, False)  # checks them
     args.specs = cli.models_of(parser, args)
     check_run(parser, args, args.specs, __file__, store='adversarial.json')
     names = [s.name for s in args.specs]
@@ -187,144 +166,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'argument --transfer: {args.transfer!r} is none of '
                      f'the models {names}, or there is no other model to '
                      'evaluate on its adversarial images.')
-    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import fitting_models
-    from mmseg_elliptical.robustness.attacks.class_weights import \
-        class_weights_of
-    from mmseg_elliptical.robustness.attacks.elliptical import \
-        elliptical_models
-    args.elliptical = elliptical_models(args.specs, args.cfg_options)
-    args.class_weights = class_weights_of(
-        args.attacks + ([audit.sweep_attack] if args.audit else []),
-        args.specs, args.cfg_options, args.work_dir)
-    if args.adaptive and not any(args.elliptical.values()):
-        parser.error('argument --adaptive: no model has an elliptical layer '
-                     f'({", ".join(names)}), so there is no relevance m to '
-                     'differentiate through; drop --adaptive.')
-    args.notes = fitting_models(parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.parser = parser  # for the checks after the heavy imports
     return args
 
 
-def attack_cells(args: argparse.Namespace,
-                 adaptive: bool) -> List[attacks.Attack]:
-    """The attack cells of the command line
-    (:func:`~mmseg_elliptical.robustness.attacks.cells.attack_cells`); the
-    square attack's steps are its queries, and it has no adaptive form (it
-    reads outputs only)."""
-    gradient = [a for a in args.attacks if a != 'square']
-    cells = attacks.attack_cells(gradient, args.norm, args.epsilons,
-                                 args.steps, args.step_size, args.step_ratio,
-                                 args.random_start, adaptive, args.labels,
-                                 args.seed)
-    if 'square' in args.attacks and not adaptive:
-        cells += attacks.attack_cells(['square'], args.norm, args.epsilons,
-                                      [args.queries or 100], 1., None, False,
-                                      False, args.labels, args.seed)
-    return cells
-
-
-def remedies(args: argparse.Namespace, store, cells: Dict,
-             preset) -> Dict[str, List]:
-    """``{model: BPDA and EOT cells}`` of the models whose audit failed
-    (decided on the main process, shared with the others)."""
-    from mmengine.dist import broadcast_object_list, is_main_process
-
-    from mmseg_elliptical.robustness.attacks.verdicts import correct_pixels
-    from mmseg_elliptical.robustness.audit.cells import remedy_cells
-    from mmseg_elliptical.robustness.audit.verdict import \
-        gradient_masking_audit
-    failed = [None]
-    if is_main_process():
-        failed[0] = [
-            s.name for s in args.specs if gradient_masking_audit(
-                store.data['models'][s.name]['cells'],
-                partial(correct_pixels, store, s.name, read=store.areas),
-                args.epsilons,
-                args.elliptical.get(s.name, False),
-                preset=preset)['verdict'].startswith('failed: ')
-        ]
-    broadcast_object_list(failed)
-    return {
-        name: remedy_cells(cells[name], max(args.epsilons), preset)
-        for name in failed[0]
-    }
-
-
 @cli.tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
-    """Run the grid; return the JSON data of the results."""
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict]:
+    """Run the grid; return the JSON data of the results (``check_only``:
+    stop after the checks, ``tools/check_args.py``)."""
     args = parse_args(argv)
-    import os.path as osp
-
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.engine import note_partial_loads, process_group
-    from mmseg_elliptical.robustness.attacks.cells import (AUDIT_PRESET,
-                                                           Attack,
-                                                           attack_settings)
-    from mmseg_elliptical.robustness.attacks.class_weights import \
-        weighted_cells
-    from mmseg_elliptical.robustness.attacks.report import write_attack_report
-    from mmseg_elliptical.robustness.attacks.transfer import transfer_cells
-    from mmseg_elliptical.robustness.attacks.verdicts import attack_verdicts
-    from mmseg_elliptical.robustness.audit.cells import audit_cells
-    from mmseg_elliptical.robustness.grid.protocols import model_cells
-    from mmseg_elliptical.robustness.grid.run import run_cells
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                         process_group)
+    from mmseg_elliptical.robustness import attack_run
+    attack_run.check_models(args.parser, args)
+    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
+                                args.allow_partial)
+    if check_only:
+        return None
     with process_group(cli.launcher_of(args)) as launch:
-        cells = weighted_cells(
-            model_cells(args.elliptical, args.cells,
-                        attack_cells(args, True) if args.adaptive else []),
-            args.class_weights)
-        if args.transfer is not None:
-            source = next(s for s in args.specs if s.name == args.transfer)
-            crafted = transfer_cells(
-                [c for c in cells[source.name] if isinstance(c, Attack)],
-                source, args.cfg_options)
-            for name in cells:
-                if name != source.name:
-                    cells[name] += crafted
-        if args.audit:
-            preset = AUDIT_PRESET._replace(
-                sweep_steps=args.audit_sweep_steps,
-                queries=args.queries or AUDIT_PRESET.queries)
-            cells = audit_cells(
-                cells,
-                args.specs,
-                args.epsilons,
-                preset.queries,
-                args.step_ratio,
-                args.cfg_options,
-                arms=args.arms,
-                preset=preset,
-                class_weights=args.class_weights)
-        run = partial(
-            run_cells,
-            args.specs,
-            path=osp.join(args.work_dir, 'adversarial.json'),
-            work_dir=args.work_dir,
-            seed=args.seed,
-            max_images=args.max_images,
-            cfg_options=args.cfg_options,
-            quiet=not args.verbose,
-            per_class=True,
-            launch_options=launch,
-            batch_size=args.batch_size,
-            settings=attack_settings(args.norm, args.step_size,
-                                     args.step_ratio, args.random_start,
-                                     args.labels))
-        store = run(cells)
-        if args.audit:
-            extra = remedies(args, store, cells, preset)
-            if extra:  # BPDA and EOT on the models that failed the audit
-                store = run({n: cells[n] + extra.get(n, []) for n in cells})
+        store = attack_run.attack_grid(args, launch)
         if is_main_process():
-            verdicts = attack_verdicts(store, [s.name for s in args.specs],
-                                       args.baseline, args.resamples,
-                                       args.bootstrap_seed, args.epsilons,
-                                       args.elliptical if args.audit else None,
-                                       args.arms)
-            text = write_attack_report(verdicts, args.work_dir)
+            text = attack_run.attack_report(args, store)
             print(text + note_partial_loads(f'{args.work_dir}/adversarial.md',
                                             args.notes))
             print(f'Results in {args.work_dir}/'

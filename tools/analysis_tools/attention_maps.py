@@ -32,10 +32,10 @@ import cv2
 
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_models,
-                                              add_work_dir, device, image_file,
-                                              models_of, non_negative_int,
-                                              tool_main)
+                                              add_work_dir, device, models_of,
+                                              non_negative_int, tool_main)
 from mmseg_elliptical.utils.choices import PARTS
+from mmseg_elliptical.utils.images import image_file
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -90,20 +90,26 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      f'{width} x {height} image {args.image} (x is the '
                      f'column, 0..{width - 1}; y the row, 0..{height - 1}).')
     args.specs = models_of(parser, args)
-    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import fitting_models
-    args.notes = fitting_models(parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.parser = parser  # for the checks after the heavy imports
     return args
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict[str, Dict]]:
     """Draw the figures; return the per-model results."""
     args = parse_args(argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                            plot_relevance, shown_heads,
                                            shown_layers)
+    from mmseg_elliptical.engine import fitting_models
+    from mmseg_elliptical.utils.devices import check_device
+    check_device(args.parser, args.device)
+    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
+                                args.allow_partial)
+    if check_only:
+        return None
     args.out = args.out or osp.join(args.work_dir, 'attention.png')
     results = {
         s.name:

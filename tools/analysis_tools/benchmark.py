@@ -7,7 +7,8 @@ with ``elliptical_layers=[]``; ``mmseg-dot``: mmseg's own class; with
 interleaved round by round: parameters, FLOPs, time per step (inference,
 training; with ``--attack-sizes`` the plain and adaptive attack steps and,
 with ``--apgd-steps``, an APGD-MCE iteration), memory, the ratios of
-elliptical to each baseline judged against :data:`TARGETS`, adaptive / plain
+elliptical to each baseline judged against the targets
+(``mmseg_elliptical/benchmark/targets.py``), adaptive / plain
 and APGD / PGD per model; with ``--at-sizes``, adversarial / plain training
 step. Writes ``benchmark.{json,md,csv,png}``; docs/benchmark.md. Example::
 
@@ -17,7 +18,6 @@ step. Writes ``benchmark.{json,md,csv,png}``; docs/benchmark.md. Example::
 __check_arguments_first__ = True  # the plugin registers once they pass
 
 import argparse
-import operator
 import os.path as osp
 import sys
 from typing import Dict, Optional, Sequence
@@ -35,15 +35,6 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join(
     ROOT, 'configs', 'segmenter',
     'segmenter_elliptical-vit-t_mask_8xb1-160k_ade20k-512x512.py')
-#: ``(baseline role, quantity): (bound, strict)``: elliptical / baseline <=
-#: bound (< when strict); the adaptive attack step is reported, not judged.
-TARGETS = {
-    ('fused-dot', 'time'): (1.03, False),
-    ('fused-dot', 'memory'): (1.01, False),
-    ('mmseg-dot', 'time'): (1.0, True),
-}
-#: Verdicts of a ratio against a target (see :func:`judge`).
-MET, NOISE, MISSED = 'met', 'within noise', 'missed'
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -161,34 +152,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for kind in ('train', 'attack'):
         if set(getattr(args, f'{kind}_sizes')) - set(args.sizes):
             p.error(f'--{kind}-sizes must be among --sizes')
+    args.parser = p  # for the checks after the heavy imports
     return args
 
 
-def judge(ratio: Dict) -> Dict:
-    """Add ``{time,memory}_{target,verdict}`` to a ratio row: the bound of
-    :data:`TARGETS`; ``'met'`` if the upper quartile of the per-round ratios
-    is within it, ``'within noise'`` if the lower one is, else ``'missed'``
-    (memory: one number); None without a target (adaptive step)."""
-    quartiles = dict(
-        time=(ratio['time_q1'], ratio['time_q3']),
-        memory=(ratio['memory'], ratio['memory']))
-    for quantity, (q1, q3) in quartiles.items():
-        bound = None if ratio.get('mode') == 'attack-adaptive' else \
-            TARGETS.get((ratio['role'], quantity))
-        target = verdict = None
-        if bound is not None and q1 is not None:
-            limit, strict = bound
-            ok = operator.lt if strict else operator.le
-            target = f'{"<" if strict else "<="} {limit:g}'
-            verdict = MET if ok(q3, limit) else NOISE if ok(q1, limit) \
-                else MISSED
-        ratio[f'{quantity}_target'], ratio[f'{quantity}_verdict'] = \
-            target, verdict
-    return ratio
-
-
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict]:
     """Run the benchmark; return the report (as in ``benchmark.json``)."""
     args = parse_args(argv)
     from mmengine.utils import ProgressBar
@@ -197,6 +167,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from mmseg_elliptical import benchmark as bench
     from mmseg_elliptical.benchmark import reporting
     from mmseg_elliptical.benchmark import training as at
+    from mmseg_elliptical.benchmark.targets import judge
+    from mmseg_elliptical.utils.devices import check_device
+    check_device(args.parser, args.device)
+    if check_only:
+        return None
     specs = bench.config_variants(args.configs, args.names, args.roles,
                                   args.whole_model, args.cfg_options)
     options = bench.BenchmarkOptions.from_args(args)

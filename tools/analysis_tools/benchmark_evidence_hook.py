@@ -39,41 +39,41 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def train(args: argparse.Namespace, hook: Optional[Dict], name: str) -> tuple:
-    """Train once; return ``(seconds, seconds inside the hook or None)``."""
-    from mmengine.runner import Runner
-
-    from mmseg_elliptical.engine import EllipticalEvidenceHook
-    cfg = load_config(args.config, args.cfg_options)
-    cfg.work_dir = osp.join(args.work_dir, name)
-    cfg.experiment_name = f'benchmark_evidence_hook_{name}'
-    cfg.visualizer.name = cfg.experiment_name  # a new one, not the last
-    cfg.custom_hooks = [
-        h for h in cfg.get('custom_hooks', [])
-        if h['type'] != 'EllipticalEvidenceHook'
-    ] + ([hook] if hook else [])
-    runner = Runner.from_cfg(cfg)
-    start = time.perf_counter()
-    runner.train()
-    seconds = time.perf_counter() - start
-    inside = [
-        h.seconds for h in runner.hooks
-        if isinstance(h, EllipticalEvidenceHook)
-    ]
-    return seconds, inside[0] if inside else None
-
-
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict[str, float]]:
     """Run both trainings and print the table; return its numbers."""
     args = parse_args(argv)
+    if check_only:
+        return None
+    from mmengine.runner import Runner
+
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import EllipticalEvidenceHook
     hook = dict(type='EllipticalEvidenceHook')
     for key in ('interval', 'image_interval', 'num_images'):
         if getattr(args, key) is not None:
             hook[key] = getattr(args, key)
-    without, _ = train(args, None, 'without_hook')
-    with_hook, inside = train(args, hook, 'with_hook')
+    times = []  # (seconds, seconds inside the hook or None) per training
+    for name, added in (('without_hook', None), ('with_hook', hook)):
+        cfg = load_config(args.config, args.cfg_options)
+        cfg.work_dir = osp.join(args.work_dir, name)
+        cfg.experiment_name = f'benchmark_evidence_hook_{name}'
+        cfg.visualizer.name = cfg.experiment_name  # a new one, not the last
+        cfg.custom_hooks = [
+            h for h in cfg.get('custom_hooks', [])
+            if h['type'] != 'EllipticalEvidenceHook'
+        ] + ([added] if added else [])
+        runner = Runner.from_cfg(cfg)
+        start = time.perf_counter()
+        runner.train()
+        inside = [
+            h.seconds for h in runner.hooks
+            if isinstance(h, EllipticalEvidenceHook)
+        ]
+        times.append(
+            (time.perf_counter() - start, inside[0] if inside else None))
+    (without, _), (with_hook, inside) = times
     out = dict(
         without=without,
         with_hook=with_hook,

@@ -58,9 +58,12 @@ def load(path: str):
         return json.load(f)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> str:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[str]:
     """Write the table; return its markdown."""
     args = parse_args(argv)
+    if check_only:
+        return None
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical.benchmark.reporting import overview_table
     text = overview_table(

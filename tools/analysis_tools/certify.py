@@ -32,6 +32,7 @@ Example (after ``make demo`` and ``make demo-dot``; ``make certify``)::
 __check_arguments_first__ = True  # the plugin registers once they pass
 
 import argparse
+import os.path as osp
 from typing import Dict, Optional, Sequence
 
 from mmseg_elliptical.errors import AnalysisError
@@ -134,27 +135,29 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      'log(alpha / 4096) / log(tau)).')
     args.specs = cli.models_of(parser, args)
     check_run(parser, args, args.specs, __file__, store='certify.json')
-    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import fitting_models
-    args.notes = fitting_models(parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.parser = parser  # for the checks after the heavy imports
     return args
 
 
 @cli.tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict]:
     """Run the grid; return the JSON data of the results."""
     args = parse_args(argv)
-    import os.path as osp
-
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.engine import note_partial_loads, process_group
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                         process_group)
     from mmseg_elliptical.robustness.certification.report import \
         write_certify_report
     from mmseg_elliptical.robustness.certification.verdicts import \
         certify_verdicts
     from mmseg_elliptical.robustness.grid.run import run_cells
+    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
+                                args.allow_partial)
+    if check_only:
+        return None
     settings = dict(threat='certify', n0=args.n0, n=args.n, alpha=args.alpha)
     with process_group(cli.launcher_of(args)) as launch:
         store = run_cells(

@@ -62,15 +62,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.specs = models_of(parser, args)
     check_run(parser, args, args.specs, __file__)
-    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import fitting_models
-    args.notes = fitting_models(parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.parser = parser  # for the checks after the heavy imports
     return args
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict[str, Dict]]:
     """Measure every model; return ``{name: per-layer results}`` (on rank
     0; None on the other processes). Arms of two or more runs
     (``--names``) add their mean +- sd per layer to ``collapse.md`` and
@@ -78,9 +76,18 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, Dict]]:
     args = parse_args(argv)
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.analysis import (measure_collapse,
-                                           write_collapse_report)
-    from mmseg_elliptical.engine import note_partial_loads, process_group
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.analysis import measure_collapse
+    from mmseg_elliptical.analysis.evidence.collapse import \
+        write_collapse_report
+    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                         process_group)
+    from mmseg_elliptical.utils.devices import check_device
+    check_device(args.parser, args.device)
+    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
+                                args.allow_partial)
+    if check_only:
+        return None
     with process_group(launcher_of(args)):
         results = {}
         for spec in args.specs:

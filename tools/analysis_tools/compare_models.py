@@ -35,10 +35,11 @@ from mmseg_elliptical.robustness.corruption.cells import (DEFAULT_CORRUPTIONS,
 from mmseg_elliptical.utils.arguments import (add_allow_partial,
                                               add_cfg_options, add_launcher,
                                               add_models, add_paired_test,
-                                              device, image_file, launcher_of,
-                                              models_of, non_negative_int,
-                                              positive_int, tool_main)
+                                              device, launcher_of, models_of,
+                                              non_negative_int, positive_int,
+                                              tool_main)
 from mmseg_elliptical.utils.choices import PARTS
+from mmseg_elliptical.utils.images import image_file
 from mmseg_elliptical.utils.preflight import check_run
 
 
@@ -156,47 +157,29 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if len(args.arms) < 2:
         p.error(f'argument CONFIG CHECKPOINT: the report compares two or '
                 f'more models, got {len(args.arms)} (arms: --names).')
-    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import fitting_models
-    args.notes = fitting_models(p, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.parser = p  # for the checks after the heavy imports
     return args
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict]:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict]:
     """Write the report; return its JSON data (None on the processes but
     rank 0)."""
     args = parse_args(argv)
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical.analysis.comparison import (ReportOptions,
                                                       compare_models,
                                                       report_files)
-    from mmseg_elliptical.engine import note_partial_loads, process_group
-    options = ReportOptions(
-        corruptions=args.corruptions,
-        severities=args.severities,
-        max_images=args.max_images,
-        seed=args.seed,
-        part=args.part,
-        image=args.image,
-        point=args.point,
-        layers=args.layers,
-        heads=args.heads,
-        speed_size=args.speed_size,
-        speed_batch=args.speed_batch,
-        speed_rounds=args.speed_rounds,
-        baseline=args.baseline,
-        arms=args.arms,
-        resamples=args.resamples,
-        bootstrap_seed=args.bootstrap_seed,
-        cfg_options=args.cfg_options or {},
-        device=args.device,
-        attack_protocol=args.attack_protocol,
-        adaptive=not args.no_adaptive,
-        audit=not args.no_audit,
-        audit_queries=args.audit_queries,
-        attack_max_images=args.attack_max_images,
-        attack_batch_size=args.attack_batch_size)
+    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                         process_group)
+    from mmseg_elliptical.utils.devices import check_device
+    check_device(args.parser, args.device)
+    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
+                                args.allow_partial)
+    if check_only:
+        return None
+    options = ReportOptions.from_args(args)
     with process_group(launcher_of(args)) as options.launch:
         data = compare_models(
             args.specs, options, args.work_dir, quiet=not args.verbose)

@@ -41,40 +41,33 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--mode', choices=('infer', 'train'), default='infer')
     add_cfg_options(p)
     add_work_dir(p, 'work_dirs/profile_kernels')
-    return p.parse_args(argv)
-
-
-def launches(step, cuda: bool, trace: str) -> int:
-    """Kernels (CUDA) or top-level ops (CPU) of one ``step``."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    step()  # warm-up
-    activities = [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda
-    with profile(activities=activities) as prof:
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-    prof.export_chrome_trace(trace)
-    if cuda:
-        return sum(e.device_type.name == 'CUDA' for e in prof.events())
-    return sum(e.cpu_parent is None and '::' in e.name for e in prof.events())
+    args = p.parse_args(argv)
+    args.parser = p  # for the checks after the heavy imports
+    return args
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict]:
     """Profile both variants; return the report (as in ``kernels.json``)."""
     args = parse_args(argv)
     import torch
 
+    from mmseg_elliptical.benchmark.kernels import launches
     from mmseg_elliptical.benchmark.variants import (build_model,
                                                      config_variants,
                                                      make_step)
     from mmseg_elliptical.models import EllipticalAttentionMixin
+    from mmseg_elliptical.utils.devices import check_device
+    check_device(args.parser, args.device)
+    if check_only:
+        return None
     cuda = args.device.startswith('cuda')
     os.makedirs(args.work_dir, exist_ok=True)
     x = torch.randn(
         args.batch_size, 3, args.size, args.size, device=args.device)
-    report = dict(vars(args), what='kernels' if cuda else 'top-level ops')
+    report = {k: v for k, v in vars(args).items() if k != 'parser'}
+    report['what'] = 'kernels' if cuda else 'top-level ops'
     for spec in config_variants([args.config],
                                 roles=('elliptical', 'fused-dot'),
                                 cfg_options=args.cfg_options):

@@ -42,9 +42,9 @@ from mmseg_elliptical.utils.preflight import check_run
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line and check it before any work: the files, the
-    names, the cells (before the heavy imports), then whether each
-    checkpoint fits its model. Adds ``specs``, ``protocol``, ``corruptions``
-    and ``severities``."""
+    names, the cells (before the heavy imports; ``main`` checks whether each
+    checkpoint fits its model). Adds ``specs``, ``protocol``,
+    ``corruptions`` and ``severities``."""
     protocols = '; '.join(f'{k}: {p.description} ({p.passes} test passes '
                           'per model)' for k, p in PROTOCOLS.items())
     parser = argparse.ArgumentParser(
@@ -107,25 +107,29 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'argument --severities: {e}')
     args.specs = models_of(parser, args)
     check_run(parser, args, args.specs, __file__, store='robustness.json')
-    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
-    from mmseg_elliptical.engine import fitting_models
-    args.notes = fitting_models(parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.parser = parser  # for the checks after the heavy imports
     return args
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict]:
     """Run the grid; return the JSON data of the results."""
     args = parse_args(argv)
     from mmengine.dist import is_main_process
 
-    from mmseg_elliptical.engine import note_partial_loads, process_group
+    import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
+    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+                                         process_group)
     from mmseg_elliptical.robustness.corruption.report import \
         write_robustness_report
     from mmseg_elliptical.robustness.corruption.verdicts import \
         corruption_verdicts
     from mmseg_elliptical.robustness.grid.run import run_grid
+    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
+                                args.allow_partial)
+    if check_only:
+        return None
     with process_group(launcher_of(args)) as launch:
         store = run_grid(
             args.specs,

@@ -67,9 +67,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict[str, Dict]]:
     """Test the graph (and the checkpoint); return their metrics."""
     args = parse_args(argv)
+    if check_only:
+        return None
     try:
         require_deploy('tools/deployment/onnx_test.py')
     except ImportError as error:

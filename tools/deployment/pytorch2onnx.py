@@ -102,9 +102,12 @@ def export_shape(args: argparse.Namespace, cfg) -> List[int]:
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> dict:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[dict]:
     """Export (and verify); return what was done."""
     args = parse_args(argv)
+    if check_only:
+        return None
     try:
         require_deploy('tools/deployment/pytorch2onnx.py')
     except ImportError as error:

@@ -22,6 +22,7 @@ import os
 import os.path as osp
 import shutil
 import sys
+from importlib.machinery import ModuleSpec
 
 #: The module the stand-in answers for.
 EXT = 'mmcv._ext'
@@ -85,7 +86,6 @@ class StandInFinder:
         """A spec for :attr:`name`, None for any other module."""
         if fullname != self.name:
             return None
-        from importlib.machinery import ModuleSpec
         return ModuleSpec(fullname, self, origin='mmseg-elliptical stand-in')
 
     def create_module(self, spec):

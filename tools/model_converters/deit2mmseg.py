@@ -50,9 +50,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 @tool_main
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> None:
     """Convert SRC and write DST."""
     args = parse_args(argv)
+    if check_only:
+        return
     import torch
 
     import mmseg_elliptical.plugin  # noqa: F401 (weights-only loader)

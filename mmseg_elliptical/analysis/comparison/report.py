@@ -7,6 +7,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 import cv2
+from mmengine.dist import is_main_process
 
 from ...benchmark.timing import paired_ratio
 from ...robustness.attacks.cells import ATTACK_PROTOCOLS
@@ -285,7 +286,6 @@ def compare_models(specs: Sequence[ModelSpec],
         dict: The data of ``report.json`` (None on the processes but rank
         0).
     """
-    from mmengine.dist import is_main_process
     if len(specs) < 2:
         raise AnalysisError(f'The report compares two or more models, got '
                             f'{len(specs)}.')

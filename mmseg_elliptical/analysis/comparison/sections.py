@@ -4,11 +4,14 @@ import json
 import os
 import os.path as osp
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Dict, List, Optional, Sequence
 
 import cv2
 from mmengine.logging import print_log
+from mmengine.registry import init_default_scope
+from mmengine.utils import ProgressBar
+from mmseg.registry import DATASETS
 
 from ... import benchmark
 from ...robustness.attacks.cells import ATTACK_PROTOCOLS, AuditPreset
@@ -22,7 +25,7 @@ from ...robustness.grid.run import open_store, run_cells, run_grid
 from ...robustness.grid.store import ResultStore
 from ...utils.config import ModelSpec, load_config
 from ..evidence.attention_maps import from_json, model_attention, to_json
-from ..evidence.collapse import measure_collapse
+from ..evidence.collapse_meter import measure_collapse
 from ..evidence.layers import AnalysisError
 
 
@@ -89,6 +92,19 @@ class ReportOptions:
     audit_queries: int = 20
     attack_max_images: Optional[int] = None
     attack_batch_size: Optional[int] = None
+
+    @classmethod
+    def from_args(cls, args) -> 'ReportOptions':
+        """The options of ``compare_models.py``'s parsed command line."""
+        given = {
+            f.name: getattr(args, f.name)
+            for f in fields(cls) if hasattr(args, f.name)
+        }
+        return cls(**dict(
+            given,
+            cfg_options=args.cfg_options or {},
+            adaptive=not args.no_adaptive,
+            audit=not args.no_audit))
 
 
 def attack_images(options: ReportOptions) -> Optional[int]:
@@ -238,8 +254,6 @@ def collapse(specs: Sequence[ModelSpec], options: ReportOptions,
 
 def first_test_image(spec: ModelSpec, cfg_options: Dict) -> str:
     """The image file of the first sample of a config's test dataset."""
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import DATASETS
     cfg = load_config(spec.config, cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     dataset = DATASETS.build(cfg.test_dataloader.dataset)
@@ -290,8 +304,6 @@ def speed(specs: Sequence[ModelSpec], options: ReportOptions,
     Returns:
         dict: ``{name: {'infer': row, 'train': row}}`` (benchmark rows).
     """
-    from mmengine.utils import ProgressBar
-
     settings = dict(
         size=options.speed_size,
         batch_size=options.speed_batch,

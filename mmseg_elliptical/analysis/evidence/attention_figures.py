@@ -63,8 +63,6 @@ def attention_figure(image: np.ndarray,
     Returns:
         matplotlib.figure.Figure: The figure.
     """
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
     plt = pyplot()
 
     def columns(shown: List[int]) -> list:
@@ -120,7 +118,7 @@ def attention_figure(image: np.ndarray,
         ax.set_xticks([])
         ax.set_yticks([])
     bar = fig.colorbar(
-        ScalarMappable(Normalize(0, 1), 'inferno'),
+        plt.cm.ScalarMappable(plt.Normalize(0, 1), 'inferno'),
         ax=axes.ravel().tolist(),
         shrink=0.9,
         pad=0.01,

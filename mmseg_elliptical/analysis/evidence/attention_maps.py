@@ -7,6 +7,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.nn as nn
+from mmcv.transforms import Compose
+from mmengine.dataset import pseudo_collate
+from mmseg.apis import init_model
 
 from ...utils.config import ModelSpec, load_config
 from ...utils.loaders import dataset_pipelines
@@ -24,8 +27,6 @@ def default_layers(num_layers: int) -> List[int]:
 def prepare_image(model: nn.Module, cfg, image: str) -> Tuple:
     """``inputs`` ``[1, 3, H, W]`` and metainfo of one image through the
     config's test pipeline (without annotations) and data preprocessor."""
-    from mmcv.transforms import Compose
-    from mmengine.dataset import pseudo_collate
     pipeline = dataset_pipelines(cfg.test_dataloader.dataset)[0]
     pipeline = [
         copy.deepcopy(t) for t in pipeline
@@ -123,7 +124,6 @@ def model_attention(spec: ModelSpec,
         ``box``, ``input_shape``, ``img_shape``, ``ori_shape``,
         ``num_layers``.
     """
-    from mmseg.apis import init_model
     cfg = load_config(spec.config, cfg_options)
     model = init_model(cfg, spec.checkpoint, device=device)
     return attention_of(model, cfg, image, point, layers, part, spec.name)

@@ -6,6 +6,7 @@ from functools import partial
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+from mmengine.dist import broadcast_object_list, collect_results
 from mmengine.model import is_model_wrapper
 from mmengine.runner import TestLoop, autocast
 from mmengine.structures import PixelData
@@ -146,7 +147,6 @@ def abstain_rate(counts: List[Tuple[int, int]], size: int) -> float:
     images, from every process's ``(abstaining, pixels)`` per image
     (gathered in order as the evaluator gathers its results, the images a
     sampler repeats to even out the processes dropped)."""
-    from mmengine.dist import broadcast_object_list, collect_results
     found = collect_results(counts, size)
     rate = [None]
     if found is not None:

@@ -2,6 +2,8 @@
 corruption errors, per model."""
 from typing import Dict, Optional, Sequence
 
+import numpy as np
+
 from ...utils.output import pyplot, wrap_label
 
 
@@ -13,7 +15,6 @@ def heatmaps(summary: Dict[str, Dict], corruptions: Sequence[str],
     Returns:
         matplotlib.figure.Figure: The figure.
     """
-    import numpy as np
     plt = pyplot()
     metric = next(iter(summary.values()))['metric']
     grids = {}

@@ -14,7 +14,10 @@ from functools import partial
 from typing import Dict, Optional, Sequence, Union
 
 from mmengine.config import Config
+from mmengine.dist import barrier, is_main_process
 from mmengine.logging import print_log
+from mmengine.runner import Runner
+from mmengine.utils import ProgressBar
 
 from ...errors import GridInterrupted
 from ...utils.config import ModelSpec, load_config
@@ -28,7 +31,6 @@ def open_store(path: str, settings: Dict,
                specs: Sequence[ModelSpec]) -> ResultStore:
     """A grid's store with its models declared, read by every process
     before the main process writes to it (a barrier)."""
-    from mmengine.dist import barrier, is_main_process
     store = ResultStore(path, settings, write=is_main_process())
     for spec in specs:
         store.add_model(*spec)
@@ -200,9 +202,6 @@ def run_cells(specs: Sequence[ModelSpec],
     Returns:
         ResultStore: The results of every cell.
     """
-    from mmengine.dist import is_main_process
-    from mmengine.runner import Runner
-    from mmengine.utils import ProgressBar
     settings = dict(
         metric=metric,
         seed=seed,

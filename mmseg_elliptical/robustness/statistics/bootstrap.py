@@ -12,6 +12,7 @@ interval is ``scipy.stats.bootstrap``'s percentile interval; below
 from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
+from scipy.stats import bootstrap, quantile, ttest_ind  # not the plugin's
 
 from ..grid.areas import ImageAreas, miou
 
@@ -114,10 +115,6 @@ def paired_bootstrap(a: Sequence[ImageAreas],
         counts = draw_counts(draws)
         return _mean_miou(a, counts) - _mean_miou(b, counts)
 
-    # scipy.stats costs ~0.2 s to import: only when a test runs, not at
-    # every `import mmseg_elliptical` (the evidence hook imports analysis).
-    from scipy.stats import bootstrap
-
     # The image indices are resampled, not the areas: scipy would gather
     # [cells, classes, resamples, images] areas (230 GB at ADE20K-C's size).
     result = bootstrap((np.arange(images), ),
@@ -161,7 +158,6 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
     arm or no spread in either."""
     if len(a) < 2 or len(b) < 2:
         return None
-    from scipy.stats import ttest_ind
     low, high = ttest_ind(a, b, equal_var=False).confidence_interval(level)
     if not (np.isfinite(low) and np.isfinite(high)):
         return None
@@ -223,7 +219,6 @@ def hierarchical_bootstrap(a: Sequence[Sequence[ImageAreas]],
         np.stack([_mean_miou(run, counts) for run in arm])[pick, rows].mean(1)
         for arm, pick in zip((a, b), picks)
     ])
-    from scipy.stats import quantile  # as scipy.stats.bootstrap's interval
     alpha = (1 - level) / 2
     low, high = (
         float(x) for x in quantile(boot, np.array([alpha, 1 - alpha])))

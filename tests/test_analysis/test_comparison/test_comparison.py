@@ -209,3 +209,25 @@ def test_the_attack_section_takes_the_fewer_images(demo_models, tmp_path,
     assert tool.parse_args(demo_models).attack_max_images == 32
     assert tool.parse_args(demo_models +
                            ['--attack-max-images', '5']).attack_max_images == 5
+
+
+def test_the_options_of_the_command_line(demo_models):
+    """``ReportOptions.from_args``: the options named as the flags, the
+    switches ``--no-adaptive`` and ``--no-audit`` turned round."""
+    tool = load_tool('analysis_tools/compare_models.py')
+    options = sections.ReportOptions.from_args(tool.parse_args(demo_models))
+    assert (options.adaptive, options.audit, options.cfg_options) == \
+        (True, True, {})
+    args = tool.parse_args(demo_models + [
+        '--no-adaptive', '--no-audit', '--seed', '3', '--cfg-options', 'a=1',
+        '--names', 'e', 'd'
+    ])
+    options = sections.ReportOptions.from_args(args)
+    assert (options.adaptive, options.audit, options.seed) == (False, False, 3)
+    assert (options.cfg_options, options.arms) == ({
+        'a': 1
+    }, {
+        'e': ['e'],
+        'd': ['d']
+    })
+    assert options.launch == {} and options.baseline == 'd'
