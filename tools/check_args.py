@@ -16,7 +16,6 @@ imported.
 """
 __check_arguments_first__ = True  # the tools' checks import the plugin
 
-import inspect
 import os.path as osp
 import runpy
 import sys
@@ -41,10 +40,7 @@ def main(argv) -> None:
         raise SystemExit(f'{argv[0]} has no main to check')
     # torchrun starts the tool next: its environment is not there yet.
     with preflight.launching():
-        if 'check_only' in inspect.signature(tool['main']).parameters:
-            tool['main'](argv[1:], check_only=True)
-        else:  # compare_seeds.py, until its main takes check_only
-            tool['parse_args'](argv[1:])
+        tool['main'](argv[1:], check_only=True)
 
 
 if __name__ == '__main__':

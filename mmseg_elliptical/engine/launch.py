@@ -11,14 +11,16 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
-from mmengine.logging import print_log
+from mmengine.dist import init_dist
+from mmengine.logging import MMLogger, print_log
 
 from ..errors import INPUT_ERRORS, ConfigError
 from ..utils import mmseg_tool_path
 from ..utils.arguments import fail
 from ..utils.mmseg_tools import check_mmseg_tool_command, config_error_line
 from ..utils.preflight import check_launcher
-from ..utils.registry import check_model_types, unknown_types_as_config_errors
+from ..utils.registry import check_model_types
+from ..utils.unknown_types import unknown_types_as_config_errors
 
 #: The DDP wrapper of a CPU run (torch refuses ``device_ids`` there).
 CPU_WRAPPER = dict(
@@ -123,7 +125,6 @@ def start_launcher(launcher: str,
     if cuda is None:
         cuda = torch.cuda.is_available()
     if cuda:
-        from mmengine.dist import init_dist
         if not dist.is_initialized():
             init_dist(launcher)
     else:
@@ -139,7 +140,6 @@ def quiet_other_ranks(rank: int) -> None:
     before it (at import, or by the tool)."""
     if rank == 0:
         return
-    from mmengine.logging import MMLogger
     for logger in MMLogger._instance_dict.values():
         for handler in logger.handlers:
             if type(handler) is logging.StreamHandler:

@@ -11,13 +11,11 @@ from mmseg.registry import HOOKS, MODELS
 from ..errors import ConfigError
 from .hooks import config_hooks
 from .keywords import init_keywords, unknown_keyword_error
-# unknown_types_as_config_errors: engine/launch.py's import, until it
-# imports it from .unknown_types itself.
-from .unknown_types import unknown_type_error, unknown_types_as_config_errors
+from .unknown_types import unknown_type_error
 
 __all__ = [
     'MODEL_PARTS', 'LAYER_CFGS', 'model_class', 'layer_types',
-    'check_model_types', 'check_hook_args', 'unknown_types_as_config_errors'
+    'check_model_types', 'check_hook_args'
 ]
 
 #: The parts of an mmseg segmentor config built from ``MODELS``.

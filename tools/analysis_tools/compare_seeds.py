@@ -97,11 +97,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.no_wait and args.executor != 'slurm':
         parser.error('argument --no-wait: only Slurm jobs outlive this '
                      'command: add --executor slurm')
-    from mmseg_elliptical.utils import cluster  # the cluster extra
-    args.slurm = cluster.SlurmOptions(
-        args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
-        args.cpus_per_task,
-        args.max_timeouts) if args.executor == 'slurm' else None
     if args.jobs is None:
         args.jobs = cores() if args.executor != 'slurm' else \
             len(args.configs) * len(args.seeds)
@@ -153,13 +148,22 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
+def main(argv: Optional[Sequence[str]] = None,
+         check_only: bool = False) -> Optional[Dict[str, Dict]]:
     """Train what is missing, write the report; return the summary (with
-    ``--no-wait``: submit, write the dependency flag; return {})."""
+    ``--no-wait``: submit, write the dependency flag; return {};
+    ``check_only``: stop after the checks, ``tools/check_args.py``)."""
     args = parse_args(argv)
+    if check_only:
+        return None
     import mmseg_elliptical.plugin  # noqa: F401 (registers the plugin)
     from mmseg_elliptical.analysis.comparison import plan
     from mmseg_elliptical.robustness.seeds import compare, runs, training
+    from mmseg_elliptical.utils import cluster  # the cluster extra
+    slurm = cluster.SlurmOptions(
+        args.partition, args.time, args.gpus_per_run, args.tasks_per_run,
+        args.cpus_per_task,
+        args.max_timeouts) if args.executor == 'slurm' else None
     log = functools.partial(print, flush=True)
     start = time.perf_counter()
     try:
@@ -173,7 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict]:
             jobs=args.jobs,
             threads=args.threads,
             executor=args.executor,
-            slurm=args.slurm,
+            slurm=slurm,
             wait=not args.no_wait,
             countdown=lambda steps: plan.Countdown(steps, log),
             train_seconds=plan.TRAIN_SECONDS)

@@ -475,7 +475,8 @@ def test_fingerprint_of_the_config_and_options():
     assert training.fingerprint(load_config(DEMO_DOT)) == digest
 
 
-def test_arguments_are_checked(tool, monkeypatch, capsys, srun_on_path):
+def test_arguments_are_checked(tool, monkeypatch, capsys, srun_on_path,
+                               tmp_path):
     monkeypatch.setattr(compare, 'run_all', None)  # nothing may start
     monkeypatch.setattr(tool, 'cores', lambda: 4)
     args = tool.parse_args([DEMO_DOT])
@@ -485,13 +486,19 @@ def test_arguments_are_checked(tool, monkeypatch, capsys, srun_on_path):
     args = tool.parse_args([DEMO_DOT, '--jobs', '8', '--threads', '3'])
     assert (args.jobs, args.threads) == (8, 3)
     # On Slurm (srun found): every run at once, each on its task's CPUs.
-    args = tool.parse_args([
+    slurm = [
         DEMO_DOT, DEMO_DOT, '--names', 'a', 'b', '--executor', 'slurm',
         '--partition', 'p', '--cpus-per-task', '5', '--tasks-per-run', '2'
-    ])
-    assert (args.jobs, args.threads, args.slurm.tasks) == (6, 5, 2)
-    assert args.slurm.partition == 'p' and args.slurm.gpus_per_run == 0
-    assert tool.parse_args([DEMO_DOT]).slurm is None
+    ]
+    args = tool.parse_args(slurm)
+    assert (args.jobs, args.threads) == (6, 5)
+    assert tool.main(slurm, check_only=True) is None  # nothing started
+    seen = {}  # main hands the runs their jobs' resources
+    monkeypatch.setattr(compare, 'run_all', lambda *a, **k: seen.update(k))
+    assert tool.main([*slurm, '--no-wait', '--work-dir', str(tmp_path)]) == {}
+    assert (seen['slurm'].tasks, seen['slurm'].partition,
+            seen['slurm'].gpus_per_run, seen['jobs']) == (2, 'p', 0, 6)
+    monkeypatch.setattr(compare, 'run_all', None)
     monkeypatch.setattr(tool.shutil, 'which', lambda name: None)
     with pytest.raises(SystemExit) as exc:  # no Slurm here
         tool.parse_args([DEMO_DOT, '--executor', 'slurm', '--partition', 'p'])
