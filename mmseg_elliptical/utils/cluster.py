@@ -38,6 +38,9 @@ LOCAL_TIMEOUT_MIN = 60 * 24 * 365
 SIGNAL_DELAY_S = 90
 #: The signal Slurm sends then (submitit's ``--signal=USR2@...``).
 WARNING_SIGNAL = signal.SIGUSR2
+#: Seconds a job that left an error may take to end in Slurm's records
+#: (Slurm's ``KillWait`` is 30 s by default).
+SETTLE_S = 120
 
 
 class JobError(RuntimeError):
@@ -190,17 +193,35 @@ def slurm_state(job_id: str) -> Optional[str]:
     return found.group(1) if found else None
 
 
-def state(job: submitit.Job) -> str:
-    """The job's state: Slurm's (``scontrol`` where ``sacct`` knows none),
-    or a local job's."""
+def state(job: submitit.Job, force: bool = False) -> str:
+    """The job's state: Slurm's (``scontrol`` where ``sacct`` knows none;
+    ``force``: asked now, not submitit's cached answer), or a local job's."""
     if isinstance(job, submitit.SlurmJob):
-        known = job.state
+        known = job.watcher.get_state(
+            str(job.job_id), mode='force' if force else 'standard')
         if known.upper() == 'UNKNOWN':
             known = slurm_state(str(job.job_id)) or 'UNKNOWN'
         return known.split()[0].upper()
     if isinstance(job, submitit.DebugJob):  # its done() runs it, under pdb
         return 'FINISHED' if job.submission().done() else 'PENDING'
     return str(job.state).upper()
+
+
+def settled_state(job: submitit.Job,
+                  wait_s: float = SETTLE_S,
+                  poll_s: float = 1.0) -> str:
+    """The state of a Slurm job once Slurm has ended it (at most ``wait_s``
+    seconds on). A task writes its result before Slurm records the job's
+    end: at the time limit Slurm terminates the training child, the task
+    (which bypasses the signal) leaves that error, and the job shows
+    ``RUNNING`` or ``COMPLETING`` for a while before ``TIMEOUT``."""
+    now = state(job)
+    deadline = time.monotonic() + wait_s
+    while isinstance(job, submitit.SlurmJob) and now in WAITING \
+            and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        now = state(job, force=True)
+    return now
 
 
 def ended(job: submitit.Job) -> bool:
@@ -231,7 +252,7 @@ def outcome(job: submitit.Job, what: str) -> Any:
             return job.submission().result()
         return job.results()[0]
     except Exception as e:  # noqa: BLE001  # the job's error, with its log
-        if 'timed-out' in str(e) or state(job) == 'TIMEOUT':
+        if 'timed-out' in str(e) or settled_state(job) == 'TIMEOUT':
             raise JobError(f'{what}: job {job.job_id} {WHY["TIMEOUT"]}; its '
                            f'log: {log_path(job)}') from None
         raise JobError(f'{what}: job {job.job_id} failed; its log: '

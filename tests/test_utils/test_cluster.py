@@ -1,12 +1,14 @@
 """The Slurm job script that ``utils/cluster.py``'s executor writes: Slurm
 signals a job before its time limit, never as it starts, and the signal
-reaches only submitit's task, once it listens."""
+reaches only submitit's task, once it listens; a job's error left before
+Slurm records its end is read by the state Slurm ends it with."""
 import shlex
 import signal
 import subprocess
 import sys
 
 import pytest
+import submitit
 
 from mmseg_elliptical.utils import cluster
 
@@ -69,3 +71,41 @@ def test_a_task_ignores_the_warning_until_submitit_listens(
         capture_output=True,
         text=True)
     assert task.stdout == 'handled\nalive\n', task.stderr
+
+
+class ErrorLeftAtTheLimit(submitit.SlurmJob):
+    """A Slurm job whose task left an error (its training child terminated
+    at the time limit) while Slurm still shows it running: Slurm's states
+    come from ``states``, one per look."""
+
+    def __init__(self, folder, states):  # no sacct: the looks are scripted
+        super().__init__(folder, '7')
+        self.states = list(states)
+        self.looks = 0
+
+    def results(self):
+        raise RuntimeError('Training ... failed (exit status -15)')
+
+
+def test_an_error_left_before_slurm_records_the_time_limit_reads_as_it(
+        tmp_path, monkeypatch) -> None:
+    job = ErrorLeftAtTheLimit(tmp_path, ['RUNNING', 'COMPLETING', 'TIMEOUT'])
+
+    def look(j, force=False):
+        j.looks += 1
+        return j.states[min(j.looks, len(j.states)) - 1]
+
+    monkeypatch.setattr(cluster, 'state', look)
+    monkeypatch.setattr(cluster.time, 'sleep', lambda s: None)
+    job.paths.result_pickle.parent.mkdir(parents=True, exist_ok=True)
+    job.paths.result_pickle.touch()
+    with pytest.raises(cluster.JobError) as e:
+        cluster.outcome(job, 'ell seed 0')
+    assert str(e.value) == (f'ell seed 0: job 7 passed its time limit; its '
+                            f'log: {cluster.log_path(job)}')
+    # A job Slurm ends as failed still reads as failed, with its error.
+    job = ErrorLeftAtTheLimit(tmp_path, ['COMPLETING', 'FAILED'])
+    with pytest.raises(cluster.JobError, match='job 7 failed; its log: .*\n'
+                       'Training ... failed') as e:
+        cluster.outcome(job, 'ell seed 0')
+    assert job.looks == 2
