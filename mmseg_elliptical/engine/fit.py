@@ -14,6 +14,7 @@ from mmseg.apis import init_model
 
 from ..errors import CheckpointError, ConfigError
 from ..utils.config import load_config
+from ..utils.devices import check_device
 from ..utils.registry import check_model_types
 from ..utils.unknown_types import unknown_types_as_config_errors
 
@@ -228,3 +229,17 @@ def fitting_models(parser: argparse.ArgumentParser,
         parser.error(f'argument CONFIG CHECKPOINT: {e}')
     except ConfigError as e:
         parser.error(str(e))
+
+
+def checked_models(args: argparse.Namespace) -> List[str]:
+    """A model tool's last argument checks, in its ``main``: the GPU of
+    ``args.device`` is there (:func:`check_device`) and each of
+    ``args.specs`` fits its checkpoint (:func:`fitting_models`, with
+    ``args.cfg_options`` and ``args.allow_partial``).
+
+    Returns:
+        list[str]: The notes of the partial loads.
+    """
+    check_device(args.parser, args.device)
+    return fitting_models(args.parser, args.specs, args.cfg_options,
+                          args.allow_partial)

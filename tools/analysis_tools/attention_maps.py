@@ -103,11 +103,8 @@ def main(argv: Optional[Sequence[str]] = None,
     from mmseg_elliptical.analysis import (model_attention, plot_attention,
                                            plot_relevance, shown_heads,
                                            shown_layers)
-    from mmseg_elliptical.engine import fitting_models
-    from mmseg_elliptical.utils.devices import check_device
-    check_device(args.parser, args.device)
-    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    from mmseg_elliptical.engine import checked_models
+    args.notes = checked_models(args)
     if check_only:
         return None
     args.out = args.out or osp.join(args.work_dir, 'attention.png')

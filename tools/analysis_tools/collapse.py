@@ -80,12 +80,9 @@ def main(argv: Optional[Sequence[str]] = None,
     from mmseg_elliptical.analysis import measure_collapse
     from mmseg_elliptical.analysis.evidence.collapse import \
         write_collapse_report
-    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+    from mmseg_elliptical.engine import (checked_models, note_partial_loads,
                                          process_group)
-    from mmseg_elliptical.utils.devices import check_device
-    check_device(args.parser, args.device)
-    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.notes = checked_models(args)
     if check_only:
         return None
     with process_group(launcher_of(args)):

@@ -171,12 +171,9 @@ def main(argv: Optional[Sequence[str]] = None,
     from mmseg_elliptical.analysis.comparison import (ReportOptions,
                                                       compare_models,
                                                       report_files)
-    from mmseg_elliptical.engine import (fitting_models, note_partial_loads,
+    from mmseg_elliptical.engine import (checked_models, note_partial_loads,
                                          process_group)
-    from mmseg_elliptical.utils.devices import check_device
-    check_device(args.parser, args.device)
-    args.notes = fitting_models(args.parser, args.specs, args.cfg_options,
-                                args.allow_partial)
+    args.notes = checked_models(args)
     if check_only:
         return None
     options = ReportOptions.from_args(args)
