@@ -105,7 +105,9 @@ def test_an_error_left_before_slurm_records_the_time_limit_reads_as_it(
                             f'log: {cluster.log_path(job)}')
     # A job Slurm ends as failed still reads as failed, with its error.
     job = ErrorLeftAtTheLimit(tmp_path, ['COMPLETING', 'FAILED'])
-    with pytest.raises(cluster.JobError, match='job 7 failed; its log: .*\n'
-                       'Training ... failed') as e:
+    with pytest.raises(
+            cluster.JobError,
+            match='job 7 failed; its log: .*\n'
+            'Training ... failed') as e:
         cluster.outcome(job, 'ell seed 0')
     assert job.looks == 2
