@@ -1,19 +1,16 @@
-"""The gradient-masking audit's checks image by image (a pooled aAcc hides
-a subset of images the white-box attacks cannot move): an image is *beaten*
-when a cell that should be weaker leaves it more than :data:`IMAGE_MARGIN`
-points less accurate than the white-box worst case, and the share of
-beaten images is tested against :data:`ALLOWED` with one-sided exact
-binomial tests: ``fail`` (above), ``pass`` (below) or ``inconclusive``
-(neither, fewer than :data:`MIN_IMAGES` images, no per-image areas)."""
+"""The gradient-masking audit's checks image by image: the share of images a
+weaker cell beats the white-box worst case on, against :data:`ALLOWED`
+(one-sided exact binomial test; the rule and its power: docs/evidence.md)."""
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+from scipy.stats import binom, binomtest
 
 #: Images a per-image check needs to decide.
 MIN_IMAGES = 30
 #: Points of an image's pixel accuracy by which the weaker cell must beat
 #: the white-box worst case for the image to count as beaten.
-IMAGE_MARGIN = 1.0
+IMAGE_MARGIN = 0.25
 #: The share of beaten images an honest model may show.
 ALLOWED = 0.10
 #: Each one-sided test's level.
@@ -37,38 +34,43 @@ def share_test(beaten: int,
                allowed: float = ALLOWED,
                alpha: float = ALPHA,
                min_images: int = MIN_IMAGES) -> Dict:
-    """The binomial test of ``beaten`` of ``images`` against ``allowed``.
+    """The binomial test of ``beaten`` of ``images`` against ``allowed``:
+    ``fail`` when the share is above it (level ``alpha``), else ``pass``;
+    ``inconclusive`` under ``min_images``.
 
     Returns:
-        dict: ``result`` (``pass``, ``fail`` or ``inconclusive``),
-        ``p_above`` and ``p_below`` (the one-sided p-values that the share
-        is above, below ``allowed``; None under ``min_images``), ``why``.
+        dict: ``result``, ``p_above`` and ``p_below`` (one-sided p-values;
+        None under ``min_images``), ``fewest`` (the fewest beaten images
+        that fail: the test's power), ``why``.
     """
     if images < min_images:
         return dict(
             result='inconclusive',
             p_above=None,
             p_below=None,
+            fewest=None,
             why=f'{images} images, fewer than the {min_images} a per-image '
             'check needs')
-    # scipy.stats costs ~0.2 s to import: only when a test runs, not at
-    # every `import mmseg_elliptical` (the evidence hook imports analysis).
-    from scipy.stats import binomtest
     above = binomtest(beaten, images, allowed, alternative='greater').pvalue
     below = binomtest(beaten, images, allowed, alternative='less').pvalue
-    result = 'fail' if above < alpha else \
-        'pass' if below < alpha else 'inconclusive'
-    why = {
-        'fail':
-        f'above the {100 * allowed:g} % allowed (p = {above:.2g})',
-        'pass':
-        f'below the {100 * allowed:g} % allowed (p = {below:.2g})',
-        'inconclusive':
-        f'not distinguishable from the {100 * allowed:g} % '
-        f'allowed (p = {above:.2g} above, {below:.2g} below)'
-    }[result]
+    fewest = fewest_failing(images, allowed, alpha)
+    result = 'fail' if above < alpha else 'pass'
+    why = (f'{"above" if result == "fail" else "not above"} the '
+           f'{100 * allowed:g} % allowed (p = {above:.2g}; {fewest} of '
+           f'{images} images, {100 * fewest / images:.1f} %, would fail)')
     return dict(
-        result=result, p_above=float(above), p_below=float(below), why=why)
+        result=result,
+        p_above=float(above),
+        p_below=float(below),
+        fewest=fewest,
+        why=why)
+
+
+def fewest_failing(images: int,
+                   allowed: float = ALLOWED,
+                   alpha: float = ALPHA) -> int:
+    """The fewest beaten images of ``images`` the share test fails."""
+    return int(binom.isf(alpha, images, allowed)) + 1
 
 
 def image_row(what: str,
@@ -102,6 +104,7 @@ def image_row(what: str,
             result='inconclusive',
             p_above=None,
             p_below=None,
+            fewest=None,
             why='no per-image areas')
         beaten_by, images = {k: 0 for k in weaker}, 0
         beaten = 0

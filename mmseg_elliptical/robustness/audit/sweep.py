@@ -1,16 +1,26 @@
-"""The gradient-masking audit's eps sweep: the white-box series swept
-furthest must fall, eps after eps (no rise beyond the paired tolerance
-above the floor), to :data:`FLOOR` at the sweep's largest eps."""
-from typing import Callable, Dict, Sequence
+"""The gradient-masking audit's eps sweep, read for every swept series
+(order-independent), pooled and image by image (docs/evidence.md)."""
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from ..attacks.cells import QUERY_ATTACKS
 from .compare import ROUNDING
 from .compare import kind_of as _kind_of
 from .compare import lowest, split_key, worst_miou, worst_of
+from .images import image_accuracy
 from .tolerance import FALLBACK, tolerance
 
 #: The aAcc (percent) the eps sweep must fall to.
 FLOOR = 1.0
+#: The pixel accuracy (percent) each image must fall to at the largest eps.
+IMAGE_FLOOR = 5.0
+#: Above this aAcc (percent) a step that does not fall is a plateau.
+PLATEAU = 10.0
+#: Points below its clean accuracy an image must have fallen before a
+#: return to within :data:`BACK_MARGIN` of it counts as rising back.
+BACK_DEPTH = 10.0
+BACK_MARGIN = 1.0
 
 
 def kind_of(key: str) -> str:
@@ -18,46 +28,105 @@ def kind_of(key: str) -> str:
     return _kind_of(key, QUERY_ATTACKS)
 
 
-def sweep_series(cells: Dict[str, Dict], top: float,
-                 sweep: Sequence[float]) -> Dict[float, str]:
-    """``{eps: key}`` of the white-box series swept furthest (the lowest
-    aAcc at the sweep's largest eps), from the largest headline eps
-    ``top``; empty without a swept cell."""
+def swept_series(cells: Dict[str, Dict], top: float,
+                 sweep: Sequence[float]) -> List[Dict[float, str]]:
+    """Every white-box series swept to the sweep's largest eps reached,
+    ``{eps: key}`` from ``top``, sorted by name (so the order of the cells
+    does not matter), the lowest at that eps first."""
     swept = [
         k for k in cells
         if k.count('/') == 3 and kind_of(k) in ('plain', 'adaptive')
         and split_key(k)[2] in set(sweep) and split_key(k)[2] > top
     ]
     if not swept:
-        return {}
+        return []
     far = max(split_key(k)[2] for k in swept)
-    name, norm, _, steps = split_key(
-        lowest([k for k in swept if split_key(k)[2] == far], cells))
-    series = {
-        split_key(k)[2]: k
-        for k in cells
-        if k.count('/') == 3 and split_key(k)[:2] == (name, norm)
-        and split_key(k)[3] == steps and split_key(k)[2] in set(sweep) | {top}
-    }
-    at_top = [
-        k for k in cells
-        if k.count('/') == 3 and split_key(k)[:3] == (name, norm, top)
+    ends = sorted(k for k in swept if split_key(k)[2] == far)
+    first = lowest(ends, cells)
+    out = []
+    for end in [first, *[k for k in ends if k != first]]:
+        name, norm, _, steps = split_key(end)
+        series = {
+            split_key(k)[2]: k
+            for k in cells
+            if k.count('/') == 3 and split_key(k)[:2] == (name, norm) and
+            split_key(k)[3] == steps and split_key(k)[2] in set(sweep) | {top}
+        }
+        at_top = sorted(
+            k for k in cells
+            if k.count('/') == 3 and split_key(k)[:3] == (name, norm, top))
+        if top not in series and at_top:  # the sweep ran with other steps
+            series[top] = lowest(at_top, cells)
+        out.append(series)
+    return out
+
+
+def sweep_series(cells: Dict[str, Dict], top: float,
+                 sweep: Sequence[float]) -> Dict[float, str]:
+    """The series swept furthest (:func:`swept_series`' first), or {}."""
+    return (swept_series(cells, top, sweep) or [{}])[0]
+
+
+def image_rows(series: Dict[float, str],
+               correct: Callable,
+               clean: bool = True) -> List[Dict]:
+    """The per-image rows of one series: the images above
+    :data:`IMAGE_FLOOR` at its largest eps, and those that rise back to
+    their clean accuracy; [] without per-image areas."""
+    found = [correct(series[e]) for e in sorted(series)]
+    clean = correct('clean') if clean else None
+    if any(f is None for f in found):
+        return []
+    acc = np.array([image_accuracy(f[0], found[0][1]) for f in found])
+    end = sorted(series)[-1]
+    stuck = np.flatnonzero(acc[-1] > IMAGE_FLOOR)
+    rows = [
+        image_row(f'eps {end:g} per image', stuck, acc.shape[1], series[end],
+                  f'above {IMAGE_FLOOR:g} %')
     ]
-    if top not in series and at_top:  # the sweep ran with other steps
-        series[top] = lowest(at_top, cells)
-    return series
+    if clean is not None:
+        base = image_accuracy(clean[0], clean[1])
+        deep = np.minimum.accumulate(acc, 0) <= base - BACK_DEPTH
+        back = (acc[1:] >= base - BACK_MARGIN) & deep[:-1] & \
+            (acc[1:] > IMAGE_FLOOR)
+        where = np.flatnonzero(back.any(0))
+        at = [sorted(series)[1 + int(np.argmax(back[:, i]))] for i in where]
+        rows.append(
+            image_row(
+                'rise back per image', where, acc.shape[1], series[end],
+                'back at their clean accuracy '
+                f'after falling {BACK_DEPTH:g} points', at))
+    return rows
 
 
-def sweep_check(cells: Dict[str, Dict], correct: Callable, top: float,
-                sweep: Sequence[float]) -> Dict:
-    """The eps sweep: ``rows`` the floor at the largest eps, then each
-    step from one eps to the next (its rise against the paired
-    tolerance)."""
-    series = sweep_series(cells, top, sweep)
-    if not series:
-        return dict(
-            check='eps sweep', passed=None, detail='no sweep cell', rows=[])
-    name, norm, _, steps = split_key(series[max(series)])
+def image_row(what: str,
+              images: np.ndarray,
+              count: int,
+              cell: str,
+              how: str,
+              at: Optional[List[float]] = None) -> Dict:
+    """A per-image row of the sweep: one image fails it."""
+    where = ', '.join(f'{i} (eps {e:g})' for i, e in zip(images, at or [])) \
+        or ', '.join(str(i) for i in images[:8])
+    return dict(
+        what=what,
+        first=float(len(images)),
+        second=0.,
+        excess=float(len(images)),
+        tolerance=0.,
+        images=count,
+        passed=not len(images),
+        cell=cell,
+        first_cells=[cell],
+        second_cells=[],
+        text=f'{len(images)} of {count} images {how}' +
+        (f' (images {where})' if len(images) else ''))
+
+
+def series_rows(series: Dict[float, str], cells: Dict[str, Dict],
+                correct: Callable) -> tuple:
+    """The rows of one series (the floor, each step's rise or plateau, the
+    per-image rows) and its values."""
     values = [(e, k, worst_of([k], cells, correct))
               for e, k in sorted(series.items())]
     e_end, k_end, (a_end, px, labelled) = values[-1]
@@ -84,6 +153,8 @@ def sweep_check(cells: Dict[str, Dict], correct: Callable, top: float,
                                           lab)) in zip(values, values[1:]):
         points = FALLBACK if px0 is None or px1 is None else tolerance(
             px1, px0, lab).points
+        rise = a1 - a0 > points + ROUNDING and a1 > FLOOR + ROUNDING
+        plateau = a0 > PLATEAU and a0 - a1 <= points + ROUNDING
         rows.append(
             dict(
                 what=f'eps {e0:g} -> {e1:g}',
@@ -92,27 +163,52 @@ def sweep_check(cells: Dict[str, Dict], correct: Callable, top: float,
                 excess=a1 - a0,
                 tolerance=points,
                 images=tol.images,
-                passed=bool(a1 - a0 <= points + ROUNDING
-                            or a1 <= FLOOR + ROUNDING),
+                passed=not (rise or plateau),
+                plateau=bool(plateau and not rise),
                 cell=k1,
                 first_cells=[k1],
                 second_cells=[k0]))
-    passed = all(r['passed'] for r in rows)
+    return rows + image_rows(series, correct, 'clean' in cells), values, tol
+
+
+def sweep_check(cells: Dict[str, Dict], correct: Callable, top: float,
+                sweep: Sequence[float]) -> Dict:
+    """The eps sweep of every swept series: ``rows`` each series' floor,
+    steps and per-image rows; the detail is the first failing series' (in
+    name order), else the furthest swept's."""
+    every = swept_series(cells, top, sweep)
+    if not every:
+        return dict(
+            check='eps sweep', passed=None, detail='no sweep cell', rows=[])
+    read = [(s, *series_rows(s, cells, correct)) for s in every]
+    failing = [r for r in read if not all(x['passed'] for x in r[1])]
+    series, rows, values, tol = (failing or read)[0]
+    name, norm, _, steps = split_key(series[max(series)])
     text = ', '.join(f'eps {e:g}: {v[0]:.2f}' for e, _, v in values)
-    rises = [r for r in rows[1:] if not r['passed']]
-    if rises:
-        r = rises[0]  # the first
-        text += (f'; it rises from {r["second"]:.2f} to {r["first"]:.2f} '
-                 f'at {r["what"]} (paired tolerance {r["tolerance"]:.2f})')
+    steps_ = [r for r in rows[1:] if not r['passed'] and 'text' not in r]
+    if steps_:
+        r = steps_[0]  # the first
+        text += (
+            f'; it stays above {PLATEAU:g} % from {r["second"]:.2f} '
+            f'to {r["first"]:.2f} at {r["what"]}' if r['plateau'] else
+            f'; it rises from {r["second"]:.2f} to {r["first"]:.2f} '
+            f'at {r["what"]}') + f' (paired tolerance {r["tolerance"]:.2f})'
     elif not rows[0]['passed']:
         stop = next((e for (e, _, a), (_, _, b) in zip(values, values[1:])
                      if b[0] >= a[0]), None)
         text += (f'; it stops falling at eps {stop:g}' if stop is not None else
                  f'; still falling at eps {values[-1][0]:g} (more '
                  'iterations or a larger eps would tell)')
+    text += ''.join(
+        f'; {r["text"]}' for r in rows
+        if 'text' in r and (not r['passed'] or r['what'].startswith('eps')))
+    detail = (f'{name}/{norm}/{steps} aAcc {text} (must fall eps after eps '
+              f'to {FLOOR:g} % at eps {max(series):g}); {tol}')
+    if len(every) > 1:
+        detail += (f'; {len(failing)} of {len(every)} series fail'
+                   if failing else f'; {len(every)} series pass')
     return dict(
         check='eps sweep',
-        passed=passed,
-        detail=f'{name}/{norm}/{steps} aAcc {text} (must fall eps after eps '
-        f'to {FLOOR:g} % at eps {e_end:g}); {tol}',
-        rows=rows)
+        passed=not failing,
+        detail=detail,
+        rows=[r for _, rs, _, _ in read for r in rs])

@@ -1,53 +1,22 @@
 """A gradient-masking audit of one model's attack cells (Athalye et al.,
-ICML 2018; Carlini et al., "On Evaluating Adversarial Robustness", 2019).
-
-Each check reads stored cells only (aAcc, pooled over pixels, in percent;
-"the worst case" over cells is their per-image minimum, the number the
-worst-case verdict uses) and each comparison allows the tolerance of
-:mod:`.tolerance` (a paired bootstrap over the test images), printed in the
-check's detail:
-
-* ``eps sweep`` (:mod:`.audit_sweep`): the white-box series swept furthest
-  falls eps after eps (no rise beyond the paired tolerance above the floor)
-  to :data:`FLOOR` at the sweep's largest eps (255 levels, the whole
-  range); else it says where it rose or stopped falling;
-* ``white-box beats black-box``: at every headline eps the worst case over
-  the white-box cells is at most each black-box cell's aAcc (transfer
-  ``ATTACK@SOURCE``, query ``square``);
-* ``white-box beats black-box per image`` (:mod:`.audit_images`): the
-  images on which a black-box cell beats the white-box worst case, counted
-  and tested against an allowed share (pass, fail or inconclusive; at
-  least 30 images to decide);
-* ``iterations``: at every headline eps adding the cells run with twice the
-  steps (the preset's APGD-MCE-Bal too) lowers the worst case by at most
-  the paired tolerance plus :data:`ITERATIONS_MARGIN` points (an attack
-  that still gains more had not converged);
-* ``single step``: at every headline eps the worst case over the iterative
-  white-box cells is at most the FGSM cell's aAcc (an iterative attack
-  weaker than one step points to masking);
-* ``adaptive`` (models with elliptical layers): the worst case over the
-  plain cells is at most the worst over the adaptive ones plus the paired
-  tolerance and :data:`ADAPTIVE_MARGIN` points (else the gradient stopped
-  at ``m`` hides a weakness).
-
-Rows carry the mIoU of both sides beside the aAcc where the areas are
-known. A transfer cell more accurate than the clean images beyond the
-tolerance is named in ``notes`` as suspect (a transfer should not help).
-The verdict is ``no sign of gradient masking``, ``failed: `` the failed
-checks or ``inconclusive: `` the undecided ones, then the image count and
-the preset; a run below the audit preset's budget
-(:data:`~..grid.audit_cells.AUDIT_PRESET`) says so (``budget below the
-audit preset: ...``): a reduced audit's "no sign" is weaker evidence.
-"""
+ICML 2018; Carlini et al., 2019): its checks on the stored cells, each with
+the tolerance of :mod:`.tolerance`, and its verdict (every check, its rule
+and its power: docs/evidence.md, "The gradient-masking audit")."""
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..attacks.cells import AUDIT_PRESET, QUERY_ATTACKS, AuditPreset
 from .cells import SWEEP
+from .classes import class_check, class_row, floor_row
 from .compare import check_of, compare, lowest, split_key, worst_miou, worst_of
 from .images import MIN_IMAGES, image_check, image_row
-from .sweep import FLOOR, kind_of, sweep_check  # noqa: F401
+from .progress import (progress_check, progress_row, sanity_check,
+                       strength_check)
+from .sweep import FLOOR, kind_of, sweep_check, swept_series  # noqa: F401
 
 CLEAN_VERDICT = 'no sign of gradient masking'
+#: The verdict's start when no check failed or was undecided but some were
+#: not made: never the clean phrase.
+UNCHECKED = 'inconclusive: not checked: '
 BUDGET = 'budget below the audit preset'
 SINGLE_STEP = ('fgsm', 'fgsm-adaptive')
 #: aAcc points by which twice the steps may lower the worst case beyond the
@@ -96,7 +65,14 @@ def gradient_masking_audit(cells: Dict[str, Dict],
         2 == 0 and '{0}/{1}/{2:g}/{3}'.format(*split_key(k)[:3],
                                               split_key(k)[3] // 2) in cells
     }
-    checks = [sweep_check(cells, correct, max(epsilons), sweep)]
+    black = {
+        e: [k for k in keys if kind_of(k) in ('transfer', 'query')]
+        for e, keys in at.items()
+    }
+    checks = [  # the sweep first, as before
+        sweep_check(cells, correct, max(epsilons), sweep),
+        sanity_check(cells, correct)
+    ]
     rows, notes = [], []
     for e in epsilons:
         for k in at[e]:
@@ -124,6 +100,21 @@ def gradient_masking_audit(cells: Dict[str, Dict],
                 [k for k in at[e] if kind_of(k) in ('transfer', 'query')],
                 correct) for e in epsilons
         ], 'no transfer or query cell', 'black-box cells'))
+    checks.append(
+        progress_check([
+            progress_row(e, white[e], black[e], cells, correct)
+            for e in epsilons
+        ]))
+    checks.append(strength_check(epsilons, white, black, cells, correct))
+    checks.append(
+        class_check([
+            class_row(f'eps {e:g}', white[e], black[e], correct)
+            for e in epsilons
+        ] + [
+            floor_row(s[max(s)], correct)
+            for s in swept_series(cells, max(epsilons), sweep)
+            if max(s) == max(sweep)
+        ]))
     rows = []
     for e in epsilons:
         doubled = [
@@ -184,12 +175,17 @@ def gradient_masking_audit(cells: Dict[str, Dict],
     images = images_of(cells, correct)
     remedies = remedy_of(cells, correct, white, max(epsilons))
     verdict = verdict_of(checks, budget, images, preset)
+    verdict += ''.join(f'; {c["note"]}' for c in checks if c.get('note'))
     if remedies:
         verdict += (f'; with BPDA and EOT the worst case at eps '
                     f'{remedies["eps"]:g} is {remedies["aAcc"]:.2f} % aAcc '
                     f'(without: {remedies["without"]:.2f})')
     return dict(
         checks=checks,
+        worst={
+            f'{e:g}': worst_of([*white[e], *black[e]], cells, correct)[0]
+            for e in epsilons if white[e] or black[e]
+        },
         notes=notes,
         budget=list(budget),
         images=images,
@@ -291,20 +287,21 @@ def verdict_of(checks: List[Dict],
                budget: Optional[Sequence[str]] = None,
                images: Optional[int] = None,
                preset: Optional[AuditPreset] = None) -> str:
-    """``no sign of gradient masking``, ``failed: `` the failed checks, or
-    ``inconclusive: `` the undecided ones (none failed), with the checks
-    not made, the image count and the preset (when given), and the
-    budget's shortfalls."""
+    """``no sign of gradient masking`` (every check made and passed),
+    ``failed: `` the failed checks, or ``inconclusive: `` the undecided
+    ones and ``not checked: `` those not made, then the image count and
+    the preset (when given) and the budget's shortfalls."""
     failed = [c['check'] for c in checks if c['passed'] is False]
     open_ = [c['check'] for c in checks if c.get('inconclusive')]
-    verdict = 'failed: ' + ', '.join(failed) if failed else \
-        'inconclusive: ' + ', '.join(open_) if open_ else CLEAN_VERDICT
     missing = [
         c['check'] for c in checks
         if c['passed'] is None and not c.get('inconclusive')
     ]
-    if missing and not failed:
-        verdict += f' (not checked: {", ".join(missing)})'
+    verdict = 'failed: ' + ', '.join(failed) if failed else \
+        'inconclusive: ' + ', '.join(open_) if open_ else \
+        UNCHECKED + ', '.join(missing) if missing else CLEAN_VERDICT
+    if missing and open_ and not failed:
+        verdict += f'; not checked: {", ".join(missing)}'
     if preset is not None:
         few = '' if images is None or images >= MIN_IMAGES else \
             f', fewer than {MIN_IMAGES}'

@@ -25,15 +25,19 @@ def tail(k: int, n: int, p: float, upper: bool) -> float:
     return float(sum(comb(n, i) * p**i * (1 - p)**(n - i) for i in terms))
 
 
-@pytest.mark.parametrize('beaten, images, result', [
-    (0, 30, 'pass'),
-    (1, 30, 'inconclusive'),
-    (0, 29, 'inconclusive'),
-    (600, 2000, 'fail'),
-    (3, 100, 'pass'),
-    (10, 100, 'inconclusive'),
-    (18, 100, 'fail'),
-])
+@pytest.mark.parametrize(
+    'beaten, images, result',
+    [
+        (0, 30, 'pass'),
+        (1, 30, 'pass'),  # issue 63: not above the share is a pass
+        (6, 30, 'pass'),
+        (7, 30, 'fail'),
+        (0, 29, 'inconclusive'),
+        (600, 2000, 'fail'),
+        (3, 100, 'pass'),
+        (10, 100, 'pass'),
+        (18, 100, 'fail'),
+    ])
 def test_the_share_test_against_the_binomial_tails(beaten, images, result):
     got = share_test(beaten, images)
     assert got['result'] == result
@@ -44,8 +48,7 @@ def test_the_share_test_against_the_binomial_tails(beaten, images, result):
     below = tail(beaten, images, ALLOWED, False)
     assert got['p_above'] == pytest.approx(above, rel=1e-6)
     assert got['p_below'] == pytest.approx(below, rel=1e-6)
-    want = 'fail' if above < 0.05 else 'pass' if below < 0.05 else \
-        'inconclusive'
+    want = 'fail' if above < 0.05 else 'pass'
     assert result == want
 
 
@@ -101,13 +104,18 @@ def test_a_subset_of_masked_images_fails_per_image_not_pooled():
     assert (row['beaten'], row['images']) == (60, 200)
     assert row['cell'] == 'square/linf/4/1000'
     assert 'on 60 of 200 images' in per_image['detail']
+    # the stuck images are also zero progress (issue 63)
     assert got['verdict'].startswith(
-        'failed: white-box beats black-box per image; 200 images, ')
+        'failed: white-box beats black-box per image, zero progress; 200 '
+        'images, ')
     # an honest model: no image beaten, 200 images
     cells, correct = partly_masked(200, 0)
     got = audit(cells, correct)
     assert check(got, 'white-box beats black-box per image')['passed'] is True
-    assert got['verdict'] == f'{CLEAN_VERDICT}; 200 images, {preset_text()}'
+    # without per-class areas, never the clean phrase (issue 63)
+    assert got['verdict'] == (f'inconclusive: not checked: per class; 200 '
+                              f'images, {preset_text()}')
+    assert not got['verdict'].startswith(CLEAN_VERDICT)
 
 
 def test_fewer_than_30_images_are_inconclusive():
@@ -116,12 +124,13 @@ def test_fewer_than_30_images_are_inconclusive():
     per_image = check(got, 'white-box beats black-box per image')
     assert per_image['passed'] is None and per_image['inconclusive']
     assert got['verdict'] == (
-        'inconclusive: white-box beats black-box per image; 29 images, '
-        f'fewer than 30, {preset_text()}')
+        'inconclusive: white-box beats black-box per image; not checked: '
+        f'per class; 29 images, fewer than 30, {preset_text()}')
     # a failure is a failure on any number of images
     cells, correct = partly_masked(20, 20)
     assert audit(cells, correct)['verdict'] == (
-        'failed: white-box beats black-box; 20 images, fewer than 30, '
+        'failed: white-box beats black-box, zero progress; 20 images, '
+        'fewer than 30, '
         f'{preset_text()}')
 
 
@@ -152,7 +161,9 @@ def test_a_sweep_that_rises_back_fails():
     assert sweep['passed'] is False  # it reached 0 % at 32, then rose
     assert 'it rises from 1.00 to 20.00 at eps 64 -> 128' in sweep['detail']
     failed = [r['what'] for r in sweep['rows'] if not r['passed']]
-    assert failed == ['eps 255', 'eps 64 -> 128', 'eps 128 -> 255']
+    assert failed == [
+        'eps 255', 'eps 64 -> 128', 'eps 128 -> 255', 'eps 255 per image'
+    ]
     # a wiggle under the floor is no rise; the end at the floor passes
     cells, correct = sweep_cells({4: 70, 8: 30, 16: 5, 32: 0, 64: 1, 255: 0})
     assert check(audit(cells, correct), 'eps sweep')['passed'] is True
@@ -257,4 +268,5 @@ def test_the_report_says_inconclusive():
     row = next(r for r in lines[3].splitlines() if 'per image' in r)
     assert '| inconclusive |' in row and 'fewer than the 30' in row
     assert lines[-1].startswith('- m: inconclusive: white-box beats '
-                                'black-box per image; 29 images, fewer ')
+                                'black-box per image; not checked: per '
+                                'class; 29 images, fewer ')
