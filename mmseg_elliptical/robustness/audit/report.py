@@ -11,12 +11,15 @@ RESULT = {True: 'pass', False: 'FAIL', None: 'not checked'}
 
 def deciding_cell(check: Dict) -> str:
     """The cell a reader looks at: the deciding row's (marked when it
-    fails), or ``-``."""
+    fails; of several, the one furthest beyond its tolerance, else the
+    first), or ``-``."""
     rows = check.get('rows') or []
     failed = [r for r in rows if r.get('passed') is False]
     row = (failed or rows or [{}])[0]
     if len(failed) > 1:
-        row = max(failed, key=lambda r: r['excess'] - r['tolerance'])
+        row = max(
+            failed,
+            key=lambda r: r.get('excess', 0.) - r.get('tolerance', 0.))
     cell = row.get('cell')
     if not cell:
         return '-'

@@ -3,11 +3,14 @@ per-image counts at the preset's cells: the verdict's wording with checks
 left out, sanity, the sweep per series and per image, zero progress, the
 black-box leg's strength, the per-class check, and an honest model under
 noise."""
+import re
+
 import numpy as np
 import pytest
 
 from mmseg_elliptical.robustness.audit.classes import CLASS_FLOOR
 from mmseg_elliptical.robustness.audit.images import fewest_failing
+from mmseg_elliptical.robustness.audit.report import audit_markdown
 from mmseg_elliptical.robustness.audit.verdict import (CLEAN_VERDICT,
                                                        UNCHECKED,
                                                        gradient_masking_audit,
@@ -343,3 +346,48 @@ def test_a_rare_class_kept_at_its_clean_iou_fails_per_class():
     honest_check = check(audit(honest()), 'per class')
     assert honest_check['passed'] is True
     assert 'power: a class ' in honest_check['detail']
+
+
+def failing_audits() -> dict:
+    """One audit per new check, each failing it on several rows."""
+    out = {}
+    right = honest()
+    for k in right:  # sanity: every white-box cell above clean
+        if k != 'clean' and 'square' not in k and '@' not in k:
+            right[k] = right['clean'] + 10
+    out['sanity'] = audit(right)
+    right = honest()
+    for e in (8, 16, 32, 64, 128):  # a plateau, and one image left at 255
+        right[f'{PRESET}/linf/{e}/100'] = np.full(32, 200)
+    right[f'{PRESET}/linf/255/100'][5] = 300
+    out['eps sweep'] = audit(right)
+    right = honest()
+    for k in right:  # zero progress on two images
+        if '/4/' in k and 'square' not in k and '@' not in k:
+            right[k][:2] = right['clean'][:2]
+    right['square/linf/4/1000'][:2] = right['clean'][:2] - 120
+    out['zero progress'] = audit(right)
+    right = honest()
+    right['square/linf/4/1000'] = right['clean'] - 9
+    del right['pgd@dot/linf/4/5']
+    out['black-box strength'] = audit(right)
+    return out
+
+
+def test_the_report_names_each_failing_check():
+    """The markdown table has a row per check, ``FAIL`` (``inconclusive``)
+    where the audit says so, with its deciding cell (the report read only
+    the pooled rows' fields and raised on the new checks' rows)."""
+    for name, got in failing_audits().items():
+        text = '\n'.join(audit_markdown({'m': {'audit': got}}))
+        for c in got['checks']:
+            result = 'inconclusive' if c.get('inconclusive') else {
+                True: 'pass',
+                False: 'FAIL',
+                None: 'not checked'
+            }[c['passed']]
+            assert re.search(
+                rf'\|\s*m\s*\|\s*{re.escape(c["check"])}\s*\|\s*'
+                rf'{result}\s*\|', text), (name, c['check'], text)
+        assert check(got, name)['passed'] is not True, name
+        assert f'- m: {got["verdict"]}.' in text
