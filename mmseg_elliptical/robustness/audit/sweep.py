@@ -15,8 +15,12 @@ from .tolerance import FALLBACK, tolerance
 FLOOR = 1.0
 #: The pixel accuracy (percent) each image must fall to at the largest eps.
 IMAGE_FLOOR = 5.0
-#: Above this aAcc (percent) a step that does not fall is a plateau.
+#: Above this aAcc (percent) two steps in a row (a fourfold eps) that do
+#: not fall are a plateau; one such step is a curve's slow start.
 PLATEAU = 10.0
+#: A step falls when it loses more than its paired tolerance and more than
+#: this share of its aAcc.
+PLATEAU_FALL = 0.1
 #: Points below its clean accuracy an image must have fallen before a
 #: return to within :data:`BACK_MARGIN` of it counts as rising back.
 BACK_DEPTH = 10.0
@@ -149,12 +153,18 @@ def series_rows(series: Dict[float, str], cells: Dict[str, Dict],
                 for e, _, v in values
             })
     ]
+    steps = []
     for (e0, k0, (a0, px0, _)), (e1, k1, (a1, px1,
                                           lab)) in zip(values, values[1:]):
         points = FALLBACK if px0 is None or px1 is None else tolerance(
             px1, px0, lab).points
+        flat = a0 > PLATEAU and \
+            a0 - a1 <= max(points, PLATEAU_FALL * a0) + ROUNDING
+        steps.append((e0, k0, a0, e1, k1, a1, points, flat))
+    for i, (e0, k0, a0, e1, k1, a1, points, flat) in enumerate(steps):
         rise = a1 - a0 > points + ROUNDING and a1 > FLOOR + ROUNDING
-        plateau = a0 > PLATEAU and a0 - a1 <= points + ROUNDING
+        flat_by = [s[-1] for s in (steps[i - 1:i] + steps[i + 1:i + 2])]
+        plateau = flat and any(flat_by)  # a fourfold eps without a fall
         rows.append(
             dict(
                 what=f'eps {e0:g} -> {e1:g}',

@@ -210,6 +210,24 @@ def test_a_plateau_fails_the_sweep():
     ]
 
 
+def test_a_slow_start_is_no_plateau_two_flat_steps_are():
+    """An honest curve may hardly fall over one doubling of eps (the
+    self-test's honest model: 81.11 -> 77.69 % from 8 to 16 levels, within
+    the paired tolerance), not over two."""
+    right = honest()
+    rng = np.random.default_rng(2)
+    right[f'{PRESET}/linf/8/100'] = rng.integers(200, 220, 32)
+    right[f'{PRESET}/linf/16/100'] = right[f'{PRESET}/linf/8/100'] - 1
+    sweep = check(audit(right), 'eps sweep')
+    assert sweep['passed'] is True, sweep['detail']
+    right[f'{PRESET}/linf/32/100'] = right[f'{PRESET}/linf/16/100'] - 1
+    sweep = check(audit(right), 'eps sweep')
+    assert sweep['passed'] is False
+    assert [r['what'] for r in sweep['rows'] if not r['passed']] == [
+        'eps 8 -> 16', 'eps 16 -> 32'
+    ]
+
+
 def test_two_images_rising_back_to_clean_fail_the_sweep():
     right = honest()
     for e in (64, 128):
