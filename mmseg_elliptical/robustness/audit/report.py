@@ -18,8 +18,7 @@ def deciding_cell(check: Dict) -> str:
     row = (failed or rows or [{}])[0]
     if len(failed) > 1:
         row = max(
-            failed,
-            key=lambda r: r.get('excess', 0.) - r.get('tolerance', 0.))
+            failed, key=lambda r: r.get('excess', 0.) - r.get('tolerance', 0.))
     cell = row.get('cell')
     if not cell:
         return '-'

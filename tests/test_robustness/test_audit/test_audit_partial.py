@@ -223,9 +223,8 @@ def test_a_slow_start_is_no_plateau_two_flat_steps_are():
     right[f'{PRESET}/linf/32/100'] = right[f'{PRESET}/linf/16/100'] - 1
     sweep = check(audit(right), 'eps sweep')
     assert sweep['passed'] is False
-    assert [r['what'] for r in sweep['rows'] if not r['passed']] == [
-        'eps 8 -> 16', 'eps 16 -> 32'
-    ]
+    assert [r['what'] for r in sweep['rows']
+            if not r['passed']] == ['eps 8 -> 16', 'eps 16 -> 32']
 
 
 def test_two_images_rising_back_to_clean_fail_the_sweep():
