@@ -11,7 +11,8 @@ images, about a minute.
   iterations on 8 scenes) keeps 7.9 % aAcc at 64 levels, and falls to the
   1 % floor only at 128: the sweep must reach the whole range.
 * quantised: every input gradient is 0, the white-box attacks make no
-  progress; the verdict names the eps sweep and white-box-beats-black-box,
+  progress; the verdict names the eps sweep, white-box-beats-black-box and
+  zero progress,
   and BPDA and EOT run on it and give the worst case with them.
 * randomised (fresh noise of +-24 levels at every forward, no expectation
   over the transformation): its verdict is what docs/evidence.md states;
@@ -102,9 +103,10 @@ def test_an_honest_model_shows_no_sign_of_masking(audited):
                if c['check'] != 'white-box beats black-box per image')
     assert {c['check']
             for c in audit['checks']} == {
-                'eps sweep', 'white-box beats black-box',
-                'white-box beats black-box per image', 'iterations',
-                'single step', 'adaptive'
+                'eps sweep', 'sanity', 'white-box beats black-box',
+                'white-box beats black-box per image', 'zero progress',
+                'black-box strength', 'per class', 'iterations', 'single step',
+                'adaptive'
             }
 
 
@@ -115,8 +117,12 @@ def test_a_quantised_model_fails_by_name(audited):
     checks = checks_of(audited, 'quantised')
     assert checks['eps sweep'] is False
     assert checks['white-box beats black-box'] is False
-    assert audit['verdict'].startswith('failed: eps sweep, white-box beats '
-                                       'black-box;'), audit['verdict']
+    # no input gradient: every image stays at its clean accuracy under
+    # every white-box attack while square moves it
+    assert checks['zero progress'] is False
+    assert audit['verdict'].startswith(
+        'failed: eps sweep, white-box beats black-box, zero progress'
+    ), audit['verdict']
     # BPDA passes the gradient through the rounding: the worst case falls
     # most of the way to the honest model's (a fraction of the gap, not a
     # fixed number of points: 7.4 on an Intel Xeon host, over 10 on AMD)
