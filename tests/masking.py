@@ -21,7 +21,10 @@ and, partial or subtler masking (issue 54):
   (:class:`ShiftingPreProcessor`), or shifts it and its logits back
   (:class:`RandomShiftEncoderDecoder`);
 * scales the logits by a temperature that saturates the softmax
-  (:class:`HotEncoderDecoder`): the cross-entropy's gradient underflows.
+  (:class:`HotEncoderDecoder`): the cross-entropy's gradient underflows;
+* passes the input on unchanged with its gradient negated
+  (:class:`ReversingPreProcessor`, issue 63): every white-box step lowers
+  the loss, an attack that helps the model.
 
 Importing this module registers them in mmseg's ``MODELS``; a config takes
 one with ``model.data_preprocessor.type`` (``model.type``: the hot model).
@@ -231,6 +234,21 @@ class HotEncoderDecoder(EncoderDecoder):
     def encode_decode(self, inputs, batch_img_metas):
         return self.temperature * super().encode_decode(
             inputs, batch_img_metas)
+
+
+@MODELS.register_module(force=True)
+class ReversingPreProcessor(SegDataPreProcessor):
+    """mmseg's preprocessor on the input as it is, whose gradient with
+    respect to the input is negated (``2 x.detach() - x``): the same
+    predictions, and a white-box attack that ascends the loss descends it.
+
+    Args:
+        **kwargs: ``SegDataPreProcessor``'s arguments.
+    """
+
+    def forward(self, data: Dict, training: bool = False) -> Dict:
+        inputs = [2 * x.float().detach() - x.float() for x in data['inputs']]
+        return super().forward(dict(data, inputs=inputs), training)
 
 
 def correct_pixels(model,

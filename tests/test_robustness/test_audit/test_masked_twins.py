@@ -27,7 +27,8 @@ TWINS = dict(
                                share=0.3)),
     shifted=dict(data_preprocessor=dict(type='ShiftingPreProcessor', shift=2)),
     rolled=dict(type='RandomShiftEncoderDecoder', shift=4),
-    hot=dict(type='HotEncoderDecoder', temperature=1e8))
+    hot=dict(type='HotEncoderDecoder', temperature=1e8),
+    reversed=dict(data_preprocessor=dict(type='ReversingPreProcessor')))
 
 
 @pytest.fixture(scope='module')
@@ -313,3 +314,42 @@ def test_a_masked_subset_fails_the_audit_per_image_without_transfer(twins):
     honest = attacked(twins['honest'], images, samples, labels)
     bpda = attacked(model, images, samples, labels, bpda=True)
     assert abs(bpda.sum() - honest.sum()) < 0.05 * px.sum()
+
+
+def test_an_attack_that_helps_the_model_fails_sanity(twins):
+    """The reversed twin (the input's gradient negated) against labels it
+    mostly misses (the honest model's prediction of the image rolled by
+    half): PGD's steps lower its loss and lift its aAcc far above clean,
+    where square lowers it. The audit of its own cells (PGD, square; no
+    transfer) fails sanity; the honest twin's PGD lowers it."""
+    images, samples = batch(16, seed=5)
+    with torch.no_grad():
+        rolled = [torch.roll(x, (32, 32), dims=(-2, -1)) for x in images]
+        for s, lg in zip(samples, seg_logits(twins['honest'], rolled,
+                                             samples)):
+            s.gt_sem_seg.data = lg.argmax(0)[None]
+    labels = [s.gt_sem_seg.data[0] for s in samples]
+    model = twins['reversed']
+    right = {
+        'clean':
+        correct_pixels(model, images, samples, labels),
+        'pgd/linf/8/10':
+        attacked(model, images, samples, labels),
+        'square/linf/8/50':
+        attacked(
+            model,
+            images,
+            samples,
+            labels,
+            name='square',
+            steps=50,
+            step_size=1.)
+    }
+    px = np.full(16, 64 * 64)
+    assert right['pgd/linf/8/10'].sum() > right['clean'].sum() + 0.2 * px.sum()
+    got = audit_of_counts(right, px, [8.])
+    checks = {c['check']: c for c in got['checks']}
+    assert checks['sanity']['passed'] is False, checks['sanity']['detail']
+    assert got['verdict'].startswith('failed: sanity')
+    honest = attacked(twins['honest'], images, samples, labels)
+    assert honest.sum() < right['clean'].sum()
