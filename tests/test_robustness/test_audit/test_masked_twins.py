@@ -84,6 +84,26 @@ def attacked(model, images, samples, labels, **kwargs) -> np.ndarray:
     return correct_pixels(model, xs, samples, labels)
 
 
+def own_cells(model, images, samples, labels) -> dict:
+    """``model``'s correct pixels per image at its own cells: clean, PGD (10
+    steps of 2 levels) and square (50 queries) at 8 levels."""
+    return {
+        'clean':
+        correct_pixels(model, images, samples, labels),
+        'pgd/linf/8/10':
+        attacked(model, images, samples, labels),
+        'square/linf/8/50':
+        attacked(
+            model,
+            images,
+            samples,
+            labels,
+            name='square',
+            steps=50,
+            step_size=1.)
+    }
+
+
 def test_bpda_differentiates_the_honest_model_at_the_transformed_image(twins):
     """BPDA's gradient on the quantised and shattered twins is the honest
     model's gradient at the image the twin sees (the oracle: the honest
@@ -287,21 +307,7 @@ def test_a_masked_subset_fails_the_audit_per_image_without_transfer(twins):
     model = twins['subset']
     masked = np.array([masked_path(s.img_path, 0.3) for s in samples])
     assert 5 <= masked.sum() <= 16
-    right = {
-        'clean':
-        correct_pixels(model, images, samples, labels),
-        'pgd/linf/8/10':
-        attacked(model, images, samples, labels),
-        'square/linf/8/50':
-        attacked(
-            model,
-            images,
-            samples,
-            labels,
-            name='square',
-            steps=50,
-            step_size=1.)
-    }
+    right = own_cells(model, images, samples, labels)
     assert (right['pgd/linf/8/10'][masked]
             >= right['clean'][masked] - 200).all()
     px = np.full(30, 64 * 64)
@@ -323,28 +329,10 @@ def test_an_attack_that_helps_the_model_fails_sanity(twins):
     where square lowers it. The audit of its own cells (PGD, square; no
     transfer) fails sanity; the honest twin's PGD lowers it."""
     images, samples = batch(16, seed=5)
-    with torch.no_grad():
-        rolled = [torch.roll(x, (32, 32), dims=(-2, -1)) for x in images]
-        for s, lg in zip(samples, seg_logits(twins['honest'], rolled,
-                                             samples)):
-            s.gt_sem_seg.data = lg.argmax(0)[None]
-    labels = [s.gt_sem_seg.data[0] for s in samples]
+    rolled = [torch.roll(x, (32, 32), dims=(-2, -1)) for x in images]
+    labels = labelled(twins['honest'], rolled, samples)
     model = twins['reversed']
-    right = {
-        'clean':
-        correct_pixels(model, images, samples, labels),
-        'pgd/linf/8/10':
-        attacked(model, images, samples, labels),
-        'square/linf/8/50':
-        attacked(
-            model,
-            images,
-            samples,
-            labels,
-            name='square',
-            steps=50,
-            step_size=1.)
-    }
+    right = own_cells(model, images, samples, labels)
     px = np.full(16, 64 * 64)
     assert right['pgd/linf/8/10'].sum() > right['clean'].sum() + 0.2 * px.sum()
     got = audit_of_counts(right, px, [8.])
